@@ -1,0 +1,34 @@
+"""`clfjudge` entry point. Thin: each sub-command lives in clfjudge/commands/<name>.py and exposes
+``register(subparsers)``; heavy libraries are imported only when a command runs."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One line per command module; each adds its own sub-parser(s).
+COMMAND_MODULES = [
+    "data",
+    "models",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clfjudge", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"clfjudge.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (FileNotFoundError, ValueError, KeyError) as exc:  # user errors: one clear line, non-zero exit
+        print(f"clfjudge: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
