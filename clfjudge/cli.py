@@ -10,6 +10,9 @@ import sys
 COMMAND_MODULES = [
     "data",
     "models",
+    "train",
+    "export",
+    "score",
 ]
 
 

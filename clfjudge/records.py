@@ -66,14 +66,14 @@ CLASS_OF_VERDICT = {Verdict.TIE: 0, Verdict.A: 1, Verdict.B: 2}
 VERDICT_OF_CLASS = {v: k for k, v in CLASS_OF_VERDICT.items()}
 
 
-def _text(loc: Loc, name: str, value: Any, *, required: bool) -> str | None:
+def _text(loc: Loc, name: str, value: Any, *, required: bool, allow_empty: bool = False) -> str | None:
     if value is None:
         if required:
             raise loc.error(name, "is missing")
         return None
     if not isinstance(value, str):
         raise loc.error(name, f"must be a string, got {type(value).__name__}")
-    if required and not value.strip():
+    if required and not allow_empty and not value.strip():
         raise loc.error(name, "is empty")
     return value
 
@@ -111,9 +111,11 @@ class PairRecord:
         """Validate raw values (naming file, line and field on error) and build a record.
 
         When only ``scores`` is given the verdict is derived with margin 0, as in the study.
+        ``allow_empty_answers=True`` accepts an empty answer (real test sets hold empty model outputs).
         """
+        empty_ok = kw.pop("allow_empty_answers", False)
         for name in ("question", "answer_a", "answer_b"):
-            kw[name] = _text(loc, name, kw.get(name), required=True)
+            kw[name] = _text(loc, name, kw.get(name), required=True, allow_empty=empty_ok and name != "question")
         for name in ("rubric", "reference", "scenario", "model_a", "model_b"):
             kw[name] = _text(loc, name, kw.get(name), required=False)
         scores = kw.get("scores")
@@ -169,8 +171,9 @@ class PointRecord:
 
     @classmethod
     def build(cls, loc: Loc, **kw: Any) -> "PointRecord":
+        empty_ok = kw.pop("allow_empty_answers", False)
         for name in ("question", "answer"):
-            kw[name] = _text(loc, name, kw.get(name), required=True)
+            kw[name] = _text(loc, name, kw.get(name), required=True, allow_empty=empty_ok and name == "answer")
         for name in ("rubric", "reference", "scenario", "model"):
             kw[name] = _text(loc, name, kw.get(name), required=False)
         lo, hi = kw.get("scale", (1.0, 5.0))

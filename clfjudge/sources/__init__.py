@@ -7,6 +7,17 @@ from .base import SOURCES, Source
 
 # One line per source module.
 _MODULES = [
+    "pandalm",
+    "autoj",
+    "judgelm",
+    "prometheus",
+    "llmbar",
+    "mtbench",
+    "alpacaeval",
+    "arena",
+    "hh_rlhf",
+    "llmeval2",
+    "ultrafeedback",
 ]
 for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")

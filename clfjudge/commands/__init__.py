@@ -1,0 +1,1 @@
+"""Sub-commands of the `clfjudge` CLI, one module each (see clfjudge/cli.py)."""

@@ -1,0 +1,93 @@
+"""`clfjudge data stats|show|overlap`: what the registered data sources hold, how a record is rendered,
+and which evaluation questions also occur in other sets."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..sources import SOURCES
+
+_STATS_COLUMNS = ("source", "kind", "role", "split", "records", "ties", "excluded", "median_answer_chars",
+                  "available")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="data sources: statistics, rendered examples, overlaps")
+    sub = parser.add_subparsers(dest="data_command", required=True)
+    root_help = "data root (default: $CLFJUDGE_DATA or ../shared/data beside the repository)"
+
+    stats = sub.add_parser("stats", help="one row per source and split: records, ties, exclusions, lengths")
+    stats.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    stats.add_argument("--root", type=Path, help=root_help)
+    stats.add_argument("--source", action="append", choices=SOURCES.names(), metavar="NAME",
+                       help="only this source (repeatable)")
+    stats.set_defaults(func=run_stats)
+
+    show = sub.add_parser("show", help="print the first records of a source rendered in a scheme")
+    show.add_argument("name", choices=SOURCES.names(), metavar="NAME", help="a source: " + ", ".join(SOURCES.names()))
+    show.add_argument("--scheme", required=True, help="a registered scheme (clfjudge.schemes.SCHEMES)")
+    show.add_argument("-n", type=int, default=2, help="how many records (default 2)")
+    show.add_argument("--root", type=Path, help=root_help)
+    show.add_argument("--path", type=Path, help="the source's file or directory (overrides --root)")
+    show.set_defaults(func=run_show)
+
+    overlap = sub.add_parser("overlap", help="questions of one source found in another (exact / line-set match)")
+    overlap.add_argument("--json", action="store_true")
+    overlap.add_argument("--root", type=Path, help=root_help)
+    overlap.set_defaults(func=run_overlap)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    cells = [tuple(map(str, header))] + [tuple(map(_cell, row)) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from ..sources.stats import source_stats
+
+    rows = [row for name in (args.source or SOURCES.names()) for row in source_stats(SOURCES.get(name), args.root)]
+    if args.json:
+        print(json.dumps([row.as_dict() for row in rows], indent=2))
+        return 0
+    _print_table(_STATS_COLUMNS, [tuple(getattr(row, c) for c in _STATS_COLUMNS) for row in rows])
+    print("median_answer_chars: median characters per answer (both answers of a pair); "
+          "excluded: records dropped by the loader, by reason in --json")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from ..schemes import render  # another engineer's module; imported only when the command runs
+
+    source = SOURCES.get(args.name)
+    result = source.load(args.path if args.path is not None else source.path(args.root))
+    for record in result.records[: args.n]:
+        prompt = render(record, args.scheme)
+        print(f"===== {record.id} =====\n{prompt}\n")
+    return 0
+
+
+def run_overlap(args: argparse.Namespace) -> int:
+    from ..splits import question_overlaps
+
+    named = {name: source.load(source.path(args.root)).records
+             for name, source in SOURCES.items() if source.available(args.root)}
+    overlaps = question_overlaps(named)
+    distinct = {name: len({r.question for r in records}) for name, records in named.items()}
+    rows = [(b, a, exact, loose, distinct[b]) for (a, b), (exact, loose) in sorted(overlaps.items(), key=lambda kv: kv[0][::-1])]
+    if args.json:
+        keys = ("questions_of", "found_in", "exact", "line_set_or_exact", "distinct_questions")
+        print(json.dumps([dict(zip(keys, row)) for row in rows], indent=2))
+        return 0
+    _print_table(("questions of", "found in", "exact", "exact or line set", "distinct questions"), rows)
+    return 0

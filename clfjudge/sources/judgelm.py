@@ -1,0 +1,80 @@
+"""JudgeLM validation set (HF dataset BAAI/JudgeLM-100K; not in the shared data root here).
+
+The source path is a directory holding the two official files:
+- ``judgelm_val_5k.jsonl``: question_id, question_body, answer1_body, answer2_body, answer1_model_id,
+  answer2_model_id, answer1_metadata / answer2_metadata ({"decoding_method": ...});
+- ``judgelm_val_5k_gpt4.jsonl``: review_id, question_id, answer1_id, answer2_id, reviewer_id, metadata,
+  text (GPT-4's judgement, first line "s1 s2"), score [s1, s2] (1-10 each).
+
+They are joined on question_id (the study zips them by position). Pairs whose GPT-4 score is [-1, -1]
+(GPT-4 gave no usable judgement) are excluded and counted, as the study drops them (151 of 5000 there).
+The verdict follows from the score pair with margin 0; the scores are kept for regression heads.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..readers import iter_jsonl
+from ..records import Loc, LoadResult
+from .base import SOURCES, Source
+from .common import Collector, Fields
+
+NAME = "judgelm-val"
+QUESTIONS, JUDGEMENTS = "judgelm_val_5k.jsonl", "judgelm_val_5k_gpt4.jsonl"
+_FAILED = (-1.0, -1.0)
+
+
+def _score_pair(f: Fields) -> tuple[float, float]:
+    score = f.get("score")
+    if (not isinstance(score, list) or len(score) != 2
+            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in score)):
+        raise f.loc.error("score", f"must be a pair of numbers [s1, s2], got {score!r}")
+    return float(score[0]), float(score[1])
+
+
+def _judgements(path: Path) -> dict[object, tuple[Fields, tuple[float, float]]]:
+    by_question: dict[object, tuple[Fields, tuple[float, float]]] = {}
+    for line, obj in iter_jsonl(path):
+        f = Fields(obj, Loc(str(path), line))
+        qid = f.get("question_id")
+        if qid in by_question:
+            raise f.loc.error("question_id", f"second judgement for question {qid!r}")
+        by_question[qid] = (f, _score_pair(f))
+    return by_question
+
+
+def load(path: Path) -> LoadResult:
+    out = Collector(NAME)
+    judgements = _judgements(path / JUDGEMENTS)
+    matched = 0
+    for line, obj in iter_jsonl(path / QUESTIONS):
+        f = Fields(obj, Loc(str(path / QUESTIONS), line))
+        qid = f.get("question_id")
+        if qid not in judgements:
+            raise f.loc.error("question_id", f"{qid!r} has no GPT-4 judgement in {path / JUDGEMENTS}")
+        judged, score = judgements[qid]
+        matched += 1
+        texts = dict(question=f.text("question_body"), answer_a=f.text("answer1_body"),
+                     answer_b=f.text("answer2_body"))
+        if score == _FAILED:
+            out.exclude("GPT-4 score [-1, -1] (no usable judgement)")
+            continue
+        out.pair(
+            f.loc,
+            id=f"{NAME}:{qid}",
+            scores=score,
+            model_a=f.optional_text("answer1_model_id"),
+            model_b=f.optional_text("answer2_model_id"),
+            meta={"gpt4_judgement": judged.optional_text("text"), "review_id": judged.obj.get("review_id")},
+            **texts,
+        )
+    if matched != len(judgements):
+        out.note(f"{len(judgements) - matched} GPT-4 judgement(s) have no question in {QUESTIONS}")
+    return out.result()
+
+
+SOURCES.register(NAME, Source(
+    name=NAME, kind="pair", role="test", default_path="judgelm", loader=load,
+    license="CC BY-NC 4.0 (BAAI/JudgeLM-100K)",
+    description="JudgeLM val 5k: GPT-4 1-10 score pairs; [-1,-1] judgements excluded", tags=("gpt-4",),
+))

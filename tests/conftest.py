@@ -1,0 +1,29 @@
+"""Shared fixtures. No hub is reachable here: force offline mode before anything imports
+huggingface_hub (it reads HF_HUB_OFFLINE once, at import), so hub lookups fail fast instead of retrying."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+from clfjudge import testing  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_deberta_dir(tmp_path_factory):
+    """DeBERTa-v3 style classifier (3 labels) with a locally trained spm tokenizer."""
+    return testing.tiny_deberta(tmp_path_factory.mktemp("tiny-deberta"), num_labels=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """LLaMA causal LM with a byte-level BPE tokenizer; pad <|endoftext|> (0) != eos."""
+    return testing.tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    """BERT encoder with a WordPiece tokenizer."""
+    return testing.tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
