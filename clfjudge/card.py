@@ -1,0 +1,65 @@
+"""The judge card: a JSON file (judge_card.json) beside every trained judge that says what it is.
+
+Everything a loader, an exporter or an auditor needs to use a judge correctly lives here: backbone,
+head, scheme, label map, max length and truncation policy, training sources with counts and
+contamination removals, validation metrics, calibration, and library versions.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+CARD_NAME = "judge_card.json"
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("clfjudge", "torch", "transformers", "datasets", "sentence-transformers", "scikit-learn",
+                "onnxruntime"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+@dataclass
+class JudgeCard:
+    head: str  # "cls3" | "regression" | "reward" | "generative" | "embedding"
+    kind: str  # what the judge answers: "pair" (compare) or "point" (score)
+    backbone: str  # the spec the user gave (alias, hub id or path)
+    scheme: str  # scheme name used to render inputs
+    max_length: int
+    label_map: dict[str, Any] = field(default_factory=dict)
+    truncation: dict[str, Any] = field(default_factory=dict)
+    template: str = ""  # the template text, for the record
+    score_scale: list[float] | None = None  # pointwise judges
+    training: dict[str, Any] = field(default_factory=dict)  # sources, counts, removals, hyperparameters
+    validation: dict[str, Any] = field(default_factory=dict)  # metrics on the dev split
+    calibration: dict[str, Any] = field(default_factory=dict)  # temperature, tie threshold
+    runtime: dict[str, Any] = field(default_factory=dict)  # backend-specific files (onnx, sklearn, ...)
+    versions: dict[str, str] = field(default_factory=library_versions)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CARD_NAME
+        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "JudgeCard":
+        path = Path(directory) / CARD_NAME
+        if not path.exists():
+            raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing")
+        data = json.loads(path.read_text())
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown judge card fields {sorted(unknown)}")
+        return cls(**data)
