@@ -1,0 +1,433 @@
+"""Real runs of the embedding judge (frozen sentence encoder + scikit-learn head), every row beside the
+majority class and "longer answer wins", with and without explicit length features.
+
+Experiments (``--experiments``):
+- ``pandalm``, ``autoj``: 5-fold CV grouped by question (3-way, with ties); accuracy, macro F1, accuracy on
+  the non-tie gold pairs, position consistency and the Auto-J agreement protocol (both answer orders).
+  The "+ AlpacaEval" rows add the AlpacaEval GPT-4 pairs, decontaminated against the CV set, to every fold.
+- ``alpacaeval``: AlpacaEval GPT-4 pairs (answer order randomised with ``--seed``: output_1 is always
+  text_davinci_003) trained on its own instructions, tested on held-out AlpacaEval instructions and on PandaLM
+  test, Auto-J test and the five LLMBar sets, after removing training pairs whose question is in any of
+  them. Extra rows add LLMBar-style neighbour hard negatives built from the training pairs only.
+- ``prometheus``: a regression judge on Prometheus mt_bench + vicuna eval (5-fold CV grouped by question);
+  Pearson / Kendall / Spearman per set and pooled.
+
+Embeddings are cached on disk per encoder (``--cache-dir``), so a rerun only trains heads.
+Writes bench/results/embedding_judge_<date>.json and .md.
+
+    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python bench/embedding_judge_cv.py
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from clfjudge import sources
+from clfjudge.card import library_versions
+from clfjudge.embedding_judge import EmbeddingJudge, TextEmbedder, neighbour_negatives
+from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
+from clfjudge.metrics import autoj_agreement, correlations, pairwise_metrics, position_consistency
+from clfjudge.records import PairRecord, PointRecord, Verdict
+from clfjudge.registry import Registry
+from clfjudge.splits import decontaminate, group_kfold, train_dev_split
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LLMBAR = ["llmbar-natural", "llmbar-neighbor", "llmbar-gptinst", "llmbar-gptout", "llmbar-manual"]
+ALPACA = "alpacaeval-gpt4"
+
+# A pair predictor is trained on records and returns a function: test pairs -> (verdicts in the given order,
+# verdicts with the answers swapped). A point predictor likewise returns test points -> scores.
+PairJudge = Callable[[Sequence[PairRecord]], tuple[list[Verdict], list[Verdict]]]
+PairPredictor = Callable[[Sequence[PairRecord]], PairJudge]
+PointPredictor = Callable[[Sequence[PointRecord]], Callable[[Sequence[PointRecord]], np.ndarray]]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# predictors
+
+
+@dataclass
+class Embedders:
+    """One shared TextEmbedder per encoder, backed by an on-disk cache."""
+
+    cache_dir: Path
+    by_encoder: dict[str, TextEmbedder] = field(default_factory=dict)
+
+    def get(self, encoder: str) -> TextEmbedder:
+        if encoder not in self.by_encoder:
+            embedder = TextEmbedder(encoder, batch_size=16)
+            path = self.cache_dir / f"{encoder}.npz"
+            if path.exists():
+                embedder.load_cache(path)
+            self.by_encoder[encoder] = embedder
+        return self.by_encoder[encoder]
+
+    def save(self) -> None:
+        for encoder, embedder in self.by_encoder.items():
+            embedder.save_cache(self.cache_dir / f"{encoder}.npz")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One embedding-judge configuration (a row of the tables)."""
+
+    encoder: str
+    head: str
+    use_length: bool
+    features: tuple[str, ...] | None = None  # None: the judge's default groups
+    label: str = ""  # what the feature set is, for the table
+
+    @property
+    def name(self) -> str:
+        return f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} {'+' if self.use_length else '-'}len"
+
+    def judge(self, embedders: Embedders, kind: str) -> EmbeddingJudge:
+        return EmbeddingJudge(encoder=self.encoder, head=self.head, kind=kind, features=self.features,
+                              use_length=self.use_length, embedder=embedders.get(self.encoder))
+
+
+def both_orders(predict: Callable[[Sequence[PairRecord]], list[Verdict]]) -> PairJudge:
+    return lambda test: (predict(test), predict([p.swapped() for p in test]))
+
+
+def judge_predictor(variant: Variant, embedders: Embedders, extra: Sequence[PairRecord] = ()) -> PairPredictor:
+    return lambda train: both_orders(variant.judge(embedders, "pair").fit([*train, *extra]).predict)
+
+
+def majority_predictor(train: Sequence[PairRecord]) -> PairJudge:
+    verdict = majority_verdict(train)
+    return both_orders(lambda test: [verdict] * len(test))
+
+
+def longer_predictor(train: Sequence[PairRecord]) -> PairJudge:
+    return both_orders(longer_answer_wins)
+
+
+COS_ONLY = ("cos_diff", "cos_sym")
+
+
+def pair_variants(encoders: Sequence[str], heads: Sequence[str]) -> list[Variant]:
+    """Per encoder and with / without length: logreg on the default features and on the question-answer
+    similarity scalars only ("(cos)"); gbdt on the similarity scalars only (trees over 1.5k embedding columns
+    cost minutes per fit on 2 cores)."""
+    configs = {"logreg": [(None, ""), (COS_ONLY, "(cos)")], "gbdt": [(COS_ONLY, "(cos)")]}
+    return [Variant(enc, head, use_length, features, label)
+            for enc in encoders for head in heads for features, label in configs[head]
+            for use_length in (True, False)]
+
+
+def pair_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedders) -> dict[str, PairPredictor]:
+    rows: dict[str, PairPredictor] = {"majority class": majority_predictor, "longer answer wins": longer_predictor}
+    rows["logreg on length features only"] = judge_predictor(Variant(encoders[0], "logreg", True, ()), embedders)
+    for variant in pair_variants(encoders, heads):
+        rows[variant.name] = judge_predictor(variant, embedders)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# metrics
+
+
+def pair_report(gold: Sequence[PairRecord], forward: Sequence[Verdict], backward: Sequence[Verdict]) -> dict[str, Any]:
+    verdicts = [r.verdict for r in gold]
+    m = pairwise_metrics(verdicts, forward)
+    no_tie = [i for i, v in enumerate(verdicts) if v != Verdict.TIE]
+    agreement = autoj_agreement(verdicts, forward, backward)
+    return {
+        "n": m.n,
+        "accuracy": m.accuracy,
+        "macro_f1": m.f1,
+        "accuracy_non_tie_gold": float(np.mean([forward[i] == verdicts[i] for i in no_tie])) if no_tie else None,
+        "n_non_tie_gold": len(no_tie),
+        "position_consistency": position_consistency(forward, backward).consistency,
+        "autoj_agreement": agreement.agreement,
+        "pred_counts": m.pred_counts,
+        "gold_counts": m.gold_counts,
+    }
+
+
+def point_report(gold: Sequence[PointRecord], pred: np.ndarray) -> dict[str, Any]:
+    if np.ptp(pred) == 0:  # a constant prediction has no correlation
+        return {"n": len(gold), "pearson": None, "kendall": None, "spearman": None,
+                "note": "constant prediction: correlations undefined"}
+    c = correlations([r.score for r in gold], pred.tolist())
+    return {"n": c.n, "pearson": c.pearson, "kendall": c.kendall, "spearman": c.spearman}
+
+
+# ---------------------------------------------------------------------------------------------------
+# experiments
+
+
+def load(name: str) -> list:
+    result = sources.load(name)
+    if result.excluded:
+        print(f"  {name}: {len(result.records)} records, excluded {dict(result.excluded)}", flush=True)
+    return list(result.records)
+
+
+def randomise_order(pairs: Sequence[PairRecord], seed: int) -> list[PairRecord]:
+    rng = random.Random(seed)
+    return [p.swapped() if rng.random() < 0.5 else p for p in pairs]
+
+
+def cross_validate(records: list[PairRecord], rows: dict[str, PairPredictor], k: int, seed: int) -> dict[str, Any]:
+    folds = group_kfold(records, k, seed)
+    out = {}
+    for name, predictor in rows.items():
+        start = time.perf_counter()
+        forward: list[Verdict | None] = [None] * len(records)
+        backward: list[Verdict | None] = [None] * len(records)
+        fold_acc = []
+        for train_idx, test_idx in folds:
+            f, b = predictor([records[i] for i in train_idx])([records[i] for i in test_idx])
+            for i, fv, bv in zip(test_idx, f, b):
+                forward[i], backward[i] = fv, bv
+            fold_acc.append(np.mean([fv == records[i].verdict for i, fv in zip(test_idx, f)]))
+        out[name] = {**pair_report(records, forward, backward), "fold_accuracy_std": float(np.std(fold_acc)),
+                     "seconds": round(time.perf_counter() - start, 1)}
+        print(f"    {name:45s} acc {out[name]['accuracy']:.3f} f1 {out[name]['macro_f1']:.3f} "
+              f"agree {out[name]['autoj_agreement']:.3f} ({out[name]['seconds']}s)", flush=True)
+    return out
+
+
+def alpaca_encoders(args) -> list[str]:
+    """Encoders used wherever the 20k AlpacaEval pairs are embedded (MPNet needs hours for them on 2 cores)."""
+    return [e for e in args.encoders if e in args.alpaca_encoders]
+
+
+def cv_experiment(source: str, args, embedders: Embedders) -> dict[str, Any]:
+    records = load(source)
+    rows = pair_rows(args.encoders, args.heads, embedders)
+    # Mixing sources: AlpacaEval GPT-4 pairs (randomised order, decontaminated against this CV set).
+    alpaca, removed, _ = decontaminate(randomise_order(load(ALPACA), args.seed), {source: records})
+    for encoder in alpaca_encoders(args):
+        rows[f"{encoder} logreg +len + AlpacaEval train"] = judge_predictor(
+            Variant(encoder, "logreg", True), embedders, alpaca)
+        rows[f"{encoder} logreg -len + AlpacaEval train"] = judge_predictor(
+            Variant(encoder, "logreg", False), embedders, alpaca)
+    return {"source": source, "n": len(records), "folds": args.folds, "grouped_by": "normalized question",
+            "mixing": {"source": ALPACA, "n_added_per_fold": len(alpaca), "n_removed_contaminated": removed},
+            "rows": cross_validate(records, rows, args.folds, args.seed)}
+
+
+def alpacaeval_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    pairs = randomise_order(load(ALPACA), args.seed)
+    train_idx, dev_idx = train_dev_split(pairs, args.alpaca_dev_fraction, args.seed)
+    dev = [pairs[i] for i in dev_idx]
+    evals = {"alpacaeval-dev": dev, **{name: load(name) for name in ["pandalm-test", "autoj-test", *LLMBAR]}}
+    train, removed, removed_by_set = decontaminate([pairs[i] for i in train_idx], evals)
+    encoders = alpaca_encoders(args)
+    rows = pair_rows(encoders, args.heads, embedders)
+    negatives_by_encoder = {}
+    for encoder in encoders:
+        negatives = neighbour_negatives(train, embedders.get(encoder), seed=args.seed)
+        negatives_by_encoder[encoder] = len(negatives)
+        for copies in (1, 5):
+            extra = negatives * copies
+            for use_length in (True, False):
+                rows[f"{encoder} logreg {'+' if use_length else '-'}len + {copies}x neighbour negatives"] = \
+                    judge_predictor(Variant(encoder, "logreg", use_length), embedders, extra)
+    out: dict[str, Any] = {}
+    for name, predictor in rows.items():
+        start = time.perf_counter()
+        out[name] = {}
+        judge = predictor(train)
+        for set_name, test in evals.items():
+            out[name][set_name] = pair_report(test, *judge(test))
+        out[name]["seconds"] = round(time.perf_counter() - start, 1)
+        print(f"    {name:55s} " + " ".join(f"{s[:12]} {out[name][s]['accuracy']:.3f}" for s in evals), flush=True)
+    return {"source": ALPACA, "n_pairs": len(pairs), "n_train": len(train), "n_dev": len(dev),
+            "dev_fraction_of_questions": args.alpaca_dev_fraction, "n_removed_contaminated": removed,
+            "removed_by_eval_set": removed_by_set, "neighbour_negatives": negatives_by_encoder,
+            "eval_sets": {k: len(v) for k, v in evals.items()}, "rows": out}
+
+
+def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedders) -> dict[str, PointPredictor]:
+    def judge_rows(encoder: str, head: str, use_length: bool, features=None, label=""):
+        def fit(train):
+            return EmbeddingJudge(encoder=encoder, head=head, kind="point", features=features,
+                                  use_length=use_length, embedder=embedders.get(encoder)).fit(train).predict
+
+        return f"{encoder} {head}{label} {'+' if use_length else '-'}len", fit
+
+    def majority(train):
+        score = majority_score(train)
+        return lambda test: np.full(len(test), score)
+
+    rows: dict[str, PointPredictor] = {
+        "majority score": majority,
+        "longer answer scores higher": lambda train: lambda test: log_lengths([r.answer for r in test])[:, 0],
+    }
+    point_heads = {"logreg": "ridge", "gbdt": "gbdt"}
+    for encoder in encoders:
+        for head in heads:
+            for use_length in (True, False):
+                name, fn = judge_rows(encoder, point_heads[head], use_length)
+                rows[name] = fn
+        name, fn = judge_rows(encoder, "ridge", True, ("q", "a", "qa_prod", "cos", "ref_cos"), " +ref_cos")
+        rows[name] = fn
+    return rows
+
+
+def prometheus_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    parts = {name: load(name) for name in ("prometheus-mtbench", "prometheus-vicuna")}
+    records = [r for recs in parts.values() for r in recs]
+    folds = group_kfold(records, args.folds, args.seed)
+    out = {}
+    for name, predictor in point_rows(args.encoders, args.heads, embedders).items():
+        start = time.perf_counter()
+        pred = np.zeros(len(records))
+        for train_idx, test_idx in folds:
+            pred[test_idx] = predictor([records[i] for i in train_idx])([records[i] for i in test_idx])
+        out[name] = {"all": point_report(records, pred)}
+        for part in parts:
+            idx = [i for i, r in enumerate(records) if r.source == part]
+            out[name][part] = point_report([records[i] for i in idx], pred[idx])
+        out[name]["seconds"] = round(time.perf_counter() - start, 1)
+        print(f"    {name:45s} pearson {out[name]['all']['pearson']}", flush=True)
+    return {"sources": list(parts), "n": len(records), "folds": args.folds, "grouped_by": "normalized question",
+            "note": "gold = mean of the three GPT-4 scores; the judge never sees the rubric, only the "
+                    "'+ref_cos' rows see the score-5 reference answer (cosine to the answer)",
+            "rows": out}
+
+
+EXPERIMENTS: Registry[Callable[[argparse.Namespace, Embedders], dict[str, Any]]] = Registry("experiment")
+EXPERIMENTS.register("pandalm", lambda args, emb: cv_experiment("pandalm-test", args, emb))
+EXPERIMENTS.register("autoj", lambda args, emb: cv_experiment("autoj-test", args, emb))
+EXPERIMENTS.register("alpacaeval", alpacaeval_experiment)
+EXPERIMENTS.register("prometheus", prometheus_experiment)
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    lines = [f"# Embedding judge: real runs ({meta['date']})", "",
+             f"CPU: {meta['cpu']} ({meta['cores']} cores, OMP_NUM_THREADS={meta['omp_threads']}); "
+             f"total wall time {meta['wall_seconds']:.0f} s; commit {meta['git_commit']}; seed {meta['seed']}.",
+             f"Encoders: {', '.join(meta['encoders'])}; logreg C = 0.01 (chosen on an AlpacaEval instruction split), "
+             "features group-balanced; judges are position-invariant by construction.", ""]
+    ex = result["experiments"]
+    for key in ("pandalm", "autoj"):
+        if key not in ex:
+            continue
+        e = ex[key]
+        lines += [f"## {e['source']}: {e['folds']}-fold CV grouped by question (n = {e['n']}; wall "
+                  f"{e['wall_seconds']:.0f} s)", "",
+                  f"'+ AlpacaEval train' rows add {e['mixing']['n_added_per_fold']} AlpacaEval GPT-4 pairs to each "
+                  f"training fold ({e['mixing']['n_removed_contaminated']} removed as contaminated).", "",
+                  "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in e["rows"].items():
+            lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['macro_f1'])} | {_fmt(r['accuracy_non_tie_gold'])} "
+                         f"| {_fmt(r['autoj_agreement'])} | {_fmt(r['position_consistency'])} | {r['seconds']} |")
+        lines.append("")
+    if "alpacaeval" in ex:
+        e = ex["alpacaeval"]
+        sets = list(e["eval_sets"])
+        lines += [f"## AlpacaEval GPT-4 -> held-out instructions and other schemes (wall {e['wall_seconds']:.0f} s)", "",
+                  f"{e['n_pairs']} pairs, answer order randomised; train {e['n_train']} after removing "
+                  f"{e['n_removed_contaminated']} contaminated ({e['removed_by_eval_set']}); held-out AlpacaEval "
+                  f"{e['n_dev']} pairs. Neighbour negatives per encoder: {e['neighbour_negatives']}. "
+                  "Accuracy (3-way; LLMBar has no ties); Auto-J test in brackets: Auto-J agreement.", "",
+                  "| row | " + " | ".join(f"{s} ({e['eval_sets'][s]})" for s in sets) + " |",
+                  "|---|" + "---|" * len(sets)]
+        for name, r in e["rows"].items():
+            cells = [_fmt(r[s]["accuracy"]) + (f" [{_fmt(r[s]['autoj_agreement'])}]" if s == "autoj-test" else "")
+                     for s in sets]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if "prometheus" in ex:
+        e = ex["prometheus"]
+        lines += [f"## Prometheus mt_bench + vicuna: regression judge, {e['folds']}-fold CV grouped by question "
+                  f"(n = {e['n']}; wall {e['wall_seconds']:.0f} s)", "", e["note"] + ".", "",
+                  "| row | Pearson | Kendall | Spearman | Pearson mt_bench | Pearson vicuna |",
+                  "|---|---|---|---|---|---|"]
+        for name, r in e["rows"].items():
+            a = r["all"]
+            lines.append(f"| {name} | {_fmt(a['pearson'])} | {_fmt(a['kendall'])} | {_fmt(a['spearman'])} | "
+                         f"{_fmt(r['prometheus-mtbench']['pearson'])} | {_fmt(r['prometheus-vicuna']['pearson'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", nargs="+", default=EXPERIMENTS.names(), choices=EXPERIMENTS.names())
+    parser.add_argument("--encoders", nargs="+", default=["minilm", "mpnet"])
+    parser.add_argument("--heads", nargs="+", default=["logreg", "gbdt"], choices=["logreg", "gbdt"])
+    parser.add_argument("--alpaca-encoders", nargs="+", default=["minilm"],
+                        help="encoders for the rows that embed AlpacaEval (the transfer experiment and the mixing rows)")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alpaca-dev-fraction", type=float, default=0.2)
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "clfjudge" / "embeddings")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--tag", default="", help="suffix of the result file names")
+    args = parser.parse_args(argv)
+
+    embedders = Embedders(args.cache_dir)
+    start = time.perf_counter()
+    experiments = {}
+    for name in args.experiments:
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        experiments[name] = EXPERIMENTS.get(name)(args, embedders)
+        experiments[name]["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        embedders.save()
+    date = datetime.now(timezone.utc)
+    result = {
+        "meta": {"date": date.isoformat(timespec="seconds"), "cpu": cpu_model(), "cores": os.cpu_count(),
+                 "omp_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "python": sys.version.split()[0],
+                 "versions": library_versions(), "git_commit": git_commit(), "seed": args.seed,
+                 "encoders": args.encoders, "alpaca_encoders": alpaca_encoders(args), "heads": args.heads,
+                 "argv": sys.argv[1:],
+                 "wall_seconds": round(time.perf_counter() - start, 1)},
+        "experiments": experiments,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"embedding_judge_{date.strftime('%Y-%m-%d')}{'_' + args.tag if args.tag else ''}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(result))
+    print(f"wrote {args.out / stem}.json and .md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

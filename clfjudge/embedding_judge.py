@@ -1,0 +1,508 @@
+"""The embedding judge: a frozen sentence encoder embeds the question and the answers, and a scikit-learn
+head over those embeddings plus simple features predicts the verdict (pairs) or the score (points).
+
+It trains in seconds and is the baseline every fine-tuned head must beat.
+
+Pairs are position-invariant by construction: every pair feature group is either antisymmetric (its value
+flips sign when A and B swap) or symmetric; the head is trained on both answer orders; and
+``predict_proba`` averages P(A | A,B) with P(B | B,A) (and P(TIE) over both orders), so swapping the
+answers swaps P(A) and P(B) exactly. Length features are behind a switch (``use_length``) so that the
+length-bias audit can compare a judge that sees lengths explicitly with one that does not.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+
+from .card import JudgeCard
+from .features import log_length_difference, log_lengths, row_cosine
+from .records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
+from .registry import Registry
+
+DEFAULT_ENCODER = "minilm"
+MODEL_FILE = "head.joblib"
+# Column order of predict_proba: reversing the columns is exactly swapping the answers.
+PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
+
+
+def resolve_encoder(spec: str) -> str:
+    """Alias ("minilm", "mpnet"), hub id or local directory -> what SentenceTransformer should load."""
+    from .backbones import resolve_backbone
+
+    return str(resolve_backbone(spec).path_or_id)
+
+
+def _text_key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+class TextEmbedder:
+    """A frozen sentence-transformers encoder that embeds each distinct text once (L2-normalised) and keeps
+    the vector, so answers repeated across pairs, folds and judges sharing one embedder are encoded once.
+    The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text)."""
+
+    def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
+                 show_progress: bool = False) -> None:
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self.device = device
+        self.show_progress = show_progress
+        self._model = None
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def model(self):
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(resolve_encoder(self.encoder), device=self.device)
+        return self._model
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.model.max_seq_length)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32, rows L2-normalised; only texts not seen before are encoded."""
+        if not texts:
+            raise ValueError("embed() needs at least one text")
+        keys = [_text_key(t) for t in texts]
+        missing = {k: t for k, t in zip(keys, texts) if k not in self._cache}
+        if missing:
+            vectors = self.model.encode(list(missing.values()), batch_size=self.batch_size,
+                                        normalize_embeddings=True, convert_to_numpy=True,
+                                        show_progress_bar=self.show_progress)
+            self._cache.update(zip(missing, np.asarray(vectors, dtype=np.float32)))
+        return np.stack([self._cache[k] for k in keys])
+
+    def save_cache(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        keys = list(self._cache)
+        matrix = np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
+        with open(path, "wb") as f:  # a file object keeps numpy from appending ".npz" to the name
+            np.savez(f, keys=np.array(keys, dtype="U32"), vectors=matrix, encoder=np.array(self.encoder))
+        return path
+
+    def load_cache(self, path: str | Path) -> int:
+        """Add the vectors stored at ``path``; returns how many were added. The file must come from the same
+        encoder spec."""
+        with np.load(path) as data:
+            stored = str(data["encoder"])
+            if stored != self.encoder:
+                raise ValueError(f"{path}: embedding cache of encoder {stored!r}, not {self.encoder!r}")
+            before = len(self._cache)
+            self._cache.update(zip(data["keys"].tolist(), data["vectors"]))
+        return len(self._cache) - before
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views: what feature groups read (embeddings and raw texts of n records)
+
+
+@dataclass(frozen=True)
+class PairView:
+    q: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    q_text: Sequence[str]
+    a_text: Sequence[str]
+    b_text: Sequence[str]
+
+    def swapped(self) -> "PairView":
+        return replace(self, a=self.b, b=self.a, a_text=self.b_text, b_text=self.a_text)
+
+
+@dataclass(frozen=True)
+class PointView:
+    q: np.ndarray
+    a: np.ndarray
+    q_text: Sequence[str]
+    a_text: Sequence[str]
+    ref: np.ndarray | None = None
+
+
+Symmetry = Literal["anti", "sym", "point"]
+
+
+@dataclass(frozen=True)
+class FeatureGroup:
+    compute: Callable[[Any], np.ndarray]  # view -> (n, d)
+    symmetry: Symmetry  # under A <-> B: "anti" flips sign, "sym" unchanged; "point" for pointwise groups
+    needs_reference: bool = False
+
+
+def _col(x: np.ndarray) -> np.ndarray:
+    return x[:, None]
+
+
+PAIR_FEATURES: Registry[FeatureGroup] = Registry("pair feature group")
+PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti"))
+PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti"))
+PAIR_FEATURES.register("abs_diff", FeatureGroup(lambda v: np.abs(v.a - v.b), "sym"))
+PAIR_FEATURES.register("prod", FeatureGroup(lambda v: v.a * v.b, "sym"))
+PAIR_FEATURES.register("cos_diff", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a) - row_cosine(v.q, v.b)), "anti"))
+PAIR_FEATURES.register("cos_sym", FeatureGroup(
+    lambda v: np.stack([row_cosine(v.a, v.b), row_cosine(v.q, v.a) + row_cosine(v.q, v.b),
+                        np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym"))
+PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti"))
+PAIR_FEATURES.register("length_sym", FeatureGroup(
+    lambda v: np.hstack([np.abs(log_length_difference(v.a_text, v.b_text)),
+                         log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym"))
+
+POINT_FEATURES: Registry[FeatureGroup] = Registry("point feature group")
+POINT_FEATURES.register("q", FeatureGroup(lambda v: v.q, "point"))
+POINT_FEATURES.register("a", FeatureGroup(lambda v: v.a, "point"))
+POINT_FEATURES.register("qa_prod", FeatureGroup(lambda v: v.q * v.a, "point"))
+POINT_FEATURES.register("cos", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a)), "point"))
+POINT_FEATURES.register("ref_cos", FeatureGroup(lambda v: _col(row_cosine(v.a, v.ref)), "point", needs_reference=True))
+POINT_FEATURES.register("length", FeatureGroup(lambda v: np.hstack([log_lengths(v.a_text), log_lengths(v.q_text)]),
+                                               "point"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Heads: scikit-learn estimators built from (params, seed, column weights)
+#
+# Linear heads standardise every column and then weight it by 1/sqrt(width of its feature group), so each
+# group has the same total variance. Without this an L2 penalty prefers to spread a signal such as "the
+# longer answer wins" over hundreds of correlated embedding columns instead of the one column that carries
+# it, and a 2-column length group is drowned by 384-column embedding groups. Trees ignore the weights.
+
+HeadBuilder = Callable[[dict[str, Any], int, np.ndarray], Any]
+
+
+def weight_columns(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    return x * weights
+
+
+def _linear(estimator, weights: np.ndarray):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    return make_pipeline(StandardScaler(), FunctionTransformer(weight_columns, kw_args={"weights": weights}),
+                         estimator)
+
+
+def _logreg(params: dict[str, Any], seed: int, weights: np.ndarray):
+    from sklearn.linear_model import LogisticRegression
+
+    return _linear(LogisticRegression(**{"C": 0.01, "max_iter": 5000, **params}), weights)
+
+
+def _gbdt_classifier(params: dict[str, Any], seed: int, weights: np.ndarray):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    # No early stopping: its random validation split would hold the swapped copies of training pairs.
+    defaults = {"learning_rate": 0.05, "max_iter": 300, "max_leaf_nodes": 15, "min_samples_leaf": 40,
+                "l2_regularization": 1.0, "early_stopping": False, "random_state": seed}
+    return HistGradientBoostingClassifier(**{**defaults, **params})
+
+
+def _ridge(params: dict[str, Any], seed: int, weights: np.ndarray):
+    from sklearn.linear_model import RidgeCV
+
+    return _linear(RidgeCV(**{"alphas": np.logspace(-2, 3, 11).tolist(), **params}), weights)
+
+
+def _gbdt_regressor(params: dict[str, Any], seed: int, weights: np.ndarray):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    defaults = {"learning_rate": 0.05, "max_iter": 300, "max_leaf_nodes": 15, "min_samples_leaf": 20,
+                "l2_regularization": 1.0, "early_stopping": False, "random_state": seed}
+    return HistGradientBoostingRegressor(**{**defaults, **params})
+
+
+PAIR_HEADS: Registry[HeadBuilder] = Registry("pair head")
+PAIR_HEADS.register("logreg", _logreg)
+PAIR_HEADS.register("gbdt", _gbdt_classifier)
+
+POINT_HEADS: Registry[HeadBuilder] = Registry("point head")
+POINT_HEADS.register("ridge", _ridge)
+POINT_HEADS.register("gbdt", _gbdt_regressor)
+
+
+@dataclass(frozen=True)
+class JudgeKind:
+    record_type: type
+    label_field: str
+    features: Registry[FeatureGroup]
+    heads: Registry[HeadBuilder]
+    default_head: str
+    default_features: tuple[str, ...]
+    length_features: tuple[str, ...]
+
+
+KINDS: dict[str, JudgeKind] = {
+    "pair": JudgeKind(PairRecord, "verdict", PAIR_FEATURES, PAIR_HEADS, "logreg",
+                      ("diff", "q_diff", "abs_diff", "cos_diff", "cos_sym"), ("length_diff", "length_sym")),
+    "point": JudgeKind(PointRecord, "score", POINT_FEATURES, POINT_HEADS, "ridge",
+                       ("q", "a", "qa_prod", "cos"), ("length",)),
+}
+
+
+def verdicts_from_proba(proba: np.ndarray) -> list[Verdict]:
+    """Argmax over (P(A), P(TIE), P(B)); P(A) == P(B) gives TIE, so a judge that cannot tell the answers
+    apart stays position-consistent."""
+    out = []
+    for p_a, p_tie, p_b in proba:
+        if np.isclose(p_a, p_b, rtol=1e-9, atol=1e-12) or p_tie >= max(p_a, p_b):
+            out.append(Verdict.TIE)
+        else:
+            out.append(Verdict.A if p_a > p_b else Verdict.B)
+    return out
+
+
+class EmbeddingJudge:
+    """Frozen sentence encoder + scikit-learn head.
+
+    ``kind="pair"``: heads "logreg" | "gbdt"; ``predict_proba`` -> (n, 3) = P(A), P(TIE), P(B); ``predict`` ->
+    verdicts. ``kind="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
+    ``features``: feature group names (see ``PAIR_FEATURES`` / ``POINT_FEATURES``), length groups excluded;
+    ``use_length`` adds the length groups. ``embedder``: share one ``TextEmbedder`` across judges (folds)
+    so texts are encoded once; it must use the same encoder spec.
+    """
+
+    def __init__(self, encoder: str = DEFAULT_ENCODER, head: str | None = None, kind: str = "pair",
+                 features: Sequence[str] | None = None, use_length: bool = True,
+                 head_params: dict[str, Any] | None = None, seed: int = 0,
+                 embedder: TextEmbedder | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown judge kind {kind!r}; known: {sorted(KINDS)}")
+        spec = KINDS[kind]
+        self.kind = kind
+        self.head = head or spec.default_head
+        spec.heads.get(self.head)  # fail early on an unknown head
+        self.features = tuple(features if features is not None else spec.default_features)
+        in_features = [f for f in self.features if f in spec.length_features]
+        if in_features:
+            raise ValueError(f"length groups {in_features} are switched by use_length, not listed in features")
+        if not self.features and not use_length:
+            raise ValueError("no features: give feature groups or use_length=True")
+        for name in self.features:
+            spec.features.get(name)
+        self.use_length = use_length
+        self.head_params = dict(head_params or {})
+        self.seed = seed
+        if embedder is not None and embedder.encoder != encoder:
+            raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
+        self.encoder = encoder
+        self.embedder = embedder or TextEmbedder(encoder)
+        self.model_ = None
+        self.scale_: tuple[float, float] | None = None
+        self.training_: dict[str, Any] = {}
+
+    # -- features ------------------------------------------------------------------------------------
+    @property
+    def groups(self) -> tuple[str, ...]:
+        spec = KINDS[self.kind]
+        return self.features + (spec.length_features if self.use_length else ())
+
+    def _check(self, records: Sequence[Record], labelled: bool) -> list[Record]:
+        spec = KINDS[self.kind]
+        records = list(records)
+        for r in records:
+            if not isinstance(r, spec.record_type):
+                raise ValueError(f"record {r.id}: a {self.kind} judge needs {spec.record_type.__name__}, "
+                                 f"got {type(r).__name__}")
+            if labelled and getattr(r, spec.label_field) is None:
+                raise ValueError(f"record {r.id}: field {spec.label_field!r} is missing; fit needs labelled records")
+        return records
+
+    def _pair_view(self, pairs: Sequence[PairRecord]) -> PairView:
+        q_text = [p.question for p in pairs]
+        a_text = [p.answer_a for p in pairs]
+        b_text = [p.answer_b for p in pairs]
+        emb = self.embedder.embed([*q_text, *a_text, *b_text])
+        n = len(pairs)
+        return PairView(emb[:n], emb[n:2 * n], emb[2 * n:], q_text, a_text, b_text)
+
+    def _point_view(self, points: Sequence[PointRecord]) -> PointView:
+        q_text = [p.question for p in points]
+        a_text = [p.answer for p in points]
+        ref = None
+        if any(POINT_FEATURES.get(g).needs_reference for g in self.groups):
+            missing = [p.id for p in points if not p.reference]
+            if missing:
+                raise ValueError(f"record {missing[0]}: field 'reference' is missing ({len(missing)} records "
+                                 f"without one), but feature groups {self.groups} need it")
+            ref = self.embedder.embed([p.reference for p in points])
+        emb = self.embedder.embed([*q_text, *a_text])
+        n = len(points)
+        return PointView(emb[:n], emb[n:], q_text, a_text, ref)
+
+    def _matrix(self, view: PairView | PointView) -> tuple[np.ndarray, np.ndarray]:
+        """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
+        registry = KINDS[self.kind].features
+        blocks = [registry.get(g).compute(view) for g in self.groups]
+        weights = np.concatenate([np.full(b.shape[1], 1 / np.sqrt(b.shape[1])) for b in blocks])
+        return np.hstack(blocks).astype(np.float64), weights
+
+    # -- training ------------------------------------------------------------------------------------
+    def fit(self, records: Sequence[Record]) -> "EmbeddingJudge":
+        records = self._check(records, labelled=True)
+        if not records:
+            raise ValueError("fit needs at least one record")
+        if self.kind == "pair":
+            view = self._pair_view(records)
+            forward, weights = self._matrix(view)
+            x = np.vstack([forward, self._matrix(view.swapped())[0]])
+            y = np.array([CLASS_OF_VERDICT[r.verdict] for r in records]
+                         + [CLASS_OF_VERDICT[r.verdict.swapped()] for r in records])
+            if len(set(y.tolist())) < 2:
+                raise ValueError("fit needs at least two distinct verdicts after adding swapped pairs "
+                                 "(all training pairs are ties)")
+            labels = Counter(r.verdict.value for r in records)
+        else:
+            scales = Counter(r.scale for r in records)
+            if len(scales) > 1:
+                raise ValueError(f"training points use different score scales {dict(scales)}")
+            self.scale_ = next(iter(scales))
+            x, weights = self._matrix(self._point_view(records))
+            y = np.array([r.score for r in records], dtype=np.float64)
+            labels = Counter(str(r.score) for r in records)
+        build = KINDS[self.kind].heads.get(self.head)
+        self.model_ = build(self.head_params, self.seed, weights).fit(x, y)
+        self.training_ = {
+            "n_records": len(records),
+            "n_rows": int(x.shape[0]),
+            "n_features": int(x.shape[1]),
+            "sources": dict(Counter(r.source for r in records)),
+            "labels": dict(sorted(labels.items())),
+        }
+        return self
+
+    def _require_fitted(self) -> None:
+        if self.model_ is None:
+            raise RuntimeError("the judge is not fitted: call fit() or EmbeddingJudge.load()")
+
+    # -- prediction ----------------------------------------------------------------------------------
+    def _head_proba(self, x: np.ndarray) -> np.ndarray:
+        """Head probabilities in PROBA_COLUMNS order (a class absent from training gets 0)."""
+        raw = self.model_.predict_proba(x)
+        out = np.zeros((x.shape[0], len(PROBA_COLUMNS)))
+        column = {CLASS_OF_VERDICT[v]: i for i, v in enumerate(PROBA_COLUMNS)}
+        for j, cls in enumerate(self.model_.classes_):
+            out[:, column[int(cls)]] = raw[:, j]
+        return out
+
+    def predict_proba(self, pairs: Sequence[PairRecord]) -> np.ndarray:
+        """(n, 3): P(A), P(TIE), P(B), averaged over both answer orders."""
+        if self.kind != "pair":
+            raise ValueError("predict_proba is for pair judges; a point judge predicts scores")
+        self._require_fitted()
+        pairs = self._check(pairs, labelled=False)
+        if not pairs:
+            return np.zeros((0, len(PROBA_COLUMNS)))
+        view = self._pair_view(pairs)
+        forward = self._head_proba(self._matrix(view)[0])
+        backward = self._head_proba(self._matrix(view.swapped())[0])
+        return (forward + backward[:, ::-1]) / 2
+
+    def predict(self, records: Sequence[Record]) -> list[Verdict] | np.ndarray:
+        """Verdicts (pair judge) or scores clipped to the training scale (point judge)."""
+        self._require_fitted()
+        if self.kind == "pair":
+            return verdicts_from_proba(self.predict_proba(records))
+        records = self._check(records, labelled=False)
+        if not records:
+            return np.zeros(0)
+        scores = self.model_.predict(self._matrix(self._point_view(records))[0])
+        return np.clip(scores, *self.scale_)
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, directory: str | Path, validation: dict[str, Any] | None = None) -> Path:
+        """Write the head (joblib) and judge_card.json; the encoder is referenced by its spec, not copied."""
+        import joblib
+
+        self._require_fitted()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        joblib.dump(self.model_, directory / MODEL_FILE)
+        max_length = self.embedder.max_seq_length
+        card = JudgeCard(
+            head="embedding",
+            kind=self.kind,
+            backbone=self.encoder,
+            scheme="embedding",
+            max_length=max_length,
+            label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.kind == "pair" else {},
+            truncation={"max_seq_length": max_length,
+                        "policy": "the encoder truncates each text to max_seq_length tokens; "
+                                  "length features are computed on the full text"},
+            score_scale=list(self.scale_) if self.scale_ else None,
+            training={**self.training_, "head": self.head, "head_params": self.head_params,
+                      "features": list(self.groups), "seed": self.seed},
+            validation=dict(validation or {}),
+            runtime={"sklearn_model": MODEL_FILE, "format": "joblib", "head": self.head,
+                     "head_params": self.head_params, "features": list(self.features),
+                     "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True},
+        )
+        card.save(directory)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, embedder: TextEmbedder | None = None) -> "EmbeddingJudge":
+        """Load a saved judge. The head file is a pickle (joblib): load only directories you trust."""
+        import joblib
+
+        directory = Path(directory)
+        card = JudgeCard.load(directory)
+        if card.head != "embedding":
+            raise ValueError(f"{directory}: judge_card.json field 'head' is {card.head!r}, not 'embedding'")
+        rt = card.runtime
+        judge = cls(encoder=card.backbone, head=rt["head"], kind=card.kind, features=rt["features"],
+                    use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"], embedder=embedder)
+        judge.model_ = joblib.load(directory / rt["sklearn_model"])
+        judge.scale_ = tuple(card.score_scale) if card.score_scale else None
+        judge.training_ = {k: card.training[k] for k in ("n_records", "n_rows", "n_features", "sources", "labels")
+                           if k in card.training}
+        expected = judge.training_.get("n_features")
+        got = getattr(judge.model_, "n_features_in_", expected)
+        if expected is not None and got != expected:
+            raise ValueError(f"{directory / rt['sklearn_model']}: head expects {got} features, the card says "
+                             f"{expected}")
+        return judge
+
+
+def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *, max_similarity: float = 0.9,
+                        seed: int = 0) -> list[PairRecord]:
+    """LLMBar-style hard negatives built from training pairs only (LLMBar "Neighbor": a fluent answer to a
+    similar but different instruction is the worse answer).
+
+    For every question of ``records`` with a preferred (non-tie) answer: the nearest other question by
+    embedding cosine, below ``max_similarity`` so near-duplicates are skipped, gives the rejected answer (one
+    of its preferred answers); the chosen answer is one of the question's own preferred answers. Both are
+    drawn the same way, so length does not give the label away. Answer order and draws are seeded.
+    """
+    import random
+
+    rng = random.Random(seed)
+    preferred: dict[str, list[str]] = {}
+    for r in records:
+        if r.verdict in (Verdict.A, Verdict.B):
+            preferred.setdefault(r.question, []).append(r.answer_a if r.verdict == Verdict.A else r.answer_b)
+    questions = sorted(preferred)
+    if len(questions) < 2:
+        raise ValueError("neighbour_negatives needs preferred answers for at least two distinct questions")
+    emb = embedder.embed(questions)
+    similarity = emb @ emb.T
+    similarity[(similarity >= max_similarity) | np.eye(len(questions), dtype=bool)] = -np.inf
+    out = []
+    for i, question in enumerate(questions):
+        j = int(np.argmax(similarity[i]))
+        if not np.isfinite(similarity[i, j]):
+            continue  # every other question is a near-duplicate of this one
+        good, bad = rng.choice(preferred[question]), rng.choice(preferred[questions[j]])
+        a, b, verdict = (good, bad, Verdict.A) if rng.random() < 0.5 else (bad, good, Verdict.B)
+        out.append(PairRecord(id=f"neighbour-negative:{i}", question=question, answer_a=a, answer_b=b,
+                              verdict=verdict, source="neighbour-negatives",
+                              meta={"neighbour_question": questions[j], "similarity": float(similarity[i, j])}))
+    return out
