@@ -1,0 +1,52 @@
+"""`clfjudge export JUDGE_DIR --out DIR [--int8] [--optimize] [--opset N]`: ONNX export behind a parity gate."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("export", help="export a fine-tuned judge to ONNX (fp32 / optimized / int8), "
+                                             "refused unless it matches PyTorch on real records")
+    p.add_argument("judge_dir", metavar="JUDGE_DIR", help="a trained judge directory (HF model + judge_card.json)")
+    p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
+    p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
+    p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
+    p.add_argument("--isa", default="auto", help="int8 settings from export/int8.yaml: auto (this CPU), "
+                                                 "avx512_vnni, avx512, avx2, arm64")
+    p.add_argument("--source", default=None, metavar="NAME[:N]",
+                   help="validation source of the parity gate (default: the card's sources, then export/parity.yaml's)")
+    p.add_argument("--n", dest="n_records", type=int, default=None, help="validation records (default: parity.yaml)")
+    p.add_argument("--parity-config", default=None, help="parity thresholds YAML (default: export/parity.yaml)")
+    p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
+                   help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
+    p.set_defaults(func=run)
+
+
+def _print_variants(report: dict[str, Any], stream) -> None:
+    val = report["validation"]
+    print(f"parity on {val['n']} records of {val['source']} (batch {val['batch_size']}):", file=stream)
+    for name, v in report["variants"].items():
+        status = "ok" if v["passed"] else "FAILED"
+        print(f"  {name:24s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  agreement {v['agreement']:.2%}  "
+              f"{v['metric']} {v['metric_onnx']:.4f} (torch {v['metric_reference']:.4f}, delta "
+              f"{v['metric_delta']:+.4f})  {status}", file=stream)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..export import PARITY_CONFIG, ParityConfig, ParityError, export_judge
+
+    parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
+    try:
+        result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
+                              isa=args.isa, source=args.source, n_records=args.n_records, parity=parity)
+    except ParityError as exc:
+        _print_variants(exc.report, sys.stderr)
+        raise
+    _print_variants(result.report, sys.stdout)
+    exported = result.report["export"]
+    print(f"exporter {exported['exporter']} (opset {exported['opset']}); primary {result.primary}")
+    print(result.out_dir)
+    return 0

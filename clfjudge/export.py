@@ -1,0 +1,476 @@
+"""Export a fine-tuned judge to ONNX, optionally graph-optimize and int8-quantize it, and gate the result on
+parity with PyTorch.
+
+``export_judge(judge_dir, out_dir)``:
+1. ``torch.onnx.export(dynamo=True)`` of the sequence-classification model (inputs input_ids / attention_mask
+   [/ token_type_ids] with dynamic batch and sequence axes, output "logits"); the legacy TorchScript exporter
+   is the fallback when dynamo fails for an architecture, and the card records which one ran and why;
+2. ``--optimize``: onnxruntime's transformer optimizer for BERT-like encoders, else onnxruntime's own offline
+   graph optimization -> model_optimized.onnx;
+3. ``--int8``: ``quantize_dynamic`` with the CPU ISA's settings (export/int8.yaml) -> model_quantized.onnx;
+4. the parity gate: a seeded slice of real labelled records (the card's evaluation / training sources, else
+   export/parity.yaml's defaults), encoded by the judge's own encoder and run in padded, length-bucketed
+   batches through PyTorch and through every ONNX file; max |logit diff|, decision agreement and the metric
+   delta (accuracy for pair judges, Pearson for point judges) are checked against export/parity.yaml. Any
+   failure removes the temporary output and raises ``ParityError`` naming the threshold and the numbers;
+5. on success the directory is moved into place: the ONNX files (named as optimum's ORTModel* expect),
+   config.json, the tokenizer files, judge_card.json (runtime section: files, primary file, exporter,
+   parity summary) and parity_report.json.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .card import JudgeCard
+from .encoding import MODEL_INPUTS
+from .heads import HEADS, Head
+from .paths import REPO_ROOT
+from .records import Record
+from .registry import Registry
+from .runtime import (HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend,
+                      load_tokenizer)
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+PARITY_CONFIG = REPO_ROOT / "export" / "parity.yaml"
+INT8_CONFIG = REPO_ROOT / "export" / "int8.yaml"
+REPORT_NAME = "parity_report.json"
+# Above this many bytes of weights the ONNX protobuf (2 GB limit) keeps its tensors in a side file.
+EXTERNAL_DATA_BYTES = 1_500_000_000
+
+
+class ParityError(ValueError):
+    """An exported model disagrees with PyTorch beyond the thresholds; nothing was written."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# -- configuration ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Parity thresholds of one precision; None = not gated (still measured and reported)."""
+
+    max_abs_diff: float | None = None  # max |ONNX logit - PyTorch logit|
+    min_agreement: float | None = None  # fraction of identical decisions
+    max_metric_delta: float | None = None  # |metric(ONNX) - metric(PyTorch)|, metric as a fraction (0.01 = 1 point)
+
+    def failures(self, measured: Mapping[str, float]) -> list[str]:
+        out = []
+        if self.max_abs_diff is not None and not measured["max_abs_diff"] <= self.max_abs_diff:
+            out.append(f"max |logit diff| {measured['max_abs_diff']:.3g} > max_abs_diff {self.max_abs_diff:g}")
+        if self.min_agreement is not None and not measured["agreement"] >= self.min_agreement:
+            out.append(f"decision agreement {measured['agreement']:.2%} < min_agreement {self.min_agreement:.2%}")
+        if self.max_metric_delta is not None and not abs(measured["metric_delta"]) <= self.max_metric_delta:
+            out.append(f"|{measured['metric']} delta| {abs(measured['metric_delta']):.4f} > max_metric_delta "
+                       f"{self.max_metric_delta:g}")
+        return out
+
+
+@dataclass(frozen=True)
+class ParityConfig:
+    thresholds: dict[str, Thresholds]  # precision ("fp32" | "int8") -> thresholds
+    n_records: int = 128
+    seed: int = 0
+    batch_size: int = 8
+    default_sources: dict[str, list[str]] = field(default_factory=dict)  # judge kind -> sources to try
+
+    @classmethod
+    def load(cls, path: str | Path = PARITY_CONFIG, overrides: Sequence[str] = ()) -> "ParityConfig":
+        """Read parity.yaml; ``overrides`` are ``PRECISION.KEY=VALUE`` strings (e.g. ``fp32.max_abs_diff=0``)."""
+        import yaml
+
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        known = {f.name for f in fields(Thresholds)}
+        thresholds: dict[str, dict[str, Any]] = {}
+        for precision, values in (raw.get("thresholds") or {}).items():
+            unknown = set(values or {}) - known
+            if unknown:
+                raise ValueError(f"{path}: thresholds.{precision}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+            thresholds[precision] = dict(values or {})
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            precision, dot, name = key.strip().partition(".")
+            if not sep or not dot or name not in known:
+                raise ValueError(f"--threshold {item!r}: expected PRECISION.KEY=VALUE with KEY in {sorted(known)}")
+            thresholds.setdefault(precision, {})[name] = None if value.strip().lower() in ("none", "null") else float(value)
+        validation = raw.get("validation") or {}
+        return cls(
+            thresholds={p: Thresholds(**{k: None if v is None else float(v) for k, v in t.items()})
+                        for p, t in thresholds.items()},
+            n_records=int(validation.get("n_records", 128)),
+            seed=int(validation.get("seed", 0)),
+            batch_size=int(validation.get("batch_size", 8)),
+            default_sources={k: list(v) for k, v in (validation.get("default_sources") or {}).items()},
+        )
+
+    def for_precision(self, precision: str) -> Thresholds:
+        if precision not in self.thresholds:
+            raise ValueError(f"parity config has no thresholds for {precision!r} (has {sorted(self.thresholds)})")
+        return self.thresholds[precision]
+
+
+@dataclass(frozen=True)
+class Int8Settings:
+    """``quantize_dynamic`` settings for one CPU instruction set (see export/int8.yaml)."""
+
+    isa: str
+    weight_type: str = "QInt8"
+    per_channel: bool = False
+    reduce_range: bool = False
+    op_types: tuple[str, ...] = ("MatMul", "Gemm")
+
+
+def cpu_isa() -> str:
+    """The best int8 instruction set of this CPU: avx512_vnni | avx512 | avx2 | arm64 (x86 without AVX2: avx2)."""
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "arm64"
+    try:
+        flags = set(next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("flags")), "").split())
+    except OSError:
+        flags = set()
+    if {"avx512_vnni", "avx512vnni"} & flags:
+        return "avx512_vnni"
+    if "avx512bw" in flags:
+        return "avx512"
+    return "avx2"
+
+
+def int8_settings(isa: str = "auto", path: str | Path = INT8_CONFIG) -> Int8Settings:
+    import yaml
+
+    path = Path(path)
+    table = (yaml.safe_load(path.read_text()) or {}).get("isa") or {}
+    name = cpu_isa() if isa == "auto" else isa
+    if name not in table:
+        raise ValueError(f"{path}: no int8 settings for ISA {name!r} (has {sorted(table)})")
+    values = dict(table[name] or {})
+    if "op_types" in values:
+        values["op_types"] = tuple(values["op_types"])
+    known = {f.name for f in fields(Int8Settings)} - {"isa"}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"{path}: isa.{name}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    return Int8Settings(isa=name, **values)
+
+
+# -- validation slice -------------------------------------------------------------------------------------
+
+def card_sources(card: JudgeCard) -> list[str]:
+    """Evaluation sources of the judge's training run, then its training sources."""
+    sources = card.training.get("sources") or {}
+    return [*(sources.get("eval") or {}), *(sources.get("train") or {})]
+
+
+def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source: str | None = None,
+                       n_records: int | None = None) -> tuple[list[Record], dict[str, Any]]:
+    """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
+    from the card's sources, else from the parity config's defaults for the judge's kind."""
+    from . import sources
+    from .training import parse_source
+
+    n = n_records or config.n_records
+    if source:
+        name, limit = parse_source(source)
+        candidates, n = [name], limit or n
+    else:
+        candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(card.kind, [])]))
+    skipped: dict[str, str] = {}
+    for name in candidates:
+        if name not in sources.SOURCES:
+            skipped[name] = "unknown source"
+            continue
+        if not sources.SOURCES.get(name).available():
+            skipped[name] = f"file {sources.SOURCES.get(name).path()} not present"
+            continue
+        result = sources.load(name)
+        usable, excluded = head.select(result.records)
+        if not usable:
+            skipped[name] = f"no records a {head.name} head can judge (excluded: {dict(excluded)})"
+            continue
+        sample = random.Random(config.seed).sample(usable, min(n, len(usable)))
+        info = {"source": name, "loaded": len(result.records), "usable": len(usable), "n": len(sample),
+                "seed": config.seed, "excluded_by_loader": dict(result.excluded),
+                "excluded_for_head": dict(excluded), "skipped_sources": skipped}
+        return sample, info
+    raise ValueError(f"no validation records for the parity gate: tried {candidates or '(no sources)'}"
+                     f"{': ' + str(skipped) if skipped else ''}; pass --source NAME")
+
+
+# -- decisions and metric ---------------------------------------------------------------------------------
+
+def _decisions(judge: ModelJudge, raw: np.ndarray) -> list[Any]:
+    """What the judge would answer: calibrated verdicts for pair judges, scores rounded to the scale's
+    integer steps for point judges."""
+    if "compare" in judge.tasks:
+        return judge.calibration.verdicts(judge.pair_outputs(raw))
+    return np.rint(judge.point_scores(raw)).tolist()
+
+
+def _metric(judge: ModelJudge, raw: np.ndarray, records: Sequence[Record]) -> tuple[str, float]:
+    from .metrics import correlations, pairwise_metrics
+
+    if "compare" in judge.tasks:
+        return "accuracy", pairwise_metrics([r.verdict for r in records], _decisions(judge, raw)).accuracy
+    return "pearson", correlations([r.score for r in records], judge.point_scores(raw)).pearson
+
+
+def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: Sequence[Record],
+                         ref_raw: np.ndarray | None = None) -> dict[str, Any]:
+    """Parity numbers of ``candidate`` against ``reference`` on the same records and the same batches."""
+    ref_raw = reference.raw_outputs(records) if ref_raw is None else ref_raw
+    raw = candidate.raw_outputs(records)
+    diff = np.abs(raw - ref_raw)
+    metric, ref_value = _metric(reference, ref_raw, records)
+    value = _metric(candidate, raw, records)[1]
+    agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw), _decisions(candidate, raw))])
+    return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "agreement": float(agree),
+            "metric": metric, "metric_reference": float(ref_value), "metric_onnx": float(value),
+            "metric_delta": float(value - ref_value)}
+
+
+# -- ONNX export ------------------------------------------------------------------------------------------
+
+def _logits_only(model: "torch.nn.Module") -> "torch.nn.Module":
+    """``model`` behind a forward that returns only the logits tensor (the graph's one output)."""
+    import torch
+
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+    return LogitsOnly(model).eval()
+
+
+def _export_inputs(model: "torch.nn.Module", sample: Mapping[str, np.ndarray]) -> list[str]:
+    """The tokenizer outputs the model takes, in the wrapper's argument order."""
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    names = [k for k in MODEL_INPUTS if k in sample and k in accepted]
+    if names[:2] != ["input_ids", "attention_mask"]:
+        raise ValueError(f"export needs input_ids and attention_mask from the tokenizer, got {sorted(sample)}")
+    return names
+
+
+def export_onnx(model: "torch.nn.Module", sample: Mapping[str, np.ndarray], path: Path,
+                opset: int | None = None) -> dict[str, Any]:
+    """Write ``model`` (HF sequence classification) to ``path``; dynamo first, legacy exporter on failure."""
+    import onnx
+    import torch
+
+    names = _export_inputs(model, sample)
+    args = tuple(torch.from_numpy(np.asarray(sample[k], dtype=np.int64)) for k in names)
+    axes = {k: {0: "batch_size", 1: "sequence_length"} for k in names}
+    axes["logits"] = {0: "batch_size"}
+    wrapped = _logits_only(model)
+    external = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+    common = dict(input_names=names, output_names=["logits"], dynamic_axes=axes, verbose=False)
+    info: dict[str, Any] = {"inputs": names, "output": "logits", "external_data": external}
+    try:
+        torch.onnx.export(wrapped, args, str(path), dynamo=True, opset_version=opset, external_data=external, **common)
+        info.update(exporter="dynamo", dynamo_error=None)
+    except Exception as exc:  # an architecture dynamo cannot capture: record why, use the TorchScript exporter
+        log.warning("dynamo export failed (%s: %s); falling back to the legacy exporter", type(exc).__name__, exc)
+        for stale in path.parent.glob(path.name + "*"):
+            stale.unlink()
+        torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset or 17, **common)
+        info.update(exporter="legacy", dynamo_error=f"{type(exc).__name__}: {str(exc)[:500]}")
+    proto = onnx.load(str(path), load_external_data=False)
+    info["opset"] = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    return info
+
+
+# -- graph optimization -----------------------------------------------------------------------------------
+
+def _transformers_optimizer(src: Path, dst: Path, config: Any, external: bool) -> dict[str, Any]:
+    """onnxruntime.transformers fusions for BERT-like encoders. EmbedLayerNormalization fusion stays off: the
+    quantizer cannot handle it (optimum's default for the same reason)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    options = FusionOptions("bert")
+    options.enable_embed_layer_norm = False
+    model = optimize_model(str(src), model_type="bert", num_heads=config.num_attention_heads,
+                           hidden_size=config.hidden_size, optimization_options=options)
+    model.save_model_to_file(str(dst), use_external_data_format=external)
+    return {"optimizer": "onnxruntime.transformers (bert)", "fused_ops": model.get_fused_operator_statistics()}
+
+
+def _session_optimizer(src: Path, dst: Path, config: Any, external: bool) -> dict[str, Any]:
+    """onnxruntime's offline graph optimization (extended level: CPU fusions; the file then needs onnxruntime)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(dst)
+    if external:
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", dst.name + ".data")
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+    return {"optimizer": "onnxruntime session (ORT_ENABLE_EXTENDED, offline)"}
+
+
+GRAPH_OPTIMIZERS: Registry[Callable[[Path, Path, Any, bool], dict[str, Any]]] = Registry("graph optimizer")
+GRAPH_OPTIMIZERS.register("transformers-bert", _transformers_optimizer)
+GRAPH_OPTIMIZERS.register("ort-session", _session_optimizer)
+# model_type -> optimizer; anything else gets onnxruntime's generic offline optimization.
+OPTIMIZER_OF_MODEL_TYPE = {"bert": "transformers-bert", "roberta": "transformers-bert",
+                           "xlm-roberta": "transformers-bert", "deberta-v2": "transformers-bert"}
+
+
+def optimize_onnx(src: Path, dst: Path, config: Any, external: bool = False) -> dict[str, Any]:
+    name = OPTIMIZER_OF_MODEL_TYPE.get(config.model_type, "ort-session")
+    return GRAPH_OPTIMIZERS.get(name)(src, dst, config, external)
+
+
+# -- quantization -----------------------------------------------------------------------------------------
+
+def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool = False) -> dict[str, Any]:
+    """Dynamic int8 quantization. Stale ``value_info`` from the dynamo exporter breaks the quantizer's shape
+    inference, so it is cleared first; DefaultTensorType covers fused (optimized) nodes without type info."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(src))
+    model.graph.ClearField("value_info")
+    prepared = dst.with_name(dst.stem + ".prepared.onnx")
+    onnx.save(model, str(prepared), save_as_external_data=external)
+    try:
+        quantize_dynamic(str(prepared), str(dst), weight_type=QuantType[settings.weight_type],
+                         per_channel=settings.per_channel, reduce_range=settings.reduce_range,
+                         op_types_to_quantize=list(settings.op_types), use_external_data_format=external,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        for leftover in dst.parent.glob(prepared.name + "*"):
+            leftover.unlink()
+    return {"quantization": "dynamic", **asdict(settings)}
+
+
+# -- the whole export -------------------------------------------------------------------------------------
+
+@dataclass
+class ExportResult:
+    out_dir: Path
+    primary: str
+    report: dict[str, Any]
+
+
+def _check_out_dir(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"output {out} already exists and is not an empty directory; remove it or pick another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _parity_message(report: dict[str, Any]) -> str:
+    lines = [f"{name} ({v['precision']}): " + "; ".join(v["failures"])
+             for name, v in report["variants"].items() if v["failures"]]
+    return "parity gate failed, nothing was written: " + " | ".join(lines)
+
+
+def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
+                 opset: int | None = None, isa: str = "auto", source: str | None = None,
+                 n_records: int | None = None, parity: ParityConfig | None = None,
+                 int8_config: str | Path = INT8_CONFIG) -> ExportResult:
+    """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc)."""
+    judge_dir, out = Path(judge_dir), Path(out_dir)
+    card = JudgeCard.load(judge_dir)
+    if card.head not in HEAD_TASKS:
+        raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
+                         f"{', '.join(HEAD_TASKS)})")
+    if not any((judge_dir / name).exists() for name in TORCH_WEIGHTS):
+        raise FileNotFoundError(f"{judge_dir}: no PyTorch weights ({' / '.join(TORCH_WEIGHTS)}) to export "
+                                "(an exported directory cannot be exported again)")
+    _check_out_dir(out)
+    parity = parity or ParityConfig.load()
+    quant = int8_settings(isa, int8_config) if int8 else None
+    head = HEADS.get(card.head).from_card(card)
+    records, validation = validation_records(card, head, parity, source, n_records)
+
+    tokenizer = load_tokenizer(judge_dir)
+    torch_backend = TorchBackend(judge_dir)
+    reference = ModelJudge(card, tokenizer, torch_backend, parity.batch_size)
+    ref_raw = reference.raw_outputs(records)
+    sample = tokenizer.pad([s for r in records[:2] for s in reference.encode(r)], padding=True, return_tensors="np")
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        fp32 = tmp / ONNX_VARIANTS["fp32"]
+        exported = export_onnx(torch_backend.model, sample, fp32, opset)
+        external = exported["external_data"]
+        files: dict[str, dict[str, Any]] = {fp32.name: {"precision": "fp32"}}
+        source_for_int8 = fp32
+        if optimize:
+            optimized = tmp / ONNX_VARIANTS["optimized"]
+            files[optimized.name] = {"precision": "fp32", **optimize_onnx(fp32, optimized, torch_backend.model.config, external)}
+            source_for_int8 = optimized
+        if quant is not None:
+            quantized = tmp / ONNX_VARIANTS["int8"]
+            files[quantized.name] = {"precision": "int8", "from": source_for_int8.name,
+                                     **quantize_onnx(source_for_int8, quantized, quant, external)}
+        primary = ONNX_VARIANTS["int8"] if int8 else ONNX_VARIANTS["optimized"] if optimize else fp32.name
+
+        variants = {}
+        for name, meta in files.items():
+            thresholds = parity.for_precision(meta["precision"])
+            candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / name), parity.batch_size)
+            measured = compare_to_reference(reference, candidate, records, ref_raw)
+            failures = thresholds.failures(measured)
+            variants[name] = {"precision": meta["precision"], **measured, "thresholds": asdict(thresholds),
+                              "failures": failures, "passed": not failures}
+            meta["bytes"] = sum(p.stat().st_size for p in tmp.glob(name + "*"))
+        report = {
+            "judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "validation": {**validation, "batch_size": parity.batch_size,
+                           "truncated": reference.encoder.report.to_dict()},
+            "export": exported, "primary": primary, "variants": variants,
+            "passed": all(v["passed"] for v in variants.values()),
+        }
+        if not report["passed"]:
+            raise ParityError(_parity_message(report), report)
+
+        (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+        torch_backend.model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
+            "primary": primary, "files": files, **exported,
+            "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
+                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta")}
+                          for name, v in variants.items()}},
+            "exported_from": str(judge_dir.resolve()),
+        }}
+        card.save(tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportResult(out, primary, report)
+

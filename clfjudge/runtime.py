@@ -1,0 +1,405 @@
+"""The judge runtime: ``Judge.load(dir)`` -> a judge that takes a batch and returns typed results.
+
+The directory says what it is (judge_card.json): a fine-tuned head served by PyTorch (model.safetensors)
+or onnxruntime (model.onnx and its variants, written by ``clfjudge export``), or an embedding judge (a
+scikit-learn head over a frozen encoder). Every backend goes through the same steps:
+
+records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
+in training) -> length-bucketed batches (sorted by token length so little padding is computed, order
+restored) -> raw outputs (logits) -> head mapping with the card's calibration -> ``Comparison`` / ``Score``.
+
+``compare(..., symmetric=True)`` judges both answer orders and averages P(A) of (A, B) with P(B) of (B, A)
+(and P(TIE) over both), which makes the result independent of the answer order; judges that are
+position-invariant by construction (reward heads, embedding judges) skip the second pass.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from .calibration import Calibration
+from .card import JudgeCard
+from .heads import HEADS, Cls3Head, Head, PairOutputs, RewardHead
+from .records import CLASS_OF_VERDICT, Loc, PairRecord, PointRecord, Verdict
+from .registry import Registry
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from .embedding_judge import EmbeddingJudge
+
+DEFAULT_BATCH_SIZE = 16
+# ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
+ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}
+TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+
+BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item's index in the batch
+_PAIR_FIELDS = ("id", "question", "answer_a", "answer_b", "rubric", "reference", "verdict", "scores", "source",
+                "scenario", "model_a", "model_b")
+_POINT_FIELDS = ("id", "question", "answer", "rubric", "reference", "score", "scale", "source", "scenario", "model")
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """P(answer A better), P(tie), P(answer B better) and the calibrated verdict. ``margin``: r_A - r_B for
+    reward heads."""
+
+    p_a: float
+    p_tie: float
+    p_b: float
+    verdict: Verdict
+    margin: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"p_a": self.p_a, "p_tie": self.p_tie, "p_b": self.p_b, "verdict": self.verdict.value}
+        return out if self.margin is None else {**out, "margin": self.margin}
+
+
+@dataclass(frozen=True)
+class Score:
+    """A point judge's score on the card's ``score_scale``, or a reward head's raw reward r(question, answer)."""
+
+    value: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.value}
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+
+PairInput = Union[PairRecord, Mapping[str, Any]]
+PointInput = Union[PointRecord, Mapping[str, Any]]
+
+
+def _pick(item: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {k: item[k] for k in names if item.get(k) is not None}
+
+
+def as_pair(item: PairInput, loc: Loc = Loc()) -> PairRecord:
+    """A pair record from a record or a dict with question / answer_a / answer_b [/ rubric / reference / id];
+    bad input raises ``RecordError`` naming ``loc`` and the field."""
+    if isinstance(item, PairRecord):
+        return item
+    if not isinstance(item, Mapping):
+        raise loc.error(None, f"expected a pair (a mapping or a PairRecord), got {type(item).__name__}")
+    return PairRecord.build(loc, **_pick(item, _PAIR_FIELDS), unlabelled=True, allow_empty_answers=True)
+
+
+def as_point(item: PointInput, loc: Loc = Loc()) -> PointRecord:
+    """A point record from a record or a dict with question / answer [/ rubric / reference / id]."""
+    if isinstance(item, PointRecord):
+        return item
+    if not isinstance(item, Mapping):
+        raise loc.error(None, f"expected an answer to score (a mapping or a PointRecord), got {type(item).__name__}")
+    return PointRecord.build(loc, **_pick(item, _POINT_FIELDS), unlabelled=True, allow_empty_answers=True)
+
+
+# -- backends: padded numpy batch -> logits ------------------------------------------------------------------
+
+Backend = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+
+
+class TorchBackend:
+    """A HF sequence-classification model in eval mode (``device`` "cpu" or "cuda")."""
+
+    name = "torch"
+
+    def __init__(self, directory: str | Path, device: str = "cpu", threads: int | None = None) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("provider 'cuda' asked for, but torch sees no CUDA device")
+        if threads:
+            torch.set_num_threads(threads)  # process-wide in PyTorch
+        self.device = device
+        self.model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32).to(device).eval()
+        self.inputs = tuple(inspect.signature(self.model.forward).parameters)
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        feed = {k: torch.from_numpy(np.asarray(v)).to(self.device) for k, v in batch.items() if k in self.inputs}
+        with torch.inference_mode():
+            return self.model(**feed).logits.float().cpu().numpy()
+
+
+class OnnxBackend:
+    """An onnxruntime session on one ONNX file (CPUExecutionProvider or CUDAExecutionProvider)."""
+
+    name = "onnx"
+
+    def __init__(self, model_path: str | Path, provider: str = "cpu", threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}; known: {sorted(PROVIDERS)}")
+        wanted = PROVIDERS[provider][0]
+        if wanted not in ort.get_available_providers():
+            raise ValueError(f"provider {provider!r} needs onnxruntime's {wanted}, which this onnxruntime build "
+                             f"lacks (available: {ort.get_available_providers()}; for CUDA install onnxruntime-gpu)")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        self.path = Path(model_path)
+        self.session = ort.InferenceSession(str(self.path), options, providers=PROVIDERS[provider])
+        self.inputs = tuple(i.name for i in self.session.get_inputs())
+        self.output = self.session.get_outputs()[0].name
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        missing = [name for name in self.inputs if name not in batch]
+        if missing:
+            raise ValueError(f"{self.path}: the model takes inputs {list(self.inputs)}, the tokenizer gave "
+                             f"{sorted(batch)} (missing {missing})")
+        feed = {name: np.asarray(batch[name], dtype=np.int64) for name in self.inputs}
+        return self.session.run([self.output], feed)[0]
+
+
+# -- judges -----------------------------------------------------------------------------------------------
+
+def symmetrize(forward: PairOutputs, reversed_: PairOutputs) -> PairOutputs:
+    """Combine a pair judged in both orders: P(A) = mean(P(A | A,B), P(B | B,A)), likewise P(B), P(TIE)."""
+    margin = None if forward.margin is None else (forward.margin - reversed_.margin) / 2
+    return PairOutputs(p_a=(forward.p_a + reversed_.p_b) / 2, p_tie=(forward.p_tie + reversed_.p_tie) / 2,
+                       p_b=(forward.p_b + reversed_.p_a) / 2, margin=margin)
+
+
+class Judge:
+    """A loaded judge. ``compare*`` for pair judges, ``score*`` for point judges (and reward heads, whose score
+    is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``."""
+
+    backend_name: str
+    position_invariant: bool = False
+
+    def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.card = card
+        self.tasks = frozenset(tasks)
+        self.batch_size = batch_size
+        self.calibration = Calibration.from_card(card)
+
+    # -- loading ------------------------------------------------------------------------------------------
+    @staticmethod
+    def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
+             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> "Judge":
+        """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx" or
+        "sklearn" (embedding judges); ``provider``: "cpu" | "cuda"; ``variant``: for ONNX, "fp32" |
+        "optimized" | "int8" or a file name (default: the card's primary file); ``threads``: intra-op threads."""
+        directory = Path(directory)
+        card = JudgeCard.load(directory)
+        name = detect_backend(directory, card) if backend == "auto" else backend
+        return LOADERS.get(name)(directory, card, provider=provider, variant=variant, threads=threads,
+                                 batch_size=batch_size)
+
+    # -- what subclasses provide --------------------------------------------------------------------------
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        """One row of raw model outputs per record (what calibration is fitted on)."""
+        raise NotImplementedError
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        raise NotImplementedError
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------------------------
+    def require(self, task: str) -> None:
+        if task not in self.tasks:
+            can = " / ".join(sorted(self.tasks))
+            raise ValueError(f"this {self.card.head} judge ({self.card.kind}) cannot {task}; it can {can}")
+
+    def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
+        self.require("compare")
+        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not records:
+            return []
+        outputs = self.pair_outputs(self.raw_outputs(records))
+        if symmetric and not self.position_invariant:
+            outputs = symmetrize(outputs, self.pair_outputs(self.raw_outputs([r.swapped() for r in records])))
+        verdicts = self.calibration.verdicts(outputs)
+        margins = outputs.margin if outputs.margin is not None else [None] * len(records)
+        return [Comparison(float(a), float(t), float(b), v, None if m is None else float(m))
+                for a, t, b, v, m in zip(outputs.p_a, outputs.p_tie, outputs.p_b, verdicts, margins)]
+
+    def compare(self, question: str, a: str, b: str, rubric: str | None = None, reference: str | None = None,
+                symmetric: bool = False) -> Comparison:
+        item = {"question": question, "answer_a": a, "answer_b": b, "rubric": rubric, "reference": reference}
+        return self.compare_batch([item], symmetric=symmetric)[0]
+
+    def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
+        self.require("score")
+        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not records:
+            return []
+        return [Score(float(s)) for s in self.point_scores(self.raw_outputs(records))]
+
+    def score(self, question: str, answer: str, rubric: str | None = None, reference: str | None = None) -> Score:
+        item = {"question": question, "answer": answer, "rubric": rubric, "reference": reference}
+        return self.score_batch([item])[0]
+
+
+# What each fine-tuned head can do: a reward head also scores one answer (its reward).
+HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",)}
+
+
+class ModelJudge(Judge):
+    """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
+
+    def __init__(self, card: JudgeCard, tokenizer: "PreTrainedTokenizerBase", backend: Backend,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        from .encoding import Encoder
+
+        if card.head not in HEAD_TASKS:
+            raise ValueError(f"judge_card.json field 'head': {card.head!r} is not a fine-tuned classifier head "
+                             f"({', '.join(HEAD_TASKS)})")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the judge's tokenizer has no pad token: batches cannot be padded")
+        super().__init__(card, HEAD_TASKS[card.head], batch_size)
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.backend_name = getattr(backend, "name", type(backend).__name__)
+        self.head: Head = HEADS.get(card.head).from_card(card)
+        self.position_invariant = self.head.position_invariant
+        self.encoder = Encoder.from_card(card, tokenizer)
+
+    @property
+    def truncation(self) -> dict[str, Any]:
+        """How many inputs this judge had to cut, and which fields (``TruncationReport``)."""
+        return self.encoder.report.to_dict()
+
+    def encode(self, record: PairRecord | PointRecord) -> list[dict[str, list[int]]]:
+        """The token ids of the sequence(s) the backbone sees for one record (the judge's own encoding)."""
+        inputs = self.head.inputs(record) if isinstance(record, PairRecord) else [record]
+        return [self.encoder.encode(r) for r in inputs]
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        """Logits per record, shape (records, k * num_labels) for k sequences per record. Records are
+        encoded, sorted by token length, run in batches of ``batch_size`` and put back in order."""
+        encoded = [self.encode(r) for r in records]
+        order = sorted(range(len(records)), key=lambda i: max(len(s["input_ids"]) for s in encoded[i]))
+        rows: list[np.ndarray | None] = [None] * len(records)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            seqs = [s for i in chunk for s in encoded[i]]
+            batch = self.tokenizer.pad(seqs, padding=True, return_tensors="np")
+            logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
+            for i, row in zip(chunk, logits):
+                rows[i] = row
+        return np.stack(rows)
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        return self.head.outputs(self.calibration.scale(raw))
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        if isinstance(self.head, RewardHead):
+            return RewardHead.rewards(raw)
+        return self.head.outputs(raw).scores
+
+
+class SklearnJudge(Judge):
+    """An embedding judge (frozen sentence encoder + scikit-learn head); its raw outputs for pairs are
+    log-probabilities in the study's class order (TIE, A, B), so temperature calibration applies as to logits."""
+
+    backend_name = "sklearn"
+    position_invariant = True  # EmbeddingJudge.predict_proba already averages both answer orders
+
+    def __init__(self, card: JudgeCard, judge: "EmbeddingJudge", batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(card, ("compare",) if judge.kind == "pair" else ("score",), batch_size)
+        self.judge = judge
+        self.judge.embedder.batch_size = batch_size
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        from .embedding_judge import PROBA_COLUMNS
+
+        if self.judge.kind == "point":
+            return np.asarray(self.judge.predict(records), dtype=np.float64).reshape(-1, 1)
+        proba = self.judge.predict_proba(records)
+        column = {v: i for i, v in enumerate(PROBA_COLUMNS)}
+        ordered = np.empty_like(proba)
+        for verdict, cls in CLASS_OF_VERDICT.items():
+            ordered[:, cls] = proba[:, column[verdict]]
+        return np.log(np.clip(ordered, 1e-12, None))
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        return Cls3Head().outputs(self.calibration.scale(raw))
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        return raw.reshape(-1)
+
+
+# -- loaders ----------------------------------------------------------------------------------------------
+
+def detect_backend(directory: Path, card: JudgeCard) -> str:
+    """sklearn for embedding judges; onnx when the directory holds an export; torch for HF weights."""
+    if card.head == "embedding":
+        return "sklearn"
+    if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
+        return "onnx"
+    if any((directory / name).exists() for name in TORCH_WEIGHTS):
+        return "torch"
+    raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
+                            f"{' / '.join(TORCH_WEIGHTS)})")
+
+
+def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Path:
+    """The ONNX file of ``variant`` ("fp32" | "optimized" | "int8" | a file name); default: the card's primary."""
+    if variant is None:
+        name = card.runtime.get("onnx", {}).get("primary", ONNX_VARIANTS["fp32"])
+    else:
+        name = ONNX_VARIANTS.get(variant, variant)
+    path = directory / name
+    if not path.exists():
+        have = sorted(p.name for p in directory.glob("*.onnx"))
+        raise FileNotFoundError(f"{path} does not exist (variant {variant!r}; this directory holds {have or 'no ONNX files'})")
+    return path
+
+
+def load_tokenizer(directory: Path) -> "PreTrainedTokenizerBase":
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                batch_size: int) -> Judge:
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges; the torch backend loads the HF weights")
+    if not any((directory / name).exists() for name in TORCH_WEIGHTS):
+        raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
+                                "an exported directory holds ONNX files only (use backend='onnx')")
+    return ModelJudge(card, load_tokenizer(directory), TorchBackend(directory, provider, threads), batch_size)
+
+
+def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+               batch_size: int) -> Judge:
+    backend = OnnxBackend(onnx_model_path(directory, card, variant), provider, threads)
+    return ModelJudge(card, load_tokenizer(directory), backend, batch_size)
+
+
+def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                  batch_size: int) -> Judge:
+    from .embedding_judge import EmbeddingJudge, TextEmbedder
+
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges, not to an embedding judge")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    embedder = TextEmbedder(card.backbone, batch_size=batch_size, device=provider)
+    return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder), batch_size)
+
+
+LOADERS: Registry[Callable[..., Judge]] = Registry("judge backend")
+LOADERS.register("torch", _load_torch)
+LOADERS.register("onnx", _load_onnx)
+LOADERS.register("sklearn", _load_sklearn)

@@ -1,0 +1,185 @@
+"""ONNX export behind the parity gate, on tiny random judges (BERT, DeBERTa-v3, LLaMA) and a real PandaLM slice:
+fp32 parity on padded batches of other shapes than the export dummy, decoder last-token pooling under padding,
+int8 + graph optimization, the gate refusing an export, the exported directory layout, and config parsing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clfjudge.card import JudgeCard
+from clfjudge.cli import main
+from clfjudge.export import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
+from clfjudge.records import Loc, PairRecord
+from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend, load_tokenizer
+from tiny_judges import make_judge
+
+N_RECORDS = 24  # real PandaLM-test records, in batches of 8 padded to their longest member
+ARCHS = ["tiny_bert_dir", "tiny_deberta_dir", "tiny_llama_dir"]
+
+
+@pytest.fixture(scope="module")
+def judges(request, tmp_path_factory) -> dict[str, Path]:
+    """One untrained cls3 judge per tiny backbone."""
+    root = tmp_path_factory.mktemp("judges")
+    return {arch: make_judge(request.getfixturevalue(arch), root / arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="module")
+def exported(judges, tmp_path_factory) -> dict[str, Path]:
+    """Each judge exported in fp32 through the default gate (parity.yaml thresholds)."""
+    root = tmp_path_factory.mktemp("exported")
+    return {arch: export_judge(judge, root / arch, n_records=N_RECORDS).out_dir for arch, judge in judges.items()}
+
+
+@pytest.mark.slow  # the module's three exports take ~30 s together
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp32_export_passes_the_gate_on_real_padded_batches(arch, exported):
+    out = exported[arch]
+    report = json.loads((out / "parity_report.json").read_text())
+    variant = report["variants"]["model.onnx"]
+    assert report["passed"] and variant["passed"] and variant["failures"] == []
+    assert variant["max_abs_diff"] <= 1e-4 and variant["agreement"] == 1.0 and variant["metric_delta"] == 0.0
+    assert report["validation"]["source"] == "pandalm-test" and report["validation"]["n"] == N_RECORDS
+    # the gate ran on batches of other shapes than the 2-record export dummy
+    assert report["validation"]["batch_size"] == 8 and N_RECORDS > 2
+    assert report["export"]["exporter"] in ("dynamo", "legacy")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_exported_directory_layout(arch, exported, judges):
+    out = exported[arch]
+    names = {p.name for p in out.iterdir()}
+    assert {"model.onnx", "config.json", "judge_card.json", "parity_report.json", "tokenizer_config.json"} <= names
+    assert not names & {"model.safetensors", "pytorch_model.bin"}
+    card = JudgeCard.load(out)
+    onnx_rt = card.runtime["onnx"]
+    assert card.runtime["backend"] == "onnx" and onnx_rt["primary"] == "model.onnx"
+    assert onnx_rt["output"] == "logits" and onnx_rt["inputs"][:2] == ["input_ids", "attention_mask"]
+    assert onnx_rt["parity"]["model.onnx"]["agreement"] == 1.0
+    # everything but the runtime section is the trained judge's card
+    original = JudgeCard.load(judges[arch])
+    assert (card.head, card.scheme, card.truncation, card.label_map) == \
+        (original.head, original.scheme, original.truncation, original.label_map)
+    # dynamic axes carry optimum's names
+    session = OnnxBackend(out / "model.onnx").session
+    assert [i.shape for i in session.get_inputs()][0] == ["batch_size", "sequence_length"]
+
+
+def _pair(answer_a: str) -> PairRecord:
+    return PairRecord.build(Loc("mem", 1), question="What is the capital of France?", answer_a=answer_a,
+                            answer_b="The cat sat on the mat.", unlabelled=True)
+
+
+@pytest.mark.slow
+def test_decoder_last_token_pooling_survives_padding_in_onnx(exported):
+    out = exported["tiny_llama_dir"]
+    judge = Judge.load(out)
+    tokenizer = load_tokenizer(out)
+    backend = OnnxBackend(out / "model.onnx")
+    short, long = judge.encode(_pair("Paris."))[0], judge.encode(_pair("Paris is the capital city. " * 12))[0]
+    alone = backend(tokenizer.pad([short], return_tensors="np"))
+    batch = tokenizer.pad([short, long], padding=True, return_tensors="np")
+    assert (batch["attention_mask"][0] == 0).any()  # the short sequence is padded
+    np.testing.assert_allclose(backend(batch)[0], alone[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("head,gain,source,metric", [("reward", 40.0, "pandalm-test", "accuracy"),
+                                                     ("regression", 400.0, "prometheus-vicuna", "pearson")])
+def test_reward_and_regression_judges_export(head, gain, source, metric, tiny_bert_dir, tmp_path):
+    judge = make_judge(tiny_bert_dir, tmp_path / head, head=head, gain=gain)
+    report = export_judge(judge, tmp_path / "onnx", n_records=16).report
+    variant = report["variants"]["model.onnx"]
+    assert report["passed"] and variant["metric"] == metric and variant["max_abs_diff"] <= 1e-4
+    assert report["validation"]["source"] == source  # the default source for the judge's kind
+
+
+def test_int8_and_optimized_export(judges, tmp_path):
+    parity = ParityConfig.load(overrides=["int8.min_agreement=0.8", "int8.max_metric_delta=0.2"])
+    result = export_judge(judges["tiny_bert_dir"], tmp_path / "int8", int8=True, optimize=True,
+                          n_records=N_RECORDS, parity=parity)
+    variants = result.report["variants"]
+    assert set(variants) == {"model.onnx", "model_optimized.onnx", "model_quantized.onnx"}
+    assert variants["model_optimized.onnx"]["max_abs_diff"] <= 1e-4  # fp32 thresholds for the optimized graph
+    quantized = variants["model_quantized.onnx"]
+    assert quantized["precision"] == "int8" and quantized["agreement"] >= 0.8
+    assert 0 < quantized["max_abs_diff"]  # int8 really changed the numbers
+    card = JudgeCard.load(result.out_dir)
+    files = card.runtime["onnx"]["files"]
+    assert result.primary == card.runtime["onnx"]["primary"] == "model_quantized.onnx"
+    assert files["model_quantized.onnx"]["from"] == "model_optimized.onnx"
+    assert files["model_quantized.onnx"]["isa"] == cpu_isa()
+    assert files["model_quantized.onnx"]["bytes"] < files["model.onnx"]["bytes"]
+    # the runtime serves the primary file by default and any variant on request
+    assert Path(Judge.load(result.out_dir).backend.path).name == "model_quantized.onnx"
+    assert Path(Judge.load(result.out_dir, variant="fp32").backend.path).name == "model.onnx"
+
+
+def test_gate_refuses_and_writes_nothing(judges, tmp_path, capsys):
+    out = tmp_path / "refused"
+    code = main(["export", str(judges["tiny_bert_dir"]), "--out", str(out), "--n", "8",
+                 "--threshold", "fp32.max_abs_diff=-1"])  # no export can meet a negative difference
+    assert code != 0
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # the temporary directory is gone too
+    err = capsys.readouterr().err
+    assert "parity gate failed" in err and "max_abs_diff -1" in err and "FAILED" in err
+
+
+def test_export_refuses_existing_output_and_judges_without_weights(judges, tmp_path):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("x")
+    with pytest.raises(ValueError, match="already exists"):
+        export_judge(judges["tiny_bert_dir"], busy)
+    assert (busy / "keep.txt").exists()
+    emb = tmp_path / "emb"
+    emb.mkdir()
+    JudgeCard(head="embedding", kind="pair", backbone="minilm", scheme="embedding", max_length=256).save(emb)
+    with pytest.raises(ValueError, match="no ONNX export"):
+        export_judge(emb, tmp_path / "emb-onnx")
+    weightless = tmp_path / "weightless"  # e.g. an exported directory
+    weightless.mkdir()
+    JudgeCard.load(judges["tiny_bert_dir"]).save(weightless)
+    with pytest.raises(FileNotFoundError, match="no PyTorch weights"):
+        export_judge(weightless, tmp_path / "weightless-onnx")
+    assert not (tmp_path / "emb-onnx").exists() and not (tmp_path / "weightless-onnx").exists()
+
+
+def test_parity_config_parsing(tmp_path):
+    default = ParityConfig.load()
+    assert default.for_precision("fp32") == Thresholds(max_abs_diff=1e-4, min_agreement=1.0, max_metric_delta=0.001)
+    assert default.for_precision("int8").min_agreement == 0.99
+    assert default.default_sources["pair"][0] == "pandalm-test"
+    tightened = ParityConfig.load(overrides=["int8.max_abs_diff=0.5", "fp32.min_agreement=none"])
+    assert tightened.for_precision("int8").max_abs_diff == 0.5 and tightened.for_precision("fp32").min_agreement is None
+    with pytest.raises(ValueError, match="PRECISION.KEY=VALUE"):
+        ParityConfig.load(overrides=["int8.agreement=1"])
+    bad = tmp_path / "parity.yaml"
+    bad.write_text("thresholds:\n  fp32: {max_diff: 1}\n")
+    with pytest.raises(ValueError, match="unknown key"):
+        ParityConfig.load(bad)
+
+
+def test_thresholds_name_the_failure_with_numbers():
+    measured = {"max_abs_diff": 0.2, "agreement": 0.95, "metric": "accuracy", "metric_delta": -0.03}
+    failures = Thresholds(max_abs_diff=1e-4, min_agreement=0.99, max_metric_delta=0.01).failures(measured)
+    assert len(failures) == 3
+    assert "0.2 > max_abs_diff 0.0001" in failures[0] and "95.00% < min_agreement 99.00%" in failures[1]
+    assert "|accuracy delta| 0.0300 > max_metric_delta 0.01" in failures[2]
+    assert Thresholds().failures(measured) == []
+
+
+def test_int8_settings_per_isa():
+    assert int8_settings("avx512_vnni").weight_type == "QInt8"
+    assert int8_settings("avx512").reduce_range is True
+    assert int8_settings("avx2").weight_type == "QUInt8"
+    assert int8_settings("auto").isa == cpu_isa()
+    with pytest.raises(ValueError, match="no int8 settings"):
+        int8_settings("sse2")
+
+
+def test_onnx_variant_names_match_optimum():
+    assert ONNX_VARIANTS == {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}

@@ -1,0 +1,318 @@
+"""The Judge runtime (torch / onnxruntime / scikit-learn backends), calibration and `clfjudge score` /
+`clfjudge calibrate`, on tiny random judges, a small embedding judge and real PandaLM slices."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+from clfjudge.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
+from clfjudge.card import JudgeCard
+from clfjudge.cli import main
+from clfjudge.export import export_judge
+from clfjudge.heads import PairOutputs, davidson_probs
+from clfjudge.records import Loc, PairRecord, RecordError, Verdict
+from clfjudge.runtime import Comparison, Judge, ModelJudge, Score
+from tiny_judges import make_judge
+
+Q = "What is the capital of France?"
+ANSWERS = ["Paris.", "The cat sat on the mat.", "Paris is the capital and largest city of France. " * 5,
+           "Lyon, which is a city.", "", "I do not know, but it could be Marseille or Paris or Nice."]
+
+
+@pytest.fixture(scope="module")
+def cls3_dir(tiny_bert_dir, tmp_path_factory) -> Path:
+    return make_judge(tiny_bert_dir, tmp_path_factory.mktemp("cls3") / "judge")
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(cls3_dir, tmp_path_factory) -> Path:
+    return export_judge(cls3_dir, tmp_path_factory.mktemp("onnx") / "judge", n_records=8).out_dir
+
+
+@pytest.fixture(scope="module")
+def reward_dir(tiny_bert_dir, tmp_path_factory) -> Path:
+    return make_judge(tiny_bert_dir, tmp_path_factory.mktemp("reward") / "judge", head="reward")
+
+
+@pytest.fixture(scope="module")
+def regression_dir(tiny_bert_dir, tmp_path_factory) -> Path:
+    return make_judge(tiny_bert_dir, tmp_path_factory.mktemp("regression") / "judge", head="regression",
+                      gain=400.0)
+
+
+def pairs(n: int = 6) -> list[dict]:
+    return [{"id": f"p{i}", "question": Q, "answer_a": ANSWERS[i % len(ANSWERS)],
+             "answer_b": ANSWERS[(i * 5 + 1) % len(ANSWERS)]} for i in range(n)]
+
+
+# -- loading ----------------------------------------------------------------------------------------------
+
+def test_load_picks_the_backend_from_the_directory(cls3_dir, onnx_dir, tmp_path):
+    assert Judge.load(cls3_dir).backend_name == "torch"
+    assert Judge.load(onnx_dir).backend_name == "onnx"
+    assert Judge.load(cls3_dir, backend="torch", threads=1).backend_name == "torch"
+    with pytest.raises(FileNotFoundError, match="ONNX files only"):
+        Judge.load(onnx_dir, backend="torch")
+    with pytest.raises(ValueError, match="applies to ONNX"):
+        Judge.load(cls3_dir, variant="int8")
+    with pytest.raises(FileNotFoundError, match="holds \\['model.onnx'\\]"):
+        Judge.load(onnx_dir, variant="int8")
+    with pytest.raises(KeyError, match="unknown judge backend"):
+        Judge.load(cls3_dir, backend="tensorrt")
+    with pytest.raises(ValueError, match="provider 'cuda'"):
+        Judge.load(onnx_dir, provider="cuda")  # this onnxruntime build has no CUDA provider
+    with pytest.raises(FileNotFoundError, match="judge_card.json is missing"):
+        Judge.load(tmp_path)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    JudgeCard.load(cls3_dir).save(bare)
+    with pytest.raises(FileNotFoundError, match="no model found"):
+        Judge.load(bare)
+
+
+def test_torch_and_onnx_judges_agree(cls3_dir, onnx_dir):
+    torch_out = Judge.load(cls3_dir).compare_batch(pairs())
+    onnx_out = Judge.load(onnx_dir).compare_batch(pairs())
+    for t, o in zip(torch_out, onnx_out):
+        np.testing.assert_allclose([t.p_a, t.p_tie, t.p_b], [o.p_a, o.p_tie, o.p_b], atol=1e-5)
+        assert t.verdict == o.verdict
+
+
+# -- compare / score --------------------------------------------------------------------------------------
+
+def test_compare_returns_typed_calibrated_results(cls3_dir):
+    judge = Judge.load(cls3_dir)
+    result = judge.compare(Q, "Paris.", "The cat sat on the mat.")
+    assert isinstance(result, Comparison) and isinstance(result.verdict, Verdict)
+    assert result.p_a + result.p_tie + result.p_b == pytest.approx(1.0)
+    best = max([(result.p_tie, Verdict.TIE), (result.p_a, Verdict.A), (result.p_b, Verdict.B)])[1]
+    assert result.verdict is best and result.margin is None
+    assert result.to_dict()["verdict"] == result.verdict.value
+    records = [PairRecord.build(Loc("mem", i), **p, verdict="A", allow_empty_answers=True)
+               for i, p in enumerate(pairs())]
+    from_records = judge.compare_batch(records)
+    from_dicts = judge.compare_batch(pairs())
+    assert [r.p_a for r in from_records] == pytest.approx([r.p_a for r in from_dicts])
+    assert judge.compare_batch([]) == []
+    assert judge.truncation["records"] >= 2 * len(pairs())
+
+
+def test_length_bucketing_restores_the_input_order(cls3_dir):
+    batched = Judge.load(cls3_dir, batch_size=2)
+    items = pairs(12)
+    lengths = [len(batched.encode(PairRecord.build(Loc(), **p, unlabelled=True, allow_empty_answers=True))[0]["input_ids"]) for p in items]
+    assert lengths != sorted(lengths)  # the order really changes inside raw_outputs
+    together = batched.compare_batch(items)
+    alone = [batched.compare_batch([p])[0] for p in items]
+    for t, a in zip(together, alone):
+        np.testing.assert_allclose([t.p_a, t.p_tie, t.p_b], [a.p_a, a.p_tie, a.p_b], atol=1e-5)
+
+
+def test_symmetric_compare_is_order_invariant(cls3_dir):
+    judge = Judge.load(cls3_dir)
+    a, b = "Paris.", "Lyon is a large city in the south-east of France."
+    plain, plain_rev = judge.compare(Q, a, b), judge.compare(Q, b, a)
+    assert abs(plain.p_a - plain_rev.p_b) > 1e-4  # the plain cross-encoder does depend on the order
+    sym, sym_rev = judge.compare(Q, a, b, symmetric=True), judge.compare(Q, b, a, symmetric=True)
+    assert (sym.p_a, sym.p_tie, sym.p_b) == (sym_rev.p_b, sym_rev.p_tie, sym_rev.p_a)
+    assert sym.verdict == sym_rev.verdict.swapped()
+    forward = judge.compare_batch(pairs(), symmetric=True)
+    swapped = judge.compare_batch([{**p, "answer_a": p["answer_b"], "answer_b": p["answer_a"]} for p in pairs()],
+                                  symmetric=True)
+    for f, s in zip(forward, swapped):
+        np.testing.assert_allclose([f.p_a, f.p_tie, f.p_b], [s.p_b, s.p_tie, s.p_a], atol=1e-6)
+
+
+def test_bad_inputs_and_wrong_tasks_are_named(cls3_dir, regression_dir):
+    judge = Judge.load(cls3_dir)
+    with pytest.raises(RecordError, match="<batch item>:1: field 'answer_b': is missing"):
+        judge.compare_batch([pairs(1)[0], {"question": Q, "answer_a": "x"}])
+    with pytest.raises(RecordError, match="field 'question': must be a string"):
+        judge.compare_batch([{"question": 3, "answer_a": "x", "answer_b": "y"}])
+    with pytest.raises(ValueError, match="cls3 judge \\(pair\\) cannot score; it can compare"):
+        judge.score(Q, "Paris.")
+    with pytest.raises(ValueError, match="cannot compare"):
+        Judge.load(regression_dir).compare(Q, "a", "b")
+
+
+def test_regression_judge_scores_on_its_scale(regression_dir):
+    judge = Judge.load(regression_dir)
+    scores = judge.score_batch([{"question": Q, "answer": a} for a in ANSWERS])
+    assert all(isinstance(s, Score) and 1.0 <= s.value <= 5.0 for s in scores)
+    assert len({round(s.value, 6) for s in scores}) > 1
+    assert judge.score(Q, ANSWERS[2]).value == pytest.approx(scores[2].value, abs=1e-5)
+
+
+def test_reward_judge_compares_and_scores(reward_dir):
+    judge = Judge.load(reward_dir)
+    assert judge.position_invariant and judge.tasks == {"compare", "score"}
+    a, b = "Paris.", "The cat sat on the mat."
+    result = judge.compare(Q, a, b)
+    assert result.margin == pytest.approx(judge.score(Q, a).value - judge.score(Q, b).value, abs=1e-5)
+    swapped = judge.compare(Q, b, a, symmetric=True)  # invariant by construction: one pass suffices
+    assert swapped.p_b == pytest.approx(result.p_a, abs=1e-6) and swapped.margin == pytest.approx(-result.margin, abs=1e-5)
+
+
+# -- calibration ------------------------------------------------------------------------------------------
+
+def test_temperature_scaling_fixes_an_overconfident_judge():
+    rng = np.random.default_rng(0)
+    true_logits = rng.normal(0, 1.2, size=(3000, 3))
+    labels = np.array([rng.choice(3, p=p) for p in softmax(true_logits, axis=1)])
+    overconfident = 4.0 * true_logits
+    temperature = fit_temperature(overconfident, labels)
+    assert temperature == pytest.approx(4.0, rel=0.15)
+    assert nll(overconfident, labels, temperature) < nll(overconfident, labels) - 0.3
+    # scaling never changes the argmax
+    assert (Calibration(temperature).scale(overconfident).argmax(1) == overconfident.argmax(1)).all()
+
+
+def _outputs(p_a, p_b) -> PairOutputs:
+    p_a, p_b = np.asarray(p_a, float), np.asarray(p_b, float)
+    return PairOutputs(p_a=p_a, p_tie=1 - p_a - p_b, p_b=p_b)
+
+
+def test_tie_margin_search_maximises_autoj_agreement():
+    # ties look like near-equal P(A) and P(B) but P(TIE) is never the largest, so argmax never says TIE
+    gold = [Verdict.A, Verdict.B, Verdict.TIE, Verdict.TIE, Verdict.A, Verdict.TIE]
+    fwd = _outputs([0.7, 0.2, 0.46, 0.43, 0.6, 0.44], [0.2, 0.7, 0.44, 0.45, 0.3, 0.47])
+    rev = _outputs([0.2, 0.7, 0.45, 0.44, 0.3, 0.45], [0.7, 0.2, 0.45, 0.44, 0.6, 0.44])
+    found = search_tie_margin(fwd, rev, gold)
+    assert found["agreement_argmax"] == pytest.approx(3 / 6) and found["agreement"] == 1.0
+    assert found["tie_margin"] == pytest.approx(0.03)  # the smallest margin that catches every tie
+    assert decide(fwd, found["tie_margin"]) == gold
+    assert Calibration(tie_margin=found["tie_margin"]).verdicts(fwd) == gold
+
+
+def test_fit_calibration_per_head():
+    rng = np.random.default_rng(1)
+    margins = rng.normal(0, 2, 600)
+    probs = davidson_probs(margins, 1.5, 0.5)
+    gold = [(Verdict.A, Verdict.TIE, Verdict.B)[rng.choice(3, p=p)] for p in probs]
+    rewards = np.stack([margins, np.zeros_like(margins)], axis=1)
+    entry = fit_calibration("reward", rewards, rewards[:, ::-1], gold, {"scale": 1.0, "nu": 0.0})
+    assert entry["method"] == "davidson" and entry["scale"] == pytest.approx(1.5, rel=0.25)
+    assert entry["nll_after"] < entry["nll_before"] and entry["n_pairs"] == 600
+    logits = np.log(probs[:, [1, 0, 2]]) * 3  # class order TIE, A, B; overconfident by 3
+    entry = fit_calibration("cls3", logits, logits[:, [0, 2, 1]], gold)
+    assert entry["temperature"] == pytest.approx(3.0, rel=0.25) and entry["nll_after"] < entry["nll_before"]
+    with pytest.raises(ValueError, match="nothing to calibrate"):
+        fit_calibration("regression", logits, logits, gold)
+    with pytest.raises(ValueError, match="two distinct verdicts"):
+        fit_calibration("cls3", logits[:5], logits[:5], [Verdict.A] * 5)
+
+
+def test_runtime_applies_the_card_calibration(cls3_dir, tmp_path):
+    calibrated = tmp_path / "calibrated"
+    shutil.copytree(cls3_dir, calibrated)
+    card = JudgeCard.load(calibrated)
+    card.calibration = {"temperature": 3.0}
+    card.save(calibrated)
+    plain, hot = Judge.load(cls3_dir), Judge.load(calibrated)
+    raw = plain.raw_outputs([PairRecord.build(Loc(), **p, unlabelled=True, allow_empty_answers=True) for p in pairs()])
+    expected = softmax(raw / 3.0, axis=1)  # TIE, A, B
+    got = hot.compare_batch(pairs())
+    np.testing.assert_allclose([[c.p_tie, c.p_a, c.p_b] for c in got], expected, atol=1e-6)
+    card.calibration = {"temperature": 1.0, "tie_margin": 1.0}  # every pair is within the margin
+    card.save(calibrated)
+    assert {c.verdict for c in Judge.load(calibrated).compare_batch(pairs())} == {Verdict.TIE}
+
+
+def test_calibrate_cli_writes_the_card(cls3_dir, tmp_path, capsys):
+    judge_dir = tmp_path / "judge"
+    shutil.copytree(cls3_dir, judge_dir)
+    assert main(["calibrate", str(judge_dir), "--source", "pandalm-test:40", "--batch-size", "8"]) == 0
+    cal = JudgeCard.load(judge_dir).calibration
+    assert cal["method"] == "temperature" and cal["fitted_on"]["source"] == "pandalm-test"
+    assert cal["fitted_on"]["n"] == 40 and cal["fitted_on"]["excluded"] == {"beyond the sample of 40": 959}
+    assert cal["nll_after"] <= cal["nll_before"] and "tie_margin" in cal
+    judge = Judge.load(judge_dir)
+    assert judge.calibration.temperature == pytest.approx(cal["temperature"])
+    assert "calibration written" in capsys.readouterr().out
+
+
+# -- embedding judges -------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_embedding_judge_through_the_runtime(tmp_path):
+    from clfjudge import sources
+    from clfjudge.embedding_judge import EmbeddingJudge
+
+    records = [r for r in sources.load("pandalm-test").records if r.verdict is not Verdict.TIE][:60]
+    fitted = EmbeddingJudge(head_params={"C": 1.0}).fit(records[:40])
+    fitted.save(tmp_path / "emb")
+    judge = Judge.load(tmp_path / "emb")
+    assert judge.backend_name == "sklearn" and judge.tasks == {"compare"}
+    got = judge.compare_batch(records[40:])
+    expected = fitted.predict_proba(records[40:])  # columns A, TIE, B
+    np.testing.assert_allclose([[c.p_a, c.p_tie, c.p_b] for c in got], expected, atol=1e-6)
+
+
+# -- clfjudge score ---------------------------------------------------------------------------------------
+
+def _write_input(path: Path) -> Path:
+    good = pairs(5)
+    lines = [json.dumps(good[0]), json.dumps(good[1]), "{not json", json.dumps({"question": Q, "answer_a": "x"}),
+             "", json.dumps(good[2]), json.dumps(["a", "list"]), json.dumps(good[3]),
+             json.dumps({k: v for k, v in good[4].items() if k != "id"})]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_score_cli_reports_bad_lines_and_keeps_going(cls3_dir, tmp_path, capsys):
+    src, out = _write_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    code = main(["score", str(cls3_dir), "--input", str(src), "--output", str(out), "--chunk-size", "2",
+                 "--batch-size", "2"])
+    assert code == 1  # some lines were rejected
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["p0", "p1", "p2", "p3", "in.jsonl:9"]
+    assert set(rows[0]) == {"id", "p_a", "p_tie", "p_b", "verdict"}
+    rejected = [json.loads(line) for line in (tmp_path / "out.jsonl.rejected.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["field"]) for r in rejected] == [(3, None), (4, "answer_b"), (7, None)]
+    assert "invalid JSON" in rejected[0]["error"] and "expected a JSON object" in rejected[2]["error"]
+    captured = capsys.readouterr()
+    assert "lines read 9: scored 5, rejected 3, blank 1" in captured.out
+    assert f"rejected {src}:4: field 'answer_b': is missing" in captured.err
+    # the same pairs scored through the API give the same numbers
+    api = Judge.load(cls3_dir).compare_batch(pairs(4))
+    assert [r["p_a"] for r in rows[:4]] == pytest.approx([c.p_a for c in api], abs=1e-6)
+
+
+def test_score_cli_isolates_inputs_the_judge_cannot_take(cls3_dir, tmp_path, monkeypatch, capsys):
+    original = ModelJudge.raw_outputs
+
+    def picky(self, records):
+        if any(r.question == "BOOM" for r in records):
+            raise ValueError("cannot encode BOOM")
+        return original(self, records)
+
+    monkeypatch.setattr(ModelJudge, "raw_outputs", picky)
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    items = pairs(4)
+    items[2]["question"] = "BOOM"
+    src.write_text("".join(json.dumps(p) + "\n" for p in items))
+    assert main(["score", str(cls3_dir), "--input", str(src), "--output", str(out), "--symmetric"]) == 1
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["p0", "p1", "p3"]
+    rejected = json.loads((tmp_path / "out.jsonl.rejected.jsonl").read_text())
+    assert rejected["line"] == 3 and "cannot encode BOOM" in rejected["error"]
+    assert "scored 3, rejected 1" in capsys.readouterr().out
+
+
+def test_score_cli_clean_run_and_tasks(reward_dir, onnx_dir, tmp_path, capsys):
+    src, out = tmp_path / "answers.jsonl", tmp_path / "rewards.jsonl"
+    src.write_text("".join(json.dumps({"id": f"a{i}", "question": Q, "answer": a}) + "\n" for i, a in enumerate(ANSWERS)))
+    assert main(["score", str(reward_dir), "--input", str(src), "--output", str(out), "--task", "score"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    judge = Judge.load(reward_dir)
+    assert [r["score"] for r in rows] == pytest.approx([judge.score(Q, a).value for a in ANSWERS], abs=1e-5)
+    assert not (tmp_path / "rewards.jsonl.rejected.jsonl").exists()
+    assert "lines read 6: scored 6, rejected 0" in capsys.readouterr().out
+    assert main(["score", str(reward_dir), "--input", str(src), "--output", str(out), "--task", "score",
+                 "--symmetric"]) == 2
+    assert main(["score", str(onnx_dir), "--input", str(src), "--output", str(out), "--task", "score"]) == 2
+    assert "cannot score" in capsys.readouterr().err

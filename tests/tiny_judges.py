@@ -1,0 +1,44 @@
+"""Judge directories built from the tiny random backbones (clfjudge.testing) without training, laid out as
+``clfjudge train`` writes them: HF save_pretrained (model + tokenizer) + judge_card.json."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from clfjudge import testing
+from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+from clfjudge.card import JudgeCard
+from clfjudge.encoding import Encoder
+from clfjudge.heads import HEADS, RegressionHead
+from clfjudge.truncation import TruncationPolicy
+
+# Tiny encoders have 128 positions; the tiny LLaMA (RoPE) takes the long "[INST]" decoder template.
+MAX_LENGTH = {"encoder": 128, "decoder": 320}
+
+
+def make_judge(backbone_dir: str | Path, out_dir: str | Path, head: str = "cls3", gain: float = 40.0) -> Path:
+    """An untrained judge whose output layer is scaled by ``gain``, so its decisions are not near-ties of
+    ~0.01-sized random logits (a quantized export could not agree with them on anything). A regression
+    judge's output (an encoder's) is centred on the middle of its scale so that its scores are not clipped."""
+    info = resolve_backbone(str(backbone_dir))
+    tokenizer = load_tokenizer(info)
+    judge_head = RegressionHead(scale=(1.0, 5.0)) if head == "regression" else HEADS.get(head)()
+    model = load_seq_cls(info, judge_head.num_labels, judge_head.problem_type, tokenizer=tokenizer)
+    model.config.id2label = judge_head.id2label()
+    model.config.label2id = {v: k for k, v in judge_head.id2label().items()}
+    output_layer = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        output_layer.weight.mul_(gain)
+        if head == "regression":
+            probe = tokenizer(testing.corpus(16), padding=True, return_tensors="pt")
+            output_layer.bias -= model(**probe).logits.mean() - 0.5
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    scheme = judge_head.default_scheme(info.family)
+    encoder = Encoder(tokenizer, scheme, TruncationPolicy(max_length=MAX_LENGTH[info.family]))
+    JudgeCard(head=judge_head.name, kind=judge_head.kind, backbone=str(backbone_dir), scheme=scheme,
+              max_length=encoder.policy.max_length, truncation=encoder.card_entry(),
+              **judge_head.card_fields()).save(out)
+    return out
