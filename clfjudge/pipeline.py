@@ -1,0 +1,156 @@
+"""The main job: data check -> train the default judge -> export it (int8, parity gate) -> audit it beside the
+released judges and SemScore -> report.
+
+Each step is one function in ``STEPS`` reading what earlier steps left in ``RunState`` and the run directory;
+``run.json`` records every step's wall time and outputs, so a run is self-describing. ``--quick`` swaps in
+the CI profile: the same path on a small real slice.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .paths import REPO_ROOT
+from .registry import Registry
+
+DEFAULT_RECIPE = REPO_ROOT / "train" / "cpu" / "main-minilm.yaml"
+# Judges audited beside the trained one: the released judges' prediction files and the reference metric.
+REFERENCE_JUDGES = ("released:pandalm-7b", "released:gpt-3.5-turbo", "released:auto-j-13b", "semscore")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How big a run is. ``full`` is the README's main job; ``quick`` is the CI slice of the same path."""
+
+    train_overrides: tuple[str, ...] = ()
+    audit_limit: int | None = None
+    bootstrap: int = 1000
+    parity_records: int | None = None
+
+
+PROFILES: Registry[Profile] = Registry("run profile")
+PROFILES.register("full", Profile())
+PROFILES.register("quick", Profile(
+    train_overrides=("max_train_records=160", "max_steps=8", "batch_size=8", "eval_every=4",
+                     "early_stopping_patience=0", "max_length=256"),
+    audit_limit=40, bootstrap=100, parity_records=32))
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    recipe: Path = DEFAULT_RECIPE
+    overrides: Sequence[str] = ()
+    profile: str = "full"
+    steps: Sequence[str] | None = None  # default: all, in order
+    judges: Sequence[str] = REFERENCE_JUDGES
+
+
+@dataclass
+class RunState:
+    config: RunConfig
+    profile: Profile
+    outputs: dict[str, Any] = field(default_factory=dict)  # step name -> what it produced (JSON-able)
+
+    def path(self, *parts: str) -> Path:
+        return self.config.out.joinpath(*parts)
+
+
+Step = Callable[[RunState], dict[str, Any]]
+STEPS: Registry[Step] = Registry("pipeline step")
+ORDER = ("data", "train", "export", "audit")
+
+
+@STEPS.register("data")
+def check_data(state: RunState) -> dict[str, Any]:
+    """Load every source present under data_root(); fail loudly on malformed files before hours of work."""
+    from .sources import SOURCES
+    from .sources.stats import source_stats
+
+    rows = [row.as_dict() for _, source in SOURCES.items() for row in source_stats(source)]
+    state.path("data_stats.json").write_text(json.dumps(rows, indent=2) + "\n")
+    totals = [r for r in rows if r["split"] == "all"]
+    return {"file": "data_stats.json", "sources_available": sum(r["available"] for r in totals),
+            "sources_missing": [r["source"] for r in totals if not r["available"]],
+            "records": sum(r["records"] for r in totals), "excluded": sum(r["excluded"] or 0 for r in totals)}
+
+
+@STEPS.register("train")
+def train_judge(state: RunState) -> dict[str, Any]:
+    from .card import JudgeCard
+    from .training import TrainConfig, train
+
+    overrides = [*state.profile.train_overrides, *state.config.overrides, f"output_dir={state.path('judge')}"]
+    cfg = TrainConfig.from_yaml(state.config.recipe, overrides)
+    judge_dir = train(cfg)
+    card = JudgeCard.load(judge_dir)
+    return {"judge_dir": str(judge_dir), "recipe": str(state.config.recipe), "overrides": overrides,
+            "wall_time_s": card.training.get("wall_time_s"), "validation": _headline(card.validation)}
+
+
+@STEPS.register("export")
+def export_int8(state: RunState) -> dict[str, Any]:
+    from .export import export_judge
+
+    result = export_judge(_needs(state, "train", "judge_dir"), state.path("judge-onnx"), int8=True,
+                          n_records=state.profile.parity_records)
+    parity = {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "passed")}
+              for name, v in result.report["variants"].items()}
+    return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": parity}
+
+
+@STEPS.register("audit")
+def audit(state: RunState) -> dict[str, Any]:
+    from .audit import run_audit
+
+    judges = [_needs(state, "export", "onnx_dir"), *state.config.judges]
+    metrics = run_audit(judges, state.path("audit"), limit=state.profile.audit_limit,
+                        bootstrap=state.profile.bootstrap)
+    return {"report": str(state.path("audit", "report.md")), "metrics": str(state.path("audit", "metrics.json")),
+            "judges": judges, "suites": sorted(metrics.get("suites", {}))}
+
+
+def _needs(state: RunState, step: str, key: str) -> Any:
+    """An output of an earlier step: from this run, or from run.json of a previous run in the same dir."""
+    if step not in state.outputs:
+        previous = state.path("run.json")
+        if previous.exists():
+            state.outputs.update(json.loads(previous.read_text()).get("outputs", {}))
+    try:
+        return state.outputs[step][key]
+    except KeyError:
+        raise ValueError(f"step needs the output {key!r} of step {step!r}: run it first "
+                         f"(clfjudge run --out {state.config.out} --steps {step})") from None
+
+
+def _headline(validation: dict[str, Any]) -> dict[str, Any]:
+    keep = ("accuracy", "f1", "agreement", "position_consistency", "pearson", "n")
+    return {split: {k: v for k, v in m.items() if k in keep} for split, m in validation.items() if isinstance(m, dict)}
+
+
+def run(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    config.out.mkdir(parents=True, exist_ok=True)
+    state = RunState(config, PROFILES.get(config.profile))
+    names = list(config.steps or ORDER)
+    for name in names:
+        STEPS.get(name)  # unknown step names fail before any work
+    record: dict[str, Any] = {
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": config.profile,
+        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        "steps": {}, "outputs": state.outputs,
+    }
+    for i, name in enumerate(names, 1):
+        log(f"[clfjudge run] step {i}/{len(names)}: {name}")
+        start = time.monotonic()
+        state.outputs[name] = STEPS.get(name)(state)
+        record["steps"][name] = {"wall_time_s": round(time.monotonic() - start, 1)}
+        state.path("run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        log(f"[clfjudge run] {name} done in {record['steps'][name]['wall_time_s']} s")
+    return record
+
+
