@@ -45,6 +45,7 @@ class TrainConfig:
     test_fraction: float = 0.0  # grouped held-out fold of the train sources, scored after training
     dev_fraction: float = 0.1  # grouped (by question) validation split for early stopping and calibration
     max_train_records: int | None = None
+    max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
     swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
@@ -265,16 +266,33 @@ class Splits:
     sources: dict[str, Any]
 
 
+def _grouped_split(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+    """(kept, held out): ``fraction`` of the questions held out, grouped by normalized question."""
+    from .splits import train_dev_split
+
+    if not fraction:
+        return records, []
+    kept, held = train_dev_split(records, fraction, seed)
+    return [records[i] for i in kept], [records[i] for i in held]
+
+
+def _cap(records: list[Record], limit: int | None, rng: random.Random) -> tuple[list[Record], int]:
+    """A random sample of at most ``limit`` records, and how many were left out."""
+    if limit is None or len(records) <= limit:
+        return records, 0
+    return rng.sample(records, limit), len(records) - limit
+
+
 def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     from . import sources as source_registry
-    from .splits import decontaminate, train_dev_split
+    from .splits import decontaminate
 
     rng = random.Random(cfg.seed)
     records, stats = [], {}
     for spec in cfg.sources:
         recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
         records += recs
-    pool, test = train_dev_split(records, cfg.test_fraction, cfg.seed) if cfg.test_fraction else (records, [])
+    pool, test = _grouped_split(records, cfg.test_fraction, cfg.seed)
 
     train_names = {parse_source(s)[0] for s in cfg.sources}
     clash = train_names & (set(cfg.eval_sources) | set(cfg.decontaminate_against))
@@ -288,13 +306,11 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     for name in cfg.decontaminate_against:
         against += source_registry.load(name).records
     before = len(pool)
-    pool = decontaminate(pool, against) if against else pool
-    train, dev = train_dev_split(pool, cfg.dev_fraction, cfg.seed) if cfg.dev_fraction else (pool, [])
+    pool, _, removed_by_set = decontaminate(pool, against) if against else (pool, 0, {})
+    train, dev = _grouped_split(pool, cfg.dev_fraction, cfg.seed)
 
-    capped = 0
-    if cfg.max_train_records is not None and len(train) > cfg.max_train_records:
-        capped = len(train) - cfg.max_train_records
-        train = rng.sample(train, cfg.max_train_records)
+    train, capped = _cap(train, cfg.max_train_records, rng)
+    dev, dev_capped = _cap(dev, cfg.max_dev_records, rng)
     head.fit(train)
     ref_dropped = 0
     if 0.0 < cfg.ref_drop < 1.0:  # at 1.0 the encoder never shows references, at 0.0 it always does
@@ -303,7 +319,8 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     if cfg.swap_aug and not head.position_invariant:
         train = swap_augment(train, cfg.swap_aug, rng)
     counts = {
-        "test": len(test), "decontaminated": before - len(pool), "dev": len(dev), "capped": capped,
+        "test": len(test), "decontaminated": before - len(pool), "decontaminated_by_set": removed_by_set,
+        "dev": len(dev), "capped": capped, "dev_capped": dev_capped,
         "train": n_before_aug, "swap_aug_added": len(train) - n_before_aug, "references_dropped": ref_dropped,
         "swap_aug_skipped": bool(cfg.swap_aug and head.position_invariant),  # invariant by construction
     }
