@@ -1,0 +1,229 @@
+"""Audit judges: one small adapter per kind of judge, all giving predictions on the audit's test sets.
+
+A judge spec names the adapter by prefix (``released:``, ``gen:``, ``baseline:``, ``semscore``); anything else
+is a judge directory (PyTorch, ONNX or embedding). Adding a kind is one adapter class and one registry line. Every adapter answers, per test set, with ``Predictions``
+or with a reason it does not apply (reported as n/a, never as zero).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..metrics import longer_answer_wins, majority_class
+from ..records import PairRecord, PointRecord, Verdict
+from ..registry import Registry
+
+
+@dataclass
+class Predictions:
+    """A judge's output on one test set, aligned with its records.
+
+    Pair sets: ``forward`` verdicts, ``reversed`` verdicts on the swapped pairs (in the swapped order's terms;
+    None when the judge was not run that way), ``margin`` = how strongly answer A is preferred (for length
+    correlations). Point sets: ``scores``. ``None`` entries are parse failures (counted, never scored).
+    ``transform`` says how a judge of the other kind was applied ("" = native).
+    """
+
+    forward: list[Verdict | None] | None = None
+    reversed: list[Verdict | None] | None = None
+    margin: list[float] | None = None
+    scores: list[float | None] | None = None
+    transform: str = ""
+    truncation: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        def verdicts(vs):
+            return None if vs is None else [None if v is None else v.value for v in vs]
+
+        return {"forward": verdicts(self.forward), "reversed": verdicts(self.reversed), "margin": self.margin,
+                "scores": self.scores, "transform": self.transform, "truncation": self.truncation,
+                "notes": self.notes}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Predictions":
+        def verdicts(vs):
+            return None if vs is None else [None if v is None else Verdict(v) for v in vs]
+
+        return cls(forward=verdicts(data["forward"]), reversed=verdicts(data["reversed"]), margin=data["margin"],
+                   scores=data["scores"], transform=data["transform"], truncation=data["truncation"],
+                   notes=data["notes"])
+
+
+class NotApplicable(Exception):
+    """This judge has nothing to say on this set (e.g. a released judge's file covers another test set)."""
+
+
+class AuditJudge:
+    """Base: ``name`` for tables; ``predict(set_name, kind, records)`` -> Predictions or NotApplicable."""
+
+    name: str
+
+    def predict(self, set_name: str, kind: str, records: Sequence[PairRecord | PointRecord]) -> Predictions:
+        raise NotImplementedError
+
+
+def _swapped_verdicts(verdicts: Sequence[Verdict | None]) -> list[Verdict | None]:
+    """What a position-invariant judge says on the swapped pairs, in the swapped order's own terms."""
+    return [None if v is None else v.swapped() for v in verdicts]
+
+
+class BaselineJudge(AuditJudge):
+    """A judge defined by a rule on the record (longer answer wins; the test set's majority class)."""
+
+    def __init__(self, name: str, rule: Callable[[Sequence[PairRecord]], list[Verdict]],
+                 point_rule: Callable[[PointRecord], float] | None) -> None:
+        self.name, self.rule, self.point_rule = name, rule, point_rule
+
+    def predict(self, set_name, kind, records):
+        if kind == "point":
+            if self.point_rule is None:
+                raise NotApplicable("no pointwise form")
+            return Predictions(scores=[self.point_rule(r) for r in records])
+        forward = self.rule(records)
+        reversed_ = self.rule([r.swapped() for r in records])
+        margin = [float(np.log1p(len(r.answer_a)) - np.log1p(len(r.answer_b))) for r in records]
+        return Predictions(forward=forward, reversed=reversed_, margin=margin)
+
+
+class ReleasedJudgeFile(AuditJudge):
+    """A released judge's prediction file: it covers only the test set it was released with."""
+
+    def __init__(self, name: str) -> None:
+        from ..released import RELEASED
+
+        self.released = RELEASED.get(name)
+        self.name = name
+
+    def predict(self, set_name, kind, records):
+        if set_name != self.released.test_source:
+            raise NotApplicable(f"its released outputs cover {self.released.test_source} only")
+        preds = self.released.load()
+        pos = {rid: i for i, rid in enumerate(preds.ids)}
+        missing = [r.id for r in records if r.id not in pos]
+        if missing:
+            raise ValueError(f"released:{self.name}: no prediction for {len(missing)} records (e.g. {missing[:3]})")
+        order = [pos[r.id] for r in records]
+        rev = None if preds.reversed_verdicts is None else [preds.reversed_verdicts[i] for i in order]
+        n_failed = sum(preds.verdicts[i] is None for i in order)
+        notes = [f"{n_failed} unparsed output(s), counted wrong"] if n_failed else []
+        return Predictions(forward=[preds.verdicts[i] for i in order], reversed=rev, notes=notes)
+
+
+class SemScoreJudge(AuditJudge):
+    """SemScore (all-mpnet-base-v2 cosine to the reference answer): a reference-based point judge; on pairs
+    with a reference it compares the two answers' similarities."""
+
+    name = "semscore"
+
+    def __init__(self) -> None:
+        from ..semscore import SemScore
+
+        self.semscore = SemScore()
+
+    def predict(self, set_name, kind, records):
+        if not all(r.reference for r in records):
+            raise NotApplicable("needs a reference answer, this set has none")
+        if kind == "point":
+            return Predictions(scores=[float(s) for s in self.semscore.score_records(records)])
+        sim_a = self.semscore.similarity([r.answer_a for r in records], [r.reference for r in records])
+        sim_b = self.semscore.similarity([r.answer_b for r in records], [r.reference for r in records])
+        forward = [Verdict.from_scores(a, b) for a, b in zip(sim_a, sim_b)]
+        return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=list(map(float, sim_a - sim_b)),
+                           transform="grade each answer, compare")
+
+
+class DirectoryJudge(AuditJudge):
+    """A trained judge directory (PyTorch, ONNX or embedding) through ``clfjudge.runtime.Judge``.
+
+    Pair judges on point sets use the study's pairwise->pointwise transform (reference as answer 1; the
+    prediction is P(answer 2) - P(answer 1)); point judges on pair sets grade each answer (rounded to the
+    scale) and compare, equal -> tie.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        from ..runtime import Judge
+
+        self.directory = Path(directory)
+        self.judge = Judge.load(self.directory)
+        card = self.judge.card
+        variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
+        self.name = f"{self.directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
+
+    def _truncation_start(self) -> None:
+        from ..truncation import TruncationReport
+
+        encoder = getattr(self.judge, "encoder", None)
+        if encoder is not None:
+            encoder.report = TruncationReport()
+
+    def _truncation(self) -> dict[str, Any] | None:
+        encoder = getattr(self.judge, "encoder", None)
+        return None if encoder is None else encoder.report.to_dict()
+
+    def predict(self, set_name, kind, records):
+        self._truncation_start()
+        if kind == "pair":
+            preds = self._pairs(records)
+        else:
+            preds = self._points(records)
+        preds.truncation = self._truncation()
+        return preds
+
+    def _pairs(self, records: Sequence[PairRecord]) -> Predictions:
+        if "compare" in self.judge.tasks:
+            fwd = self.judge.compare_batch(records)
+            rev = self.judge.compare_batch([r.swapped() for r in records])
+            return Predictions(forward=[c.verdict for c in fwd], reversed=[c.verdict for c in rev],
+                               margin=[c.p_a - c.p_b if c.margin is None else c.margin for c in fwd])
+        from ..schemes import pair_to_points, points_to_verdict
+
+        # the answers are graded unseen, so any gold score pair stays out of the points
+        points = [p for r in records for p in pair_to_points(replace(r, scores=None))]
+        scores = np.asarray([s.value for s in self.judge.score_batch(points)]).reshape(-1, 2)
+        graded = np.rint(scores)  # the study compares integer grades, so near-equal answers tie
+        forward = [points_to_verdict(a, b) for a, b in graded]
+        return Predictions(forward=forward, reversed=_swapped_verdicts(forward),
+                           margin=list(map(float, scores[:, 0] - scores[:, 1])),
+                           transform="w/ trans: grade each answer (rounded), compare")
+
+    def _points(self, records: Sequence[PointRecord]) -> Predictions:
+        if "score" in self.judge.tasks:
+            return Predictions(scores=[s.value for s in self.judge.score_batch(records)])
+        from ..schemes import point_to_pair
+
+        if not all(r.reference for r in records):
+            raise NotApplicable("a pairwise judge grades pointwise data against a reference; this set has none")
+        comparisons = self.judge.compare_batch([point_to_pair(r) for r in records])
+        return Predictions(scores=[c.p_b - c.p_a for c in comparisons],
+                           transform="w/ trans: reference as answer 1, score = P(answer 2) - P(answer 1)")
+
+
+def _baseline(name: str) -> AuditJudge:
+    rules = {
+        "longer": ("baseline:longer", longer_answer_wins, lambda r: float(np.log1p(len(r.answer)))),
+        "majority": ("baseline:majority", majority_class, None),
+    }
+    if name not in rules:
+        raise KeyError(f"unknown baseline {name!r}; known: {sorted(rules)}")
+    return BaselineJudge(*rules[name])
+
+
+# prefix -> builder(rest of the spec); a spec without a known prefix is a judge directory.
+JUDGE_KINDS: Registry[Callable[[str], AuditJudge]] = Registry("audit judge kind")
+JUDGE_KINDS.register("released", ReleasedJudgeFile)
+JUDGE_KINDS.register("baseline", _baseline)
+JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
+
+
+def build_judge(spec: str) -> AuditJudge:
+    prefix, _, rest = spec.partition(":")
+    if prefix in JUDGE_KINDS and (rest or prefix == "semscore"):
+        return JUDGE_KINDS.get(prefix)(rest)
+    if not Path(spec).is_dir():
+        raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
+                                f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
+    return DirectoryJudge(spec)

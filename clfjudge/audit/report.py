@@ -1,0 +1,211 @@
+"""metrics.json -> report.md with PNG plots (agreement heatmaps, bias bars), the papers' rows beside ours."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import paper
+
+
+def _fmt(value: Any, pct: bool = True) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{100 * value:.1f}" if pct else f"{value:.3f}"
+    return str(value)
+
+
+def _cell(entry: Mapping[str, Any] | None, key: str, pct: bool = True) -> str:
+    if not entry or "n/a" in entry:
+        return "n/a"
+    value = entry.get(key)
+    text = _fmt(value, pct)
+    ci = entry.get("ci")
+    if ci and entry.get("headline") == key:
+        text += f" [{_fmt(ci['low'], pct)}, {_fmt(ci['high'], pct)}]"
+    return text
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _paper_rows(spec: Mapping[str, Any], keys: Sequence[str], pct: bool = True) -> list[list[str]]:
+    return [[f"*paper: {name}*", *(_fmt(vals.get(k), pct) for k in keys)] for name, vals in spec["rows"].items()]
+
+
+def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
+    cs = m["suites"]["cross-scheme"]
+    rows = cs["rows"]
+    pair_cols = [("judgelm-val", "accuracy"), ("pandalm-test", "accuracy"), ("pandalm-test", "f1"),
+                 ("autoj-test", "agreement")]
+    present = [(s, k) for s, k in pair_cols if s in m["sets"]]
+    header = ["judge", *(f"{s} {k}" for s, k in present), "Average"]
+    body = [[j, *(_cell(r.get(s), k) for s, k in present), _fmt((r["average_pairwise"] or {}).get("value"))]
+            for j, r in rows.items()]
+    body += _paper_rows(paper.CROSS_SCHEME, [f"{s}:{k}" for s, k in present] + ["average"])
+    out = ["## Cross-scheme: pairwise selection (study Table 3)", "",
+           "Percent, 95% bootstrap CI on the headline metric. Unparsed outputs count wrong. " + cs["average_note"]
+           + f". Paper rows: {paper.CROSS_SCHEME['table']}.", "", *_table(header, body), ""]
+    point_sets = [s for s in ("prometheus-mtbench", "prometheus-vicuna", "prometheus-ind", "prometheus-ood")
+                  if s in m["sets"]]
+    if point_sets:
+        header = ["judge", *(f"{s} {k}" for s in point_sets for k in ("pearson", "kendall", "spearman")), "how"]
+        body = []
+        for j, r in rows.items():
+            how = {r[s].get("transform") for s in point_sets if r.get(s) and "n/a" not in r[s]} - {""}
+            body.append([j, *(_cell(r.get(s), k, pct=False) for s in point_sets
+                              for k in ("pearson", "kendall", "spearman")), "; ".join(sorted(how)) or "native"])
+        keys = [f"{s}:{k}" for s in point_sets for k in ("pearson", "kendall", "spearman")]
+        body += _paper_rows(paper.POINTWISE_EVAL, keys, pct=False)
+        out += ["## Cross-scheme: pointwise grading (study Table 4 protocol; GPT-4 mean score as gold)", "",
+                f"Paper rows: {paper.POINTWISE_EVAL['table']} (Pearson only). Pairwise judges grade with the "
+                "study's transform (reference as answer 1).", "", *_table(header, body), ""]
+    other = [s for s in m["sets"] if m["sets"][s]["protocol"] == "llmbar"]
+    if other:
+        out += llmbar_section(m, other)
+    return out
+
+
+def llmbar_section(m: Mapping[str, Any], subsets: Sequence[str]) -> list[str]:
+    rows = m["suites"]["cross-scheme"]["rows"]
+    header = ["judge", *subsets, "average"]
+    body = []
+    for j, r in rows.items():
+        vals = [r.get(s, {}).get("accuracy") if "n/a" not in r.get(s, {"n/a": 1}) else None for s in subsets]
+        scored = [v for v in vals if v is not None]
+        body.append([j, *(_cell(r.get(s), "accuracy") for s in subsets),
+                     _fmt(sum(scored) / len(scored) if scored else None)])
+    body += _paper_rows(paper.LLMBAR, list(subsets))
+    return ["## LLMBar (study Table 6): accuracy, mean over both answer orders", "",
+            f"Paper rows: {paper.LLMBAR['table']}.", "", *_table(header, body), ""]
+
+
+def bias_section(m: Mapping[str, Any], out_dir: Path) -> list[str]:
+    lines = ["## Position bias", "",
+             "consistency = same verdict after swapping the answers; flip = the verdict follows the position; "
+             "first = share of decisive verdicts for the first-shown answer, pooled over both orders (0.5 = no "
+             "preference).", ""]
+    pos = m["suites"].get("position", {}).get("rows", {})
+    body = [[j, s, _fmt(v["consistency"]), _fmt(v["flip_rate"]), _fmt(v["first_position_preference"])]
+            for j, sets in pos.items() for s, v in sets.items()]
+    lines += [*_table(["judge", "set", "consistency", "flip", "first"], body), ""]
+    length = m["suites"].get("length", {}).get("rows", {})
+    lines += ["## Length bias", "", "Accuracy on decisive pairs where the gold winner is the longer / the shorter "
+              "answer; how often the judge picks the longer answer; Pearson of the judge's margin with the "
+              "log-length difference.", ""]
+    body = [[j, s, f"{_fmt(v['acc_gold_longer'])} (n={v['n_gold_longer']})",
+             f"{_fmt(v['acc_gold_shorter'])} (n={v['n_gold_shorter']})", _fmt(v["picks_longer"]),
+             _fmt(v.get("margin_length_pearson"), pct=False)]
+            for j, sets in length.items() for s, v in sets.items()]
+    lines += [*_table(["judge", "set", "acc, gold longer", "acc, gold shorter", "picks longer", "r(margin, Δlen)"],
+                      body), ""]
+    if length:
+        lines += [f"![length bias]({_length_plot(length, out_dir).name})", ""]
+    return lines
+
+
+def _length_plot(length: Mapping[str, Any], out_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    judges = list(length)
+    sets = sorted({s for v in length.values() for s in v if s in ("pandalm-test", "autoj-test", "llmbar-natural")})
+    fig, axes = plt.subplots(1, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 4), squeeze=False)
+    for ax, s in zip(axes[0], sets):
+        x = np.arange(len(judges))
+        longer = [length[j].get(s, {}).get("acc_gold_longer") or 0 for j in judges]
+        shorter = [length[j].get(s, {}).get("acc_gold_shorter") or 0 for j in judges]
+        ax.bar(x - 0.2, longer, 0.4, label="gold = longer")
+        ax.bar(x + 0.2, shorter, 0.4, label="gold = shorter")
+        ax.set_xticks(x, [j[:24] for j in judges], rotation=30, ha="right", fontsize=7)
+        ax.set_title(s)
+        ax.set_ylim(0, 1)
+    axes[0][0].legend()
+    fig.tight_layout()
+    path = out_dir / "length_bias.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def agreement_section(m: Mapping[str, Any], out_dir: Path) -> list[str]:
+    mats = m["suites"].get("agreement", {}).get("matrices", {})
+    lines = ["## Inter-evaluator agreement (study Figs 2-3)", "",
+             f"Macro F1 on pairwise sets, Pearson on pointwise sets; gold is one evaluator. {paper.AGREEMENT['text']}",
+             ""]
+    for set_name, mat in mats.items():
+        lines += [f"![{set_name}]({_heatmap(set_name, mat, out_dir).name})", ""]
+        lines += _table([set_name, *mat["names"]],
+                        [[a, *(f"{v:.3f}" for v in row)] for a, row in zip(mat["names"], mat["values"])]) + [""]
+    return lines
+
+
+def _heatmap(set_name: str, mat: Mapping[str, Any], out_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    values = np.asarray(mat["values"], dtype=float)
+    names = [n[:24] for n in mat["names"]]
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 1.0 * len(names) + 1.5))
+    im = ax.imshow(values, vmin=min(0.0, float(np.nanmin(values))), vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(names)), names, rotation=40, ha="right", fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    for (i, k), v in np.ndenumerate(values):
+        ax.text(k, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=7)
+    ax.set_title(f"{set_name}: {mat['kind']} agreement")
+    fig.colorbar(im)
+    fig.tight_layout()
+    path = out_dir / f"agreement_{set_name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def system_section(m: Mapping[str, Any]) -> list[str]:
+    sets = m["suites"].get("system-level", {}).get("sets", {})
+    if not sets:
+        return []
+    body = [[s, j, _fmt(v["kendall_tau"], pct=False), _fmt(v["pearson_r"], pct=False), str(len(v["systems"]))]
+            for s, judges in sets.items() for j, v in judges.items()]
+    return ["## System level (SemScore protocol)", "",
+            "Per-system mean of each judge's score vs the per-system mean GPT-4 score; |Kendall τ|, |Pearson r|. "
+            f"Paper: SemScore {paper.SEMSCORE_SYSTEM['kendall_tau']} / {paper.SEMSCORE_SYSTEM['pearson_r']} "
+            f"({paper.SEMSCORE_SYSTEM['table']}); with only 4 systems here τ moves in steps of 1/3.", "",
+            *_table(["set", "judge", "Kendall τ", "Pearson r", "systems"], body), ""]
+
+
+def truncation_section(m: Mapping[str, Any]) -> list[str]:
+    rows = m["suites"].get("truncation", {}).get("rows", {})
+    if not rows:
+        return []
+    body = [[j, s, f"{v['truncated']}/{v['records']}", _fmt(v["fraction_truncated"]), str(v["longest_tokens"])]
+            for j, sets in rows.items() for s, v in sets.items()]
+    return ["## Truncation under each judge's policy", "",
+            *_table(["judge", "set", "inputs truncated", "%", "longest input (tokens)"], body), ""]
+
+
+def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
+    lines = ["# clfjudge audit", "", "Judges: " + ", ".join(f"`{n}`" for n in m["judges"]) + ".",
+             "Sets: " + ", ".join(f"{s} (n={v['n']})" for s, v in m["sets"].items()) + "."]
+    if m["sets_not_available"]:
+        lines.append("Not available here (no files): " + ", ".join(m["sets_not_available"]) + ".")
+    if m["limit"]:
+        lines.append(f"Each set is a seeded sample of at most {m['limit']} records.")
+    lines.append("")
+    sections = {"cross-scheme": lambda: cross_scheme_section(m), "position": lambda: bias_section(m, out_dir),
+                "agreement": lambda: agreement_section(m, out_dir), "system-level": lambda: system_section(m),
+                "truncation": lambda: truncation_section(m)}
+    for name, section in sections.items():
+        if name in m["suites"]:
+            lines += section()
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,104 @@
+"""Audit: every suite on the hand-written fixtures in the official formats, released files on the real data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clfjudge.audit import run_audit
+from clfjudge.audit.judges import DirectoryJudge, build_judge
+from clfjudge.audit.suites import SUITES
+from clfjudge.cli import main
+from clfjudge.paths import data_root
+from tiny_judges import make_judge
+
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
+
+
+@pytest.fixture()
+def fixture_data(monkeypatch):
+    monkeypatch.setenv("CLFJUDGE_DATA", str(FIXTURES))
+
+
+@pytest.fixture(scope="module")
+def tiny_pair_judge(tiny_bert_dir, tmp_path_factory):
+    return make_judge(tiny_bert_dir, tmp_path_factory.mktemp("cls3"), "cls3")
+
+
+@pytest.fixture(scope="module")
+def tiny_point_judge(tiny_bert_dir, tmp_path_factory):
+    return make_judge(tiny_bert_dir, tmp_path_factory.mktemp("regression"), "regression")
+
+
+def test_every_suite_on_fixtures(fixture_data, tiny_pair_judge, tiny_point_judge, tmp_path):
+    m = run_audit([str(tiny_pair_judge), str(tiny_point_judge)], tmp_path, bootstrap=20, progress=False)
+    assert set(m["suites"]) == set(SUITES)
+    assert {"judgelm-val", "pandalm-test", "autoj-test", "prometheus-ind", "llmbar-natural"} <= set(m["sets"])
+    rows = m["suites"]["cross-scheme"]["rows"]
+    pair_name, point_name = (n for n in m["judges"] if not n.startswith("baseline"))
+    # each judge is applied to the other kind of set through the study's transforms, and says so
+    assert rows[point_name]["pandalm-test"]["transform"].startswith("w/ trans")
+    assert rows[pair_name]["prometheus-ind"]["transform"].startswith("w/ trans")
+    assert rows[pair_name]["autoj-test"]["headline"] == "agreement"
+    assert 0.0 <= rows["baseline:longer"]["pandalm-test"]["accuracy"] <= 1.0
+    assert m["suites"]["position"]["rows"]["baseline:longer"]["pandalm-test"]["consistency"] == 1.0
+    assert pair_name in m["suites"]["truncation"]["rows"]
+    assert "gold" in m["suites"]["agreement"]["matrices"]["pandalm-test"]["names"]
+    report = (tmp_path / "report.md").read_text()
+    for heading in ("Cross-scheme", "LLMBar", "Position bias", "Length bias", "Inter-evaluator", "Truncation"):
+        assert heading in report
+    assert (tmp_path / "agreement_pandalm-test.png").stat().st_size > 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["suites"].keys() == m["suites"].keys()
+
+
+def test_predictions_are_cached(fixture_data, tiny_pair_judge, tmp_path, monkeypatch):
+    first = run_audit([str(tiny_pair_judge)], tmp_path, suites=["cross-scheme"], bootstrap=0, progress=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("predicted again despite the cache")
+
+    monkeypatch.setattr(DirectoryJudge, "predict", refuse)
+    again = run_audit([str(tiny_pair_judge)], tmp_path, suites=["cross-scheme"], bootstrap=0, progress=False)
+    assert again["suites"] == first["suites"]
+
+
+def test_unknown_judge_and_suite_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a judge directory"):
+        build_judge(str(tmp_path / "nope"))
+    with pytest.raises(KeyError, match="unknown baseline"):
+        build_judge("baseline:oracle")
+    with pytest.raises(ValueError, match="unknown suite"):
+        run_audit(["baseline:longer"], tmp_path, suites=["vibes"], progress=False)
+
+
+def test_cli_writes_report(fixture_data, tmp_path):
+    assert main(["audit", "baseline:longer", "--sets", "pandalm-test", "llmbar-natural", "--out", str(tmp_path),
+                 "--bootstrap", "0"]) == 0
+    assert (tmp_path / "report.md").exists()
+
+
+@pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
+def test_released_files_on_real_data(tmp_path):
+    """The released judges through the audit give the numbers bench/reproduce_released.py computes, and n/a
+    (not zero) on the sets their files do not cover."""
+    m = run_audit(["released:pandalm-7b", "released:auto-j-13b"], tmp_path, suites=["cross-scheme", "position"],
+                  sets=["pandalm-test", "autoj-test"], bootstrap=0, progress=False)
+    rows = m["suites"]["cross-scheme"]["rows"]
+    assert rows["pandalm-7b"]["pandalm-test"]["accuracy"] == pytest.approx(0.6677, abs=1e-4)
+    assert rows["pandalm-7b"]["pandalm-test"]["f1"] == pytest.approx(0.5743, abs=1e-4)
+    assert rows["auto-j-13b"]["autoj-test"]["agreement"] == pytest.approx(0.5496, abs=1e-4)
+    assert "n/a" in rows["pandalm-7b"]["autoj-test"] and "n/a" in rows["auto-j-13b"]["pandalm-test"]
+    assert rows["pandalm-7b"]["average_pairwise"] is None  # one set is not an average
+    assert m["suites"]["position"]["rows"]["auto-j-13b"]["autoj-test"]["consistency"] == pytest.approx(0.8341, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
+def test_semscore_system_level_on_real_slice(tmp_path):
+    m = run_audit(["semscore"], tmp_path, suites=["cross-scheme", "system-level"], sets=["prometheus-vicuna"],
+                  limit=60, bootstrap=0, progress=False)
+    cell = m["suites"]["cross-scheme"]["rows"]["semscore"]["prometheus-vicuna"]
+    assert -1.0 <= cell["pearson"] <= 1.0
+    assert len(m["suites"]["system-level"]["sets"]["prometheus-vicuna"]["semscore"]["systems"]) == 4
