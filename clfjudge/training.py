@@ -434,6 +434,13 @@ def _score(trainer, head: Head, encoder, records: Sequence[Record]) -> dict[str,
     return {**head.evaluate(outputs, records, swapped), "baselines": pair_baselines(records)}
 
 
+def _per_record_logits(logits, labels):
+    """One row per record before the Trainer gathers predictions: it trims the last batch to the dataset's
+    length in rows, which for heads with k sequences per record (the reward head) would cut real records."""
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    return logits if labels is None else logits.reshape(labels.shape[0], -1)
+
+
 def train(cfg: TrainConfig) -> Path:
     """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
     import torch
@@ -482,6 +489,7 @@ def train(cfg: TrainConfig) -> Path:
         processing_class=tokenizer,
         compute_metrics=compute_metrics if dev_ds is not None else None,
         compute_loss_func=head.loss,
+        preprocess_logits_for_metrics=_per_record_logits,
         callbacks=[EarlyStoppingCallback(cfg.early_stopping_patience)]
         if dev_ds is not None and cfg.early_stopping_patience else None,
     )
