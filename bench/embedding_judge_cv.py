@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from clfjudge import sources
+from common import cpu_model
 from clfjudge.card import library_versions
 from clfjudge.embedding_judge import EmbeddingJudge, TextEmbedder, neighbour_negatives
 from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
@@ -52,16 +52,6 @@ ALPACA = "alpacaeval-gpt4"
 PairJudge = Callable[[Sequence[PairRecord]], tuple[list[Verdict], list[Verdict]]]
 PairPredictor = Callable[[Sequence[PairRecord]], PairJudge]
 PointPredictor = Callable[[Sequence[PointRecord]], Callable[[Sequence[PointRecord]], np.ndarray]]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def git_commit() -> str | None:

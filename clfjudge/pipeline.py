@@ -36,7 +36,7 @@ class Profile:
 PROFILES: Registry[Profile] = Registry("run profile")
 PROFILES.register("full", Profile())
 PROFILES.register("quick", Profile(
-    train_overrides=("max_train_records=160", "max_dev_records=64", "max_steps=8", "batch_size=8", "eval_every=4",
+    train_overrides=("max_train_records=160", "max_dev_records=64", "eval_sources=[]", "max_steps=8", "batch_size=8", "eval_every=4",
                      "early_stopping_patience=0", "max_length=256"),
     audit_limit=40, bootstrap=100, parity_records=32))
 
