@@ -296,13 +296,14 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     pool, test = _grouped_split(records, cfg.test_fraction, cfg.seed)
 
     train_names = {parse_source(s)[0] for s in cfg.sources}
-    clash = train_names & (set(cfg.eval_sources) | set(cfg.decontaminate_against))
+    clash = train_names & ({parse_source(s)[0] for s in cfg.eval_sources} | set(cfg.decontaminate_against))
     if clash:
         raise ValueError(f"{sorted(clash)} are both train and evaluation sources: every training record would "
                          "be removed as contaminated; use test_fraction for a held-out fold instead")
     evals, eval_stats = {}, {}
-    for name in cfg.eval_sources:
-        evals[name], eval_stats[name] = load_source_records(name, head, rng)
+    for spec in cfg.eval_sources:
+        name = parse_source(spec)[0]
+        evals[name], eval_stats[name] = load_source_records(spec, head, rng)
     against = list(test) + [r for recs in evals.values() for r in recs]
     for name in cfg.decontaminate_against:
         against += source_registry.load(name).records
@@ -494,6 +495,7 @@ def train(cfg: TrainConfig) -> Path:
         if dev_ds is not None and cfg.early_stopping_patience else None,
     )
     result = trainer.train()
+    trainer.compute_metrics = None  # it scores the dev split; the predictions below are of other record sets
 
     validation: dict[str, Any] = {}
     if splits.dev:

@@ -28,8 +28,12 @@ def _config(backbone: Path, out: Path, head: str, **extra) -> TrainConfig:
 def test_each_head_trains_and_loads(tiny_bert_dir, tmp_path, head):
     from clfjudge.training import train
 
-    out = train(_config(tiny_bert_dir, tmp_path / head, head))
+    # an eval source of another size than dev: its predictions must not be scored against the dev split
+    extra = {} if head == "regression" else {"eval_sources": ["llmbar-natural:10"]}
+    out = train(_config(tiny_bert_dir, tmp_path / head, head, **extra))
     card = JudgeCard.load(out)
+    if extra:
+        assert card.validation["eval:llmbar-natural"]["n"] == 10
     # every dev record is scored, also for heads that read two sequences per record (the Trainer's
     # last-batch trimming must not cut records)
     assert card.validation["dev"]["n"] == card.training["split"]["dev"]
