@@ -6,10 +6,11 @@ Every truncation is recorded in the encoder's ``TruncationReport``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .records import Record
+from .records import PairRecord, PointRecord, Record
 from .schemes import render
 from .truncation import TruncationPolicy, TruncationReport, truncate
 
@@ -18,6 +19,23 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from .card import JudgeCard
+
+# Answer fields that get a length hint, per record type.
+ANSWER_FIELDS: dict[type, tuple[str, ...]] = {PairRecord: ("answer_a", "answer_b"), PointRecord: ("answer",)}
+
+
+def length_bucket(text: str) -> int:
+    """round(2 log2(1 + characters)): one step per factor sqrt(2) in length, 0..~30 for real answers."""
+    return round(2 * math.log2(1 + len(text)))
+
+
+def with_length_hints(record: Record) -> Record:
+    """The record with each answer prefixed by "length N: ", N the bucket of its full (untruncated) length.
+    Truncation cuts answers to fit the budget, which hides how long they were; the hint keeps that covariate
+    (the strongest single predictor of the gold verdicts) visible to the judge as plain tokens."""
+    hints = {f: f"length {length_bucket(getattr(record, f))}: {getattr(record, f)}" for f in ANSWER_FIELDS[type(record)]}
+    return replace(record, **hints)
+
 
 # The tokenizer outputs a sequence-classification backbone consumes (others, e.g. offsets, are dropped).
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -29,20 +47,24 @@ class Encoder:
     scheme: str
     policy: TruncationPolicy
     use_reference: bool = False  # the study's ref_drop_ratio = 1.0 means judges never see the reference
+    length_hint: bool = False  # prefix each answer with its length bucket (``with_length_hints``)
     report: TruncationReport = field(default_factory=TruncationReport)
 
     @classmethod
     def from_card(cls, card: "JudgeCard", tokenizer: "PreTrainedTokenizerBase") -> "Encoder":
         policy = TruncationPolicy(**card.truncation["policy"])
-        return cls(tokenizer, card.scheme, policy, use_reference=bool(card.truncation.get("use_reference", False)))
+        return cls(tokenizer, card.scheme, policy, use_reference=bool(card.truncation.get("use_reference", False)),
+                   length_hint=bool(card.truncation.get("length_hint", False)))
 
     def card_entry(self) -> dict[str, Any]:
         """What ``JudgeCard.truncation`` stores (the report is added by the trainer, per split)."""
-        return {"policy": asdict(self.policy), "use_reference": self.use_reference}
+        return {"policy": asdict(self.policy), "use_reference": self.use_reference, "length_hint": self.length_hint}
 
     def text(self, record: Record) -> str:
         if not self.use_reference and record.reference is not None:
             record = replace(record, reference=None)
+        if self.length_hint:
+            record = with_length_hints(record)
         record, info = truncate(record, self.scheme, self.tokenizer, self.policy)
         self.report.add(info)
         return render(record, self.scheme)

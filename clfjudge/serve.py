@@ -8,6 +8,7 @@ server stops accepting (503), drains what is queued, then stops the batcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
@@ -45,27 +46,41 @@ class Pending:
     enqueued: float = field(default_factory=time.monotonic)
 
 
+class Histogram:
+    """A Prometheus histogram: cumulative bucket counts, sum and count."""
+
+    def __init__(self, name: str, buckets: Sequence[float]) -> None:
+        self.name, self.buckets = name, list(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.sum, self.count = 0.0, 0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        self.count += 1
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+    def render(self) -> list[str]:
+        lines = [f"# TYPE {self.name} histogram"]
+        lines += [f'{self.name}_bucket{{le="{b:g}"}} {n}' for b, n in zip(self.buckets, self.counts)]
+        return lines + [f'{self.name}_bucket{{le="+Inf"}} {self.count}', f"{self.name}_sum {self.sum:.6f}",
+                        f"{self.name}_count {self.count}"]
+
+
 class Stats:
     """Counters for /metrics (Prometheus text format)."""
 
     def __init__(self) -> None:
         self.requests: Counter = Counter()  # (endpoint, status)
-        self.batches = 0
-        self.batch_items = 0
-        self.max_batch = 0
-        self.latency_sum = 0.0
-        self.latency_count = 0
+        self.batch_size = Histogram("clfjudge_batch_size", [1, 2, 4, 8, 16, 32, 64, 128])
+        self.latency = Histogram("clfjudge_request_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
 
     def render(self, queue_depth: int) -> str:
         lines = ["# TYPE clfjudge_requests_total counter"]
         lines += [f'clfjudge_requests_total{{endpoint="{e}",status="{s}"}} {n}' for (e, s), n in sorted(self.requests.items())]
-        lines += ["# TYPE clfjudge_batches_total counter", f"clfjudge_batches_total {self.batches}",
-                  "# TYPE clfjudge_batch_items_total counter", f"clfjudge_batch_items_total {self.batch_items}",
-                  "# TYPE clfjudge_batch_size_max gauge", f"clfjudge_batch_size_max {self.max_batch}",
-                  "# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}",
-                  "# TYPE clfjudge_request_seconds summary",
-                  f"clfjudge_request_seconds_sum {self.latency_sum:.6f}",
-                  f"clfjudge_request_seconds_count {self.latency_count}"]
+        lines += self.batch_size.render() + self.latency.render()
+        lines += ["# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}"]
         return "\n".join(lines) + "\n"
 
 
@@ -78,6 +93,7 @@ class Batcher:
         self.run, self.limits, self.stats = run, limits, stats
         self.queue: asyncio.Queue[Pending] = asyncio.Queue()
         self.queued_items = 0
+        self.inflight = 0  # items taken off the queue and being judged
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -92,6 +108,7 @@ class Batcher:
         try:
             return await asyncio.wait_for(asyncio.shield(pending.future), self.limits.timeout_s)
         except asyncio.TimeoutError:
+            pending.future.cancel()  # the batcher skips it if it is still queued
             raise HTTPError(504, f"not judged within {self.limits.timeout_s} s") from None
 
     async def _loop(self) -> None:
@@ -107,12 +124,14 @@ class Batcher:
                 batch.append(nxt)
                 size += len(nxt.items)
             self.queued_items -= size
-            await self._judge(batch, size)
+            self.inflight = size
+            try:
+                await self._judge(batch, size)
+            finally:
+                self.inflight = 0
 
     async def _judge(self, batch: list[Pending], size: int) -> None:
-        self.stats.batches += 1
-        self.stats.batch_items += size
-        self.stats.max_batch = max(self.stats.max_batch, size)
+        self.stats.batch_size.observe(size)
         for symmetric in (False, True):  # one judge call per order mode
             group = [p for p in batch if p.symmetric is symmetric and not p.future.done()]
             if not group:
@@ -131,7 +150,7 @@ class Batcher:
                 start += len(p.items)
 
     async def drain(self) -> None:
-        while self.queued_items > 0:
+        while self.queued_items or self.inflight:
             await asyncio.sleep(0.01)
         if self.task is not None:
             self.task.cancel()
@@ -216,8 +235,7 @@ def create_app(judge, limits: Limits = Limits()):
             except RecordError as exc:
                 status, payload = 422, {"error": str(exc)}
             stats.requests[(task, status)] += 1
-            stats.latency_sum += time.monotonic() - start
-            stats.latency_count += 1
+            stats.latency.observe(time.monotonic() - start)
             return JSONResponse(payload, status_code=status)
 
         return handle
@@ -231,6 +249,7 @@ def create_app(judge, limits: Limits = Limits()):
     async def metrics(_request: Request):
         return PlainTextResponse(stats.render(sum(b.queued_items for b in batchers.values())))
 
+    @contextlib.asynccontextmanager
     async def lifespan(_app):
         for task in tasks:
             batchers[task] = Batcher(runners[task], limits, stats)

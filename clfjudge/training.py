@@ -43,12 +43,16 @@ class TrainConfig:
     eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
     decontaminate_against: list[str] = field(default_factory=list)  # further sources whose questions are removed
     test_fraction: float = 0.0  # grouped held-out fold of the train sources, scored after training
+    cv_folds: int = 0  # > 1: hold out fold ``cv_fold`` of a grouped k-fold split (splits.group_kfold) instead
+    cv_fold: int = 0
+    cv_seed: int = 0  # the folds' seed (bench/embedding_judge_cv.py uses 0): the same folds as other benches
     dev_fraction: float = 0.1  # grouped (by question) validation split for early stopping and calibration
     max_train_records: int | None = None
     max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
     swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
+    length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
     budgets: dict[str, float] = field(default_factory=dict)  # truncation budgets per field (truncation.py)
     head_fraction: float = 0.5  # share of a cut field kept from its head (the rest from its tail)
     lr: float = 2e-5
@@ -86,6 +90,9 @@ class TrainConfig:
             (0.0 <= self.ref_drop <= 1.0, "ref_drop must be in [0, 1]"),
             (0.0 <= self.warmup_ratio < 1.0, "warmup_ratio must be in [0, 1)"),
             (self.batch_size > 0 and self.grad_accum > 0, "batch_size and grad_accum must be positive"),
+            (self.cv_folds == 0 or 0 <= self.cv_fold < self.cv_folds, "cv_fold must be in [0, cv_folds)"),
+            (self.cv_folds != 1 and self.cv_folds >= 0, "cv_folds must be 0 (off) or at least 2"),
+            (not (self.cv_folds and self.test_fraction), "use either cv_folds or test_fraction, not both"),
             (bool(self.sources), "sources must name at least one train source"),
         ]
         for ok, message in checks:
@@ -277,6 +284,16 @@ def _grouped_split(records: list[Record], fraction: float, seed: int) -> tuple[l
     return [records[i] for i in kept], [records[i] for i in held]
 
 
+def _held_out(records: list[Record], cfg: TrainConfig) -> tuple[list[Record], list[Record]]:
+    """(kept, held out): fold ``cv_fold`` of a grouped k-fold split, or a grouped ``test_fraction``."""
+    from .splits import group_kfold
+
+    if not cfg.cv_folds:
+        return _grouped_split(records, cfg.test_fraction, cfg.seed)
+    kept, held = group_kfold(records, cfg.cv_folds, cfg.cv_seed)[cfg.cv_fold]
+    return [records[i] for i in kept], [records[i] for i in held]
+
+
 def _cap(records: list[Record], limit: int | None, rng: random.Random) -> tuple[list[Record], int]:
     """A random sample of at most ``limit`` records, and how many were left out."""
     if limit is None or len(records) <= limit:
@@ -293,7 +310,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     for spec in cfg.sources:
         recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
         records += recs
-    pool, test = _grouped_split(records, cfg.test_fraction, cfg.seed)
+    pool, test = _held_out(records, cfg)
 
     train_names = {parse_source(s)[0] for s in cfg.sources}
     clash = train_names & ({parse_source(s)[0] for s in cfg.eval_sources} | set(cfg.decontaminate_against))
@@ -468,7 +485,8 @@ def train(cfg: TrainConfig) -> Path:
     model.config.id2label = head.id2label()
     model.config.label2id = {v: k for k, v in head.id2label().items()}
     policy = TruncationPolicy(max_length=cfg.max_length, budgets=dict(cfg.budgets), head_fraction=cfg.head_fraction)
-    encoders = {name: Encoder(tokenizer, scheme, policy, use_reference=cfg.ref_drop < 1.0, report=TruncationReport())
+    encoders = {name: Encoder(tokenizer, scheme, policy, use_reference=cfg.ref_drop < 1.0,
+                             length_hint=cfg.length_hint, report=TruncationReport())
                 for name in ("train", "dev", "test", *splits.evals)}
     train_ds = _encode(head, encoders["train"], splits.train)
     dev_ds = _encode(head, encoders["dev"], splits.dev) if splits.dev else None

@@ -87,8 +87,10 @@ def test_concurrent_requests_are_batched(pair_judge):
         codes = list(pool.map(lambda _: client.post("/compare", json=PAIR).status_code, range(16)))
         metrics = client.get("/metrics").text
     assert codes == [200] * 16
-    stats = app.state.stats
-    assert stats.batches < 16 and stats.max_batch > 1  # requests were merged
+    values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    batches, single = int(values["clfjudge_batch_size_count"]), int(values['clfjudge_batch_size_bucket{le="1"}'])
+    assert float(values["clfjudge_batch_size_sum"]) == 16 and batches < 16 and single < batches  # merged
+    assert values["clfjudge_queue_depth"] == "0" and values["clfjudge_request_seconds_count"] == "16"
     assert 'clfjudge_requests_total{endpoint="compare",status="200"} 16' in metrics
 
 

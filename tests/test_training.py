@@ -17,20 +17,26 @@ needs_data = pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (pre
 
 def _config(backbone: Path, out: Path, head: str, **extra) -> TrainConfig:
     sources = ["prometheus-vicuna:40"] if head == "regression" else ["pandalm-test:40"]
+    # the decoder templates alone take ~200 tokens of the tiny byte-level BPE (rotary positions: no table limit)
+    max_length = 384 if "llama" in str(backbone) else 128
     return TrainConfig.from_dict({
-        "backbone": str(backbone), "head": head, "sources": sources, "max_length": 128, "dev_fraction": 0.3,
+        "backbone": str(backbone), "head": head, "sources": sources, "max_length": max_length, "dev_fraction": 0.3,
         "batch_size": 4, "max_steps": 2, "eval_every": 2, "logging_steps": 1, "output_dir": str(out),
         "early_stopping_patience": 0, **extra})
 
 
+BACKBONES = ["tiny_bert_dir", "tiny_deberta_dir", "tiny_llama_dir"]
+
+
 @needs_data
+@pytest.mark.parametrize("backbone", BACKBONES)
 @pytest.mark.parametrize("head", ["cls3", "reward", "regression"])
-def test_each_head_trains_and_loads(tiny_bert_dir, tmp_path, head):
+def test_each_head_trains_and_loads(request, tmp_path, head, backbone):
     from clfjudge.training import train
 
     # an eval source of another size than dev: its predictions must not be scored against the dev split
     extra = {} if head == "regression" else {"eval_sources": ["llmbar-natural:10"]}
-    out = train(_config(tiny_bert_dir, tmp_path / head, head, **extra))
+    out = train(_config(request.getfixturevalue(backbone), tmp_path / head, head, **extra))
     card = JudgeCard.load(out)
     if extra:
         assert card.validation["eval:llmbar-natural"]["n"] == 10
@@ -72,3 +78,119 @@ def test_cli_train_on_a_real_slice(tiny_bert_dir, tmp_path):
     assert main(["train", "--config", str(path), "--set", "dev_fraction=0.25"]) == 0
     card = JudgeCard.load(tmp_path / "judge")
     assert card.training["split"]["decontaminated_by_set"].keys() == {"pandalm-test"}
+
+
+@needs_data
+@pytest.mark.parametrize("head", ["cls3", "reward"])
+def test_decoder_judge_ignores_padding(tiny_llama_dir, tmp_path, head):
+    """A decoder pools the last non-pad token (pad != eos): padding a short pair in a batch with a long one
+    must not change its verdict probabilities."""
+    from clfjudge.training import train
+
+    judge = Judge.load(train(_config(tiny_llama_dir, tmp_path / head, head)))
+    short = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9"}
+    long = {"question": "Explain photosynthesis. " * 8, "answer_a": "Light to sugar. " * 10, "answer_b": "No."}
+    alone = judge.compare_batch([short])[0]
+    padded = judge.compare_batch([short, long])[0]
+    assert (padded.p_a, padded.p_tie, padded.p_b) == pytest.approx((alone.p_a, alone.p_tie, alone.p_b), abs=1e-5)
+
+
+def test_swap_augmentation_swaps_answers_and_labels():
+    import random
+
+    from clfjudge.records import PairRecord, Verdict
+    from clfjudge.training import swap_augment
+
+    recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"a{i}", answer_b=f"b{i}", verdict=v,
+                       scores=(9.0, 1.0)) for i, v in enumerate([Verdict.A, Verdict.B, Verdict.TIE])]
+    out = swap_augment(recs, 1.0, random.Random(0))
+    assert out[:3] == recs and len(out) == 6
+    added = {r.id: r for r in out[3:]}
+    for r in recs:
+        s = added[r.id]
+        assert (s.answer_a, s.answer_b, s.verdict, s.scores) == (r.answer_b, r.answer_a, r.verdict.swapped(), (1.0, 9.0))
+    assert len(swap_augment(recs, 1 / 3, random.Random(0))) == 4
+
+
+@needs_data
+def test_swap_aug_in_splits_only_for_position_dependent_heads():
+    from clfjudge.heads import HEADS
+    from clfjudge.training import build_splits
+
+    for head in ("cls3", "reward"):
+        cfg = TrainConfig.from_dict({"head": head, "sources": ["pandalm-test:40"], "dev_fraction": 0.25,
+                                     "swap_aug": 1.0})
+        splits = build_splits(cfg, HEADS.get(head)())
+        n = splits.counts["train"]
+        assert n > 20 and len(splits.train) == n + splits.counts["swap_aug_added"]
+        assert splits.counts["swap_aug_added"] == (n if head == "cls3" else 0)
+        assert splits.counts["swap_aug_skipped"] is (head == "reward")
+
+
+@needs_data
+def test_early_stopping_stops_when_dev_metric_stalls(tiny_bert_dir, tmp_path):
+    from clfjudge.training import train
+
+    # lr 0: the dev metric never improves, so patience 1 stops after the second evaluation
+    out = train(_config(tiny_bert_dir, tmp_path / "es", "cls3", lr=0.0, max_steps=8, eval_every=1,
+                        early_stopping_patience=1))
+    card = JudgeCard.load(out)
+    assert card.training["global_steps"] == 2
+    assert sum("eval_accuracy" in row for row in card.training["log_history"]) == 2
+
+
+@needs_data
+def test_cv_fold_holds_out_the_group_kfold_fold():
+    from clfjudge import sources
+    from clfjudge.heads import HEADS
+    from clfjudge.splits import group_kfold
+    from clfjudge.training import build_splits
+
+    cfg = TrainConfig.from_dict({"head": "cls3", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 2})
+    splits = build_splits(cfg, HEADS.get("cls3")())
+    records = sources.load("pandalm-test").records
+    held = group_kfold(records, 5, 0)[2][1]
+    assert [r.id for r in splits.test] == [records[i].id for i in held]
+    test_questions = {r.question for r in splits.test}
+    assert not any(r.question in test_questions for r in splits.train + splits.dev)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"cv_folds": 5, "cv_fold": 5}, "cv_fold must be in"),
+    ({"cv_folds": 1}, "cv_folds must be 0"),
+    ({"cv_folds": 5, "test_fraction": 0.2}, "either cv_folds or test_fraction"),
+])
+def test_bad_cv_settings_are_clear(bad, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_dict({"sources": ["pandalm-test"], **bad})
+
+
+@needs_data
+def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
+    """The hint shows the untruncated length even when the answer is cut, and the loaded judge encodes with it."""
+    from clfjudge.encoding import length_bucket
+    from clfjudge.records import PointRecord
+    from clfjudge.training import train
+
+    judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "hint", "reward", length_hint=True)))
+    assert judge.encoder.length_hint
+    answer = "word " * 400
+    text = judge.encoder.text(PointRecord(id="x", question="q", answer=answer, score=None))
+    assert f"length {length_bucket(answer)}:" in text and len(text) < len(answer)
+    assert length_bucket("") == 0 and length_bucket("a" * 1000) > length_bucket("a" * 500)
+
+
+@pytest.mark.slow
+@needs_data
+def test_cli_trains_minilm_on_real_pandalm_pairs(tmp_path):
+    """The real backbone through the CLI on 64 PandaLM pairs: a few steps, a loadable judge that scores."""
+    path = tmp_path / "r.yaml"
+    path.write_text("backbone: minilm\nhead: cls3\nsources: [pandalm-test:64]\nswap_aug: 1.0\nmax_length: 128\n"
+                    "batch_size: 8\nmax_steps: 3\ndev_fraction: 0.25\nearly_stopping_patience: 0\n"
+                    f"output_dir: {tmp_path / 'judge'}\n")
+    assert main(["train", "--config", str(path)]) == 0
+    card = JudgeCard.load(tmp_path / "judge")
+    assert card.training["global_steps"] == 3 and card.training["split"]["swap_aug_added"] > 0
+    assert card.validation["dev"]["n"] == card.training["split"]["dev"]
+    c = Judge.load(tmp_path / "judge").compare("Name a prime.", "7", "9")
+    assert c.p_a + c.p_tie + c.p_b == pytest.approx(1.0)
