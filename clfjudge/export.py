@@ -140,6 +140,7 @@ class Int8Settings:
     per_channel: bool = False
     reduce_range: bool = False
     op_types: tuple[str, ...] = ("MatMul", "Gemm")
+    fp32_inputs_from: tuple[str, ...] = ()  # weight products whose input an op of these types makes stay fp32
 
 
 def cpu_isa() -> str:
@@ -167,8 +168,9 @@ def int8_settings(isa: str = "auto", path: str | Path = INT8_CONFIG) -> Int8Sett
     if name not in table:
         raise ValueError(f"{path}: no int8 settings for ISA {name!r} (has {sorted(table)})")
     values = dict(table[name] or {})
-    if "op_types" in values:
-        values["op_types"] = tuple(values["op_types"])
+    for key in ("op_types", "fp32_inputs_from"):
+        if key in values:
+            values[key] = tuple(values[key])
     known = {f.name for f in fields(Int8Settings)} - {"isa"}
     unknown = set(values) - known
     if unknown:
@@ -352,6 +354,13 @@ def optimize_onnx(src: Path, dst: Path, config: Any, external: bool = False) -> 
 
 # -- quantization -----------------------------------------------------------------------------------------
 
+def fp32_nodes(model: "onnx.ModelProto", producer_types: Sequence[str]) -> list[str]:
+    """Names of the nodes whose first input is produced by an op of one of ``producer_types``."""
+    producer = {out: node.op_type for node in model.graph.node for out in node.output}
+    return [node.name for node in model.graph.node
+            if node.input and producer.get(node.input[0]) in set(producer_types)]
+
+
 def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool = False) -> dict[str, Any]:
     """Dynamic int8 quantization. Stale ``value_info`` from the dynamo exporter breaks the quantizer's shape
     inference, so it is cleared first; DefaultTensorType covers fused (optimized) nodes without type info."""
@@ -362,15 +371,17 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
     model.graph.ClearField("value_info")
     prepared = dst.with_name(dst.stem + ".prepared.onnx")
     onnx.save(model, str(prepared), save_as_external_data=external)
+    excluded = fp32_nodes(model, settings.fp32_inputs_from)
     try:
         quantize_dynamic(str(prepared), str(dst), weight_type=QuantType[settings.weight_type],
                          per_channel=settings.per_channel, reduce_range=settings.reduce_range,
-                         op_types_to_quantize=list(settings.op_types), use_external_data_format=external,
+                         op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded,
+                         use_external_data_format=external,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         for leftover in dst.parent.glob(prepared.name + "*"):
             leftover.unlink()
-    return {"quantization": "dynamic", **asdict(settings)}
+    return {"quantization": "dynamic", **asdict(settings), "fp32_nodes": len(excluded)}
 
 
 # -- the whole export -------------------------------------------------------------------------------------

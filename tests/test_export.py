@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from transformers import AutoConfig
 
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
@@ -116,6 +117,25 @@ def test_int8_and_optimized_export(judges, tmp_path):
     # the runtime serves the primary file by default and any variant on request
     assert Path(Judge.load(result.out_dir).backend.path).name == "model_quantized.onnx"
     assert Path(Judge.load(result.out_dir, variant="fp32").backend.path).name == "model.onnx"
+
+
+def test_int8_keeps_products_of_gelu_outputs_in_fp32(judges, tmp_path):
+    """export/int8.yaml: the FFN down-projections (input from Gelu) stay fp32, every other weight product is
+    quantized."""
+    import onnx
+
+    from clfjudge.export import fp32_nodes
+
+    parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])
+    result = export_judge(judges["tiny_bert_dir"], tmp_path / "int8", int8=True, n_records=N_RECORDS, parity=parity)
+    fp32 = onnx.load(str(result.out_dir / "model.onnx"))
+    kept = fp32_nodes(fp32, ["Gelu"])
+    layers = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]["model_quantized.onnx"]["fp32_nodes"]
+    assert len(kept) == layers == AutoConfig.from_pretrained(judges["tiny_bert_dir"]).num_hidden_layers
+    quantized = onnx.load(str(result.out_dir / "model_quantized.onnx"))
+    ops = {n.name: n.op_type for n in quantized.graph.node}
+    assert all(ops[name] == "MatMul" for name in kept)
+    assert sum(op in ("MatMulInteger", "DynamicQuantizeMatMul") for op in ops.values()) > 0
 
 
 def test_gate_refuses_and_writes_nothing(judges, tmp_path, capsys):
