@@ -37,7 +37,7 @@ class TrainConfig:
     batch_size x grad_accum x number of processes (Table 7's 128 is a global batch)."""
 
     backbone: str = "minilm"
-    head: str = "cls3"  # a name in heads.HEADS
+    head: str = "cls3"  # a name in heads.HEADS, or "generative" (the LM-head baseline, generative.py)
     scheme: str | None = None  # default: "<backbone family>-<head's suffix>", e.g. encoder-pair
     sources: list[str] = field(default_factory=list)  # train sources; "name" or "name:N" (N records sampled)
     eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
@@ -98,7 +98,7 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"train config: {message}")
-        if self.head not in HEADS:
+        if self.head not in HEADS and self.head not in OTHER_TRAINERS:
             HEADS.get(self.head)  # raises with the known names
 
     # -- loading ----------------------------------------------------------------------------------------
@@ -459,8 +459,20 @@ def _per_record_logits(logits, labels):
     return logits if labels is None else logits.reshape(labels.shape[0], -1)
 
 
+def _train_generative(cfg: TrainConfig) -> Path:
+    from .generative import train_generative
+
+    return train_generative(cfg)
+
+
+# heads trained by another loop than the sequence-classification one below
+OTHER_TRAINERS = {"generative": _train_generative}
+
+
 def train(cfg: TrainConfig) -> Path:
     """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
+    if cfg.head in OTHER_TRAINERS:
+        return OTHER_TRAINERS[cfg.head](cfg)
     import torch
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 

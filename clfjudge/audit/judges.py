@@ -202,6 +202,37 @@ class DirectoryJudge(AuditJudge):
                            transform="w/ trans: reference as answer 1, score = P(answer 2) - P(answer 1)")
 
 
+class GenerativeAuditJudge(AuditJudge):
+    """A judge that writes its verdict: ``gen:DIR`` (a ``head: generative`` judge directory) or
+    ``gen:BACKBONE@SCHEME`` (any causal LM, zero-shot, in a scheme that has a parser, e.g.
+    ``gen:smollm2-135m@pandalm-pair``). Parse failures stay None and are counted in the notes."""
+
+    def __init__(self, rest: str) -> None:
+        from ..generative import GenerativeJudge
+
+        backbone, _, scheme = rest.partition("@")
+        self.judge = (GenerativeJudge.from_backbone(backbone, scheme) if scheme
+                      else GenerativeJudge.load(backbone))
+        self.name = f"gen:{self.judge.name}"
+
+    def predict(self, set_name, kind, records):
+        if kind != self.judge.scheme.kind:
+            raise NotApplicable(f"a generative {self.judge.scheme.kind} judge has no {kind} transform here")
+        from ..truncation import TruncationReport
+
+        self.judge.prompts.report = TruncationReport()
+        before = self.judge.stats.to_dict().get(self.judge.parser.name, {}).get("failed", 0)
+        if kind == "pair":
+            preds = Predictions(forward=self.judge.compare_batch(records),
+                                reversed=self.judge.compare_batch([r.swapped() for r in records]))
+        else:
+            preds = Predictions(scores=self.judge.score_batch(records))
+        failed = self.judge.stats.to_dict().get(self.judge.parser.name, {}).get("failed", 0) - before
+        preds.notes.append(f"{failed} outputs did not parse ({self.judge.parser.name})")
+        preds.truncation = self.judge.prompts.report.to_dict()
+        return preds
+
+
 def _baseline(name: str) -> AuditJudge:
     rules = {
         "longer": ("baseline:longer", longer_answer_wins, lambda r: float(np.log1p(len(r.answer)))),
@@ -217,6 +248,7 @@ JUDGE_KINDS: Registry[Callable[[str], AuditJudge]] = Registry("audit judge kind"
 JUDGE_KINDS.register("released", ReleasedJudgeFile)
 JUDGE_KINDS.register("baseline", _baseline)
 JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
+JUDGE_KINDS.register("gen", GenerativeAuditJudge)
 
 
 def build_judge(spec: str) -> AuditJudge:

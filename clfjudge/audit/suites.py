@@ -71,11 +71,15 @@ def llmbar(records, p: Predictions) -> dict[str, float]:
     if p.reversed is None:
         return {"accuracy": fwd, "forward_accuracy": fwd}
     rev = pairwise_metrics([g.swapped() for g in gold], p.reversed, failures="count_wrong").accuracy
-    pos = position_consistency(p.forward, p.reversed, failures="count_wrong").consistency
-    return {"accuracy": (fwd + rev) / 2, "forward_accuracy": fwd, "reversed_accuracy": rev, "consistency": pos}
+    pos = position_consistency(p.forward, p.reversed, failures="count_wrong")
+    return {"accuracy": (fwd + rev) / 2, "forward_accuracy": fwd, "reversed_accuracy": rev,
+            "consistency": pos.consistency, "n_failed": pos.n_failed}  # pairs with a failure in either order
 
 
 def grading(records, p: Predictions) -> dict[str, float]:
+    failed = sum(v is None for v in p.scores)
+    if len(p.scores) - failed < 2:  # nothing to correlate: missing, not zero
+        return {"pearson": None, "kendall": None, "spearman": None, "n_failed": failed}
     c = correlations([r.score for r in records], p.scores, failures="exclude")
     return {"pearson": c.pearson, "kendall": c.kendall, "spearman": c.spearman, "n_failed": c.n_failed}
 
@@ -182,11 +186,11 @@ def position_suite(d: AuditData) -> Table:
             p = d.available(judge, s.name)
             if s.kind != "pair" or p is None or p.reversed is None:
                 continue
-            c = position_consistency(p.forward, p.reversed, failures="exclude")
+            c = position_consistency(p.forward, p.reversed, failures="count_wrong")  # a failure is no agreement
             decisive = [v for v in (*p.forward, *p.reversed) if v in (Verdict.A, Verdict.B)]
             first = float(np.mean([v is Verdict.A for v in decisive])) if decisive else None
             rows[judge][s.name] = {"consistency": c.consistency, "flip_rate": c.flip_rate,
-                                   "first_position_preference": first}
+                                   "first_position_preference": first, "n_failed": c.n_failed}
     return {"rows": rows}
 
 

@@ -1,0 +1,110 @@
+"""The generative baseline: loss only on the judgement tokens, greedy decoding, released-judge parsers, parse
+failures counted and never scored as a verdict."""
+from __future__ import annotations
+
+import pytest
+
+from clfjudge.card import JudgeCard
+from clfjudge.generative import GenerativeHead, GenerativeJudge, PromptEncoder, evaluate
+from clfjudge.records import PairRecord, PointRecord, Verdict
+from clfjudge.paths import data_root
+from clfjudge.training import TrainConfig
+from clfjudge.truncation import TruncationPolicy
+
+REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
+needs_data = pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
+
+PAIR = PairRecord(id="p", question="Name a prime.", answer_a="7", answer_b="9", verdict=Verdict.A)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama_dir):
+    from clfjudge.backbones import load_tokenizer, resolve_backbone
+
+    return load_tokenizer(resolve_backbone(tiny_llama_dir), padding_side="left")
+
+
+def test_loss_covers_only_the_target_and_eos(tokenizer):
+    enc = PromptEncoder(tokenizer, "decoder-pair-gen", TruncationPolicy(max_length=384))
+    ex = enc.example(PAIR)
+    n_target = sum(label != -100 for label in ex["labels"])
+    assert ex["labels"][-n_target:] == ex["input_ids"][-n_target:]
+    assert ex["input_ids"][-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(ex["input_ids"][-n_target:], skip_special_tokens=True) == "1"  # PandaLM's "A" wins
+    assert ex["input_ids"][:-n_target] == enc.prompt_ids(PAIR)
+    assert tokenizer.decode(enc.prompt_ids(PAIR)).rstrip().endswith("[Feedback]")
+
+
+def test_head_keeps_only_records_the_scheme_can_write():
+    head = GenerativeHead("decoder-pair-gen")
+    point = PointRecord(id="s", question="q", answer="a", score=3.0, scale=(1.0, 5.0))
+    unlabelled = PairRecord(id="u", question="q", answer_a="a", answer_b="b")
+    kept, excluded = head.select([PAIR, point, unlabelled])
+    assert kept == [PAIR] and sum(excluded.values()) == 2
+    assert GenerativeHead("decoder-point-gen").kind == "point"
+
+
+class _Scripted:
+    """A stand-in LM that writes fixed texts, to check what happens to each kind of output."""
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts = tokenizer, list(texts)
+
+    def eval(self):
+        return self
+
+    def generate(self, input_ids, attention_mask, **_):
+        import torch
+
+        rows = [self.tokenizer(self.texts.pop(0), add_special_tokens=False)["input_ids"] for _ in input_ids]
+        width = max(map(len, rows))
+        new = torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def test_parse_failures_are_counted_and_scored_wrong(tokenizer):
+    records = [PAIR, PAIR.swapped(), PAIR]
+    # forward: right, right, unparseable; swapped order: consistent, consistent, "Tie"
+    judge = GenerativeJudge(_Scripted(tokenizer, ["1", "2", "the first one", "2", "1", "Tie"]), tokenizer,
+                            "decoder-pair-gen", max_length=384, max_new_tokens=4, batch_size=8)
+    metrics = evaluate(judge, records)
+    assert metrics["n"] == 3 and metrics["n_failed"] == 1 and metrics["accuracy"] == pytest.approx(2 / 3)
+    assert metrics["consistency"] == pytest.approx(2 / 3) and metrics["outputs"] == 6
+    assert judge.stats.to_dict()["pandalm-pair"]["failed"] == 1
+
+
+@needs_data
+@pytest.mark.parametrize("source, scheme", [("pandalm-test:40", None), ("prometheus-vicuna:30", "decoder-point-gen")])
+def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, source, scheme):
+    from clfjudge.training import train
+
+    cfg = TrainConfig.from_dict({
+        "backbone": str(tiny_llama_dir), "head": "generative", "sources": [source], "max_length": 384,
+        "dev_fraction": 0.25, "batch_size": 4, "max_steps": 2, "logging_steps": 1, "swap_aug": 0.5,
+        "early_stopping_patience": 0, "output_dir": str(tmp_path / "gen"), **({"scheme": scheme} if scheme else {})})
+    out = train(cfg)
+    card = JudgeCard.load(out)
+    dev = card.validation["dev"]
+    assert card.head == "generative" and card.training["global_steps"] == 2
+    assert dev["n"] == card.training["split"]["dev"] and dev["n_failed"] <= dev["n"]
+    stats = next(iter(card.runtime["parse_stats"].values()))
+    assert stats["total"] == dev["outputs"]  # every generated output went through the parser
+    judge = GenerativeJudge.load(out)
+    records = [PAIR] if card.kind == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
+                                                              scale=(1.0, 5.0))]
+    got = judge.compare_batch(records) if card.kind == "pair" else judge.score_batch(records)
+    assert len(got) == 1 and judge.stats.total(judge.parser.name) == 1
+
+
+@needs_data
+def test_audit_runs_a_zero_shot_generative_judge(tiny_llama_dir, tmp_path):
+    from clfjudge.audit import run_audit
+
+    spec = f"gen:{tiny_llama_dir}@decoder-pair-gen"
+    m = run_audit([spec, "baseline:longer"], tmp_path, suites=["cross-scheme", "position"], limit=6,
+                  bootstrap=0, progress=False, sets=["llmbar-natural"])
+    name = next(n for n in m["judges"] if n.startswith("gen:"))
+    row = m["suites"]["cross-scheme"]["rows"][name]["llmbar-natural"]
+    failed_outputs = int(row["notes"][0].split()[0])  # "<k> outputs did not parse (pandalm-pair)"
+    assert 0 <= row["n_failed"] <= 6 and row["n_failed"] <= failed_outputs <= 2 * row["n_failed"]
+    assert row["n_failed"] < 6 or row["accuracy"] == 0.0 == row["consistency"]  # a failure is never right
