@@ -102,3 +102,13 @@ def test_semscore_system_level_on_real_slice(tmp_path):
     cell = m["suites"]["cross-scheme"]["rows"]["semscore"]["prometheus-vicuna"]
     assert -1.0 <= cell["pearson"] <= 1.0
     assert len(m["suites"]["system-level"]["sets"]["prometheus-vicuna"]["semscore"]["systems"]) == 4
+
+
+def test_only_the_length_baseline_has_a_margin():
+    from clfjudge.records import PairRecord, Verdict
+
+    recs = [PairRecord(id=str(i), question="q", answer_a="a" * (i + 1), answer_b="bb", verdict=Verdict.A)
+            for i in range(4)]
+    assert build_judge("baseline:majority").predict("s", "pair", recs).margin is None
+    margin = build_judge("baseline:longer").predict("s", "pair", recs).margin
+    assert [m > 0 for m in margin] == [False, False, True, True]

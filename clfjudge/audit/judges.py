@@ -75,8 +75,9 @@ class BaselineJudge(AuditJudge):
     """A judge defined by a rule on the record (longer answer wins; the test set's majority class)."""
 
     def __init__(self, name: str, rule: Callable[[Sequence[PairRecord]], list[Verdict]],
-                 point_rule: Callable[[PointRecord], float] | None) -> None:
-        self.name, self.rule, self.point_rule = name, rule, point_rule
+                 point_rule: Callable[[PointRecord], float] | None,
+                 margin_rule: Callable[[PairRecord], float] | None = None) -> None:
+        self.name, self.rule, self.point_rule, self.margin_rule = name, rule, point_rule, margin_rule
 
     def predict(self, set_name, kind, records):
         if kind == "point":
@@ -85,7 +86,7 @@ class BaselineJudge(AuditJudge):
             return Predictions(scores=[self.point_rule(r) for r in records])
         forward = self.rule(records)
         reversed_ = self.rule([r.swapped() for r in records])
-        margin = [float(np.log1p(len(r.answer_a)) - np.log1p(len(r.answer_b))) for r in records]
+        margin = None if self.margin_rule is None else [self.margin_rule(r) for r in records]
         return Predictions(forward=forward, reversed=reversed_, margin=margin)
 
 
@@ -235,8 +236,9 @@ class GenerativeAuditJudge(AuditJudge):
 
 def _baseline(name: str) -> AuditJudge:
     rules = {
-        "longer": ("baseline:longer", longer_answer_wins, lambda r: float(np.log1p(len(r.answer)))),
-        "majority": ("baseline:majority", majority_class, None),
+        "longer": ("baseline:longer", longer_answer_wins, lambda r: float(np.log1p(len(r.answer))),
+                   lambda r: float(np.log1p(len(r.answer_a)) - np.log1p(len(r.answer_b)))),
+        "majority": ("baseline:majority", majority_class, None, None),  # no margin: a constant verdict
     }
     if name not in rules:
         raise KeyError(f"unknown baseline {name!r}; known: {sorted(rules)}")
