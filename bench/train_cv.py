@@ -1,0 +1,287 @@
+"""Fine-tuned MiniLM judges against the baselines and the embedding judge, on held-out grouped folds.
+
+Experiments (each row trained from a recipe under train/cpu/ with ``--set`` overrides, one ``clfjudge train``
+subprocess per fold, ``--jobs`` at a time):
+
+- ``pairs``: PandaLM test and Auto-J test, the 5-fold split grouped by question of bench/embedding_judge_cv.py
+  (``splits.group_kfold(records, 5, seed 0)``); the fine-tuned rows are trained on the first ``--tune-folds``
+  folds, and every row (majority class, longer answer wins, the MiniLM embedding judge) is scored on exactly
+  those held-out records, in both answer orders.
+- ``prometheus``: a MiniLM regression judge on Prometheus MT Bench + Vicuna Bench, grouped by question.
+- ``alpaca``: the main recipe (train/cpu/main-minilm.yaml) with a grouped held-out AlpacaEval fold, scored on
+  it and, for transfer, on PandaLM / Auto-J / LLMBar.
+
+A fold whose judge directory already holds a card trained with the same config is reused (``--retrain`` to
+force). Run: ``OMP_NUM_THREADS=1 .venv/bin/python bench/train_cv.py [--experiments ...] [--tune-folds N]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write  # noqa: E402
+from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, longer_predictor,  # noqa: E402
+                                majority_predictor, pair_report, point_report)
+
+from clfjudge.card import JudgeCard  # noqa: E402
+from clfjudge.heads import HEADS  # noqa: E402
+from clfjudge.paths import REPO_ROOT  # noqa: E402
+from clfjudge.records import PairRecord, PointRecord  # noqa: E402
+from clfjudge.runtime import Judge  # noqa: E402
+from clfjudge.training import Splits, TrainConfig, build_splits  # noqa: E402
+
+RUNS = REPO_ROOT / "runs" / "training" / "cv"
+CPU = REPO_ROOT / "train" / "cpu"
+PAIR_SETS = ("pandalm-test", "autoj-test")
+PROMETHEUS = ("prometheus-mtbench", "prometheus-vicuna")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A fine-tuned row: a recipe plus overrides (the fold and the sources are added per run)."""
+
+    name: str
+    recipe: str
+    overrides: tuple[str, ...] = ()
+
+
+PAIR_ROWS = (
+    Row("MiniLM cls3 (swap aug)", "pandalm-minilm-cls3-fold.yaml"),
+    Row("MiniLM reward", "pandalm-minilm-reward-fold.yaml"),
+    Row("MiniLM reward + length hint", "pandalm-minilm-reward-fold.yaml", ("length_hint=true",)),
+)
+POINT_ROW = Row("MiniLM regression", "prometheus-minilm-regression-fold.yaml")
+ALPACA_ROW = Row("MiniLM main judge (AlpacaEval GPT-4)", "main-minilm.yaml", (
+    "test_fraction=0.1", f"eval_sources=[pandalm-test,autoj-test,{','.join(LLMBAR)}]",
+    "decontaminate_against=[prometheus-mtbench,prometheus-vicuna]"))
+
+
+def slug(text: str) -> str:
+    return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+@dataclass(frozen=True)
+class Run:
+    row: Row
+    tag: str  # where the judge goes under runs/training/cv/
+    overrides: tuple[str, ...]
+
+    @property
+    def out(self) -> Path:
+        return RUNS / self.tag / slug(self.row.name)
+
+    def config(self) -> TrainConfig:
+        return TrainConfig.from_yaml(CPU / self.row.recipe, [*self.row.overrides, *self.overrides,
+                                                             f"output_dir={self.out}"])
+
+
+def fold_run(row: Row, sources: Sequence[str], folds: int, fold: int, seed: int) -> Run:
+    tag = f"{'+'.join(sources)}/fold{fold}"
+    return Run(row, tag, ("test_fraction=0", f"sources=[{','.join(sources)}]", f"cv_folds={folds}",
+                          f"cv_fold={fold}", f"cv_seed={seed}"))
+
+
+def trained(run: Run) -> bool:
+    card = run.out / "judge_card.json"
+    if not card.exists():
+        return False
+    done = {k: v for k, v in JudgeCard.load(run.out).training["config"].items() if k != "output_dir"}
+    want = {k: v for k, v in asdict(run.config()).items() if k != "output_dir"}
+    return done == want
+
+
+def train_all(runs: Sequence[Run], jobs: int, retrain: bool) -> dict[str, float]:
+    """Train every run not already trained (``jobs`` subprocesses at a time); wall seconds per judge dir."""
+    todo = [r for r in runs if retrain or not trained(r)]
+
+    def one(run: Run) -> None:
+        run.out.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "clfjudge.cli", "train", "--config", str(CPU / run.row.recipe)]
+        for item in (*run.row.overrides, *run.overrides, f"output_dir={run.out}"):
+            cmd += ["--set", item]
+        print(f"  train {run.tag} {run.row.name}", flush=True)
+        with open(run.out.parent / f"{run.out.name}.log", "w") as log:
+            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, todo))
+    return {str(r.out): JudgeCard.load(r.out).training["wall_time_s"] for r in runs}
+
+
+def held_out(run: Run) -> Splits:
+    """The records the run trained on and held out (``build_splits`` is deterministic in the config)."""
+    cfg = run.config()
+    return build_splits(cfg, HEADS.get(cfg.head)())
+
+
+def judge_pairs(run: Run, test: Sequence[PairRecord]) -> tuple[list, list]:
+    judge = Judge.load(run.out, threads=1)
+    both = judge.compare_batch(list(test)), judge.compare_batch([r.swapped() for r in test])
+    return tuple([c.verdict for c in cs] for cs in both)
+
+
+def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    out = {}
+    for name in args.sets:
+        runs = {row.name: [fold_run(row, [name], args.folds, k, args.seed) for k in range(args.tune_folds)]
+                for row in PAIR_ROWS if any(part in row.name for part in args.rows)}
+        walls = train_all([r for rs in runs.values() for r in rs], args.jobs, args.retrain)
+        gold: list[PairRecord] = []
+        preds: dict[str, tuple[list, list]] = {}
+
+        def add(row: str, forward: list, backward: list) -> None:
+            f, b = preds.setdefault(row, ([], []))
+            f += forward
+            b += backward
+
+        for k in range(args.tune_folds):
+            splits = held_out(fold_run(PAIR_ROWS[0], [name], args.folds, k, args.seed))
+            train = splits.train[:splits.counts["train"]] + splits.dev  # without the swap-augmented copies
+            gold += splits.test
+            for row, predictor in (("majority class", majority_predictor), ("longer answer wins", longer_predictor),
+                                   ("MiniLM embedding judge (logreg +len)",
+                                    judge_predictor(Variant("minilm", "logreg", True), embedders))):
+                add(row, *predictor(train)(splits.test))
+            for row, rs in runs.items():
+                add(row, *judge_pairs(rs[k], splits.test))
+        rows = {row: pair_report(gold, f, b) for row, (f, b) in preds.items()}
+        for row, rs in runs.items():
+            rows[row]["train_wall_s"] = [walls[str(r.out)] for r in rs]
+        out[name] = {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold),
+                     "rows": rows}
+        embedders.save()
+    return out
+
+
+def prometheus_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    runs = [fold_run(POINT_ROW, PROMETHEUS, args.folds, k, args.seed) for k in range(args.tune_folds)]
+    walls = train_all(runs, args.jobs, args.retrain)
+    gold: list[PointRecord] = []
+    pred: list[float] = []
+    for run in runs:
+        test = held_out(run).test
+        gold += test
+        pred += [s.value for s in Judge.load(run.out, threads=1).score_batch(test)]
+    report = point_report(gold, np.array(pred))
+    by_source = {name: point_report([g for g in gold if g.source == name],
+                                    np.array([p for g, p in zip(gold, pred) if g.source == name]))
+                 for name in PROMETHEUS}
+    return {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold),
+            "rows": {POINT_ROW.name: {**report, "by_source": by_source,
+                                      "train_wall_s": [walls[str(r.out)] for r in runs]}}}
+
+
+def alpaca_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    run = Run(ALPACA_ROW, "alpacaeval", ())
+    walls = train_all([run], 1, args.retrain)
+    card = JudgeCard.load(run.out)
+    return {"row": ALPACA_ROW.name, "recipe": ALPACA_ROW.recipe, "overrides": list(ALPACA_ROW.overrides),
+            "split": card.training["split"], "train_wall_s": walls[str(run.out)], "validation": card.validation}
+
+
+EXPERIMENTS = {"pairs": pairs_experiment, "prometheus": prometheus_experiment, "alpaca": alpaca_experiment}
+
+
+# -- report -----------------------------------------------------------------------------------------------
+
+# The empirical study's Table 2 (digest §2.1): fine-tuned judges at full scale on these test sets.
+PAPER = {
+    "pandalm-test": {"DeBERTa-v3-large cls (paper)": (72.27, 51.75, None),
+                     "Vicuna-7B cls (paper)": (70.87, 60.34, None)},
+    "autoj-test": {"DeBERTa-v3-large cls (paper)": (None, None, 31.7), "Vicuna-7B cls (paper)": (None, None, 46.8)},
+}
+PAPER_PROMETHEUS = {"DeBERTa-v3-large cls (paper, ind / ood)": "0.835 / 0.813",
+                    "Vicuna-7B cls (paper, ind / ood)": "0.846 / 0.831"}
+
+
+def _f(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m, ex = result["machine"], result["experiments"]
+    lines = [f"# Fine-tuned MiniLM judges: held-out grouped folds ({m['date']})", "",
+             f"CPU: {m['cpu']} ({m['cores']} cores, {m['threads']} thread per process, {result['jobs']} "
+             f"trainings at a time); commit {m['commit']}; total wall {result['wall_seconds']:.0f} s. Recipes: "
+             "train/cpu/*.yaml (+ the overrides named per row).", ""]
+    for name, part in ex.get("pairs", {}).items():
+        lines += [f"## {name}: fold(s) {part['scored_folds']} of the {part['folds']}-fold split grouped by "
+                  f"question (n = {part['n']} held-out pairs)", "",
+                  "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | "
+                  "train wall s |", "|---|---|---|---|---|---|---|"]
+        for row, r in part["rows"].items():
+            wall = "+".join(f"{w:.0f}" for w in r.get("train_wall_s", [])) or "-"
+            lines.append(f"| {row} | {_f(r['accuracy'])} | {_f(r['macro_f1'])} | {_f(r['accuracy_non_tie_gold'])} "
+                         f"| {_f(r['autoj_agreement'])} | {_f(r['position_consistency'])} | {wall} |")
+        for row, (acc, f1, agree) in PAPER.get(name, {}).items():
+            pct = lambda x: "" if x is None else f"{x / 100:.3f}"  # noqa: E731
+            lines.append(f"| {row} | {pct(acc)} | {pct(f1)} | | {pct(agree)} | | |")
+        lines.append("")
+    if "prometheus" in ex:
+        part = ex["prometheus"]
+        lines += [f"## Prometheus MT Bench + Vicuna Bench: regression, fold(s) {part['scored_folds']} of "
+                  f"{part['folds']} grouped by question (n = {part['n']} held-out answers)", "",
+                  "| row | Pearson | Kendall | Spearman | Pearson mt_bench | Pearson vicuna | train wall s |",
+                  "|---|---|---|---|---|---|---|"]
+        for row, r in part["rows"].items():
+            bs = r["by_source"]
+            lines.append(f"| {row} | {_f(r['pearson'])} | {_f(r['kendall'])} | {_f(r['spearman'])} | "
+                         f"{_f(bs['prometheus-mtbench']['pearson'])} | {_f(bs['prometheus-vicuna']['pearson'])} | "
+                         f"{'+'.join(f'{w:.0f}' for w in r['train_wall_s'])} |")
+        lines += [f"| {row} | {v} | | | | | |" for row, v in PAPER_PROMETHEUS.items()]
+        lines.append("")
+    if "alpaca" in ex:
+        part = ex["alpaca"]
+        lines += [f"## {part['row']}: held-out AlpacaEval instructions and transfer (trained in "
+                  f"{part['train_wall_s']:.0f} s)", "",
+                  f"Recipe train/cpu/{part['recipe']} with {part['overrides']}; split {part['split']}.", "",
+                  "| set | n | judge acc | judge macro F1 | Auto-J agreement | position consistency | "
+                  "majority acc | longer-wins acc |", "|---|---|---|---|---|---|---|---|"]
+        for key, v in part["validation"].items():
+            base = v.get("baselines", {})
+            lines.append(f"| {key} | {v['n']} | {_f(v['accuracy'])} | {_f(v['f1'])} | {_f(v.get('agreement'))} | "
+                         f"{_f(v.get('consistency'))} | {_f(base.get('majority_class', {}).get('accuracy'))} | "
+                         f"{_f(base.get('longer_answer_wins', {}).get('accuracy'))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
+    parser.add_argument("--sets", nargs="+", default=list(PAIR_SETS), choices=list(PAIR_SETS))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--tune-folds", type=int, default=1, help="folds the fine-tuned rows are trained on")
+    parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
+    parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows whose name contains one of these")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--retrain", action="store_true")
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "clfjudge" / "embeddings")
+    parser.add_argument("--name", default="train_cv")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    embedders = Embedders(args.cache_dir)
+    result: dict[str, Any] = {"machine": machine(1), "jobs": args.jobs, "argv": sys.argv[1:], "experiments": {}}
+    for name in args.experiments:
+        print(f"== {name}", flush=True)
+        result["experiments"][name] = EXPERIMENTS[name](args, embedders)
+    result["wall_seconds"] = round(time.perf_counter() - start, 1)
+    print(write(args.name, result, markdown(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
