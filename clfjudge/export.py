@@ -71,6 +71,7 @@ class Thresholds:
     max_abs_diff: float | None = None  # max |ONNX logit - PyTorch logit|
     min_agreement: float | None = None  # fraction of identical decisions
     max_metric_delta: float | None = None  # |metric(ONNX) - metric(PyTorch)|, metric as a fraction (0.01 = 1 point)
+    boundary_eps: float | None = None  # records whose PyTorch decision is this close to flipping are not compared
 
     def failures(self, measured: Mapping[str, float]) -> list[str]:
         out = []
@@ -239,18 +240,43 @@ def _metric(judge: ModelJudge, raw: np.ndarray, records: Sequence[Record]) -> tu
     return "pearson", correlations([r.score for r in records], judge.point_scores(raw)).pearson
 
 
+def decision_slack(judge: ModelJudge, raw: np.ndarray) -> np.ndarray:
+    """Per record, how far its decision is from flipping: the smallest gap between the quantities the decision
+    compares (P(A) vs P(B), the likelier answer vs P(TIE), |P(A) - P(B)| vs the tie margin; for point judges
+    the score vs the nearest rounding boundary)."""
+    if "compare" not in judge.tasks:
+        scores = judge.point_scores(raw)
+        return np.abs(scores - np.floor(scores) - 0.5)
+    out = judge.pair_outputs(raw)
+    gaps = [np.abs(out.p_a - out.p_b), np.abs(out.p_tie - np.maximum(out.p_a, out.p_b))]
+    if judge.calibration.tie_margin is not None:
+        gaps.append(np.abs(np.abs(out.p_a - out.p_b) - judge.calibration.tie_margin))
+    return np.min(gaps, axis=0)
+
+
 def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: Sequence[Record],
-                         ref_raw: np.ndarray | None = None) -> dict[str, Any]:
-    """Parity numbers of ``candidate`` against ``reference`` on the same records and the same batches."""
+                         ref_raw: np.ndarray | None = None, boundary_eps: float | None = None) -> dict[str, Any]:
+    """Parity numbers of ``candidate`` against ``reference`` on the same records and the same batches.
+
+    With ``boundary_eps``, records whose reference decision is within that slack of flipping are left out of
+    the agreement and the metric (and counted): an fp32 graph computes the same function up to float rounding,
+    which can tip a decision that sits on a boundary (an undertrained judge puts many there)."""
     ref_raw = reference.raw_outputs(records) if ref_raw is None else ref_raw
     raw = candidate.raw_outputs(records)
     diff = np.abs(raw - ref_raw)
-    metric, ref_value = _metric(reference, ref_raw, records)
-    value = _metric(candidate, raw, records)[1]
-    agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw), _decisions(candidate, raw))])
+    keep = np.ones(len(records), dtype=bool)
+    if boundary_eps:
+        keep = decision_slack(reference, ref_raw) > boundary_eps
+    if not keep.any():  # everything on a boundary: compare everything rather than nothing
+        keep[:] = True
+    idx = np.flatnonzero(keep)
+    kept = [records[i] for i in idx]
+    metric, ref_value = _metric(reference, ref_raw[idx], kept)
+    value = _metric(candidate, raw[idx], kept)[1]
+    agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw[idx]), _decisions(candidate, raw[idx]))])
     return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "agreement": float(agree),
             "metric": metric, "metric_reference": float(ref_value), "metric_onnx": float(value),
-            "metric_delta": float(value - ref_value)}
+            "metric_delta": float(value - ref_value), "on_boundary": int(len(records) - len(idx))}
 
 
 # -- ONNX export ------------------------------------------------------------------------------------------
@@ -451,7 +477,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         for name, meta in files.items():
             thresholds = parity.for_precision(meta["precision"])
             candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / name), parity.batch_size)
-            measured = compare_to_reference(reference, candidate, records, ref_raw)
+            measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
             failures = thresholds.failures(measured)
             variants[name] = {"precision": meta["precision"], **measured, "thresholds": asdict(thresholds),
                               "failures": failures, "passed": not failures}
@@ -472,7 +498,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
             "primary": primary, "files": files, **exported,
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
-                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta")}
+                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in variants.items()}},
             "exported_from": str(judge_dir.resolve()),
         }}

@@ -31,6 +31,7 @@ class Profile:
     audit_limit: int | None = None
     bootstrap: int = 1000
     parity_records: int | None = None
+    parity_overrides: tuple[str, ...] = ()  # export/parity.yaml thresholds changed for this profile
 
 
 PROFILES: Registry[Profile] = Registry("run profile")
@@ -38,7 +39,10 @@ PROFILES.register("full", Profile())
 PROFILES.register("quick", Profile(
     train_overrides=("max_train_records=160", "max_dev_records=64", "eval_sources=[]", "max_steps=8", "batch_size=8", "eval_every=4",
                      "early_stopping_patience=0", "max_length=256"),
-    audit_limit=40, bootstrap=100, parity_records=32))
+    audit_limit=40, bootstrap=100, parity_records=32,
+    # an 8-step judge has near-zero margins, so int8 noise tips some of its 32 decisions: the gate still runs
+    # and reports, with looser int8 bounds (the full profile keeps export/parity.yaml's 99% / 1 point)
+    parity_overrides=("int8.min_agreement=0.9", "int8.max_metric_delta=0.1")))
 
 
 @dataclass
@@ -95,11 +99,12 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 @STEPS.register("export")
 def export_int8(state: RunState) -> dict[str, Any]:
-    from .export import export_judge
+    from .export import ParityConfig, export_judge
 
     result = export_judge(_needs(state, "train", "judge_dir"), state.path("judge-onnx"), int8=True,
-                          n_records=state.profile.parity_records)
-    parity = {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "passed")}
+                          n_records=state.profile.parity_records,
+                          parity=ParityConfig.load(overrides=state.profile.parity_overrides))
+    parity = {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
               for name, v in result.report["variants"].items()}
     return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": parity}
 

@@ -170,7 +170,8 @@ def test_export_refuses_existing_output_and_judges_without_weights(judges, tmp_p
 
 def test_parity_config_parsing(tmp_path):
     default = ParityConfig.load()
-    assert default.for_precision("fp32") == Thresholds(max_abs_diff=1e-4, min_agreement=1.0, max_metric_delta=0.001)
+    assert default.for_precision("fp32") == Thresholds(max_abs_diff=1e-4, min_agreement=1.0, max_metric_delta=0.001,
+                                                       boundary_eps=1e-4)
     assert default.for_precision("int8").min_agreement == 0.99
     assert default.default_sources["pair"][0] == "pandalm-test"
     tightened = ParityConfig.load(overrides=["int8.max_abs_diff=0.5", "fp32.min_agreement=none"])
@@ -203,3 +204,35 @@ def test_int8_settings_per_isa():
 
 def test_onnx_variant_names_match_optimum():
     assert ONNX_VARIANTS == {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}
+
+
+def test_decisions_on_a_boundary_are_set_aside_and_counted():
+    """A pair whose P(A) and P(B) are equal up to float rounding is not compared (it can flip at fp32)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from clfjudge.calibration import Calibration
+    from clfjudge.export import compare_to_reference, decision_slack
+    from clfjudge.heads import PairOutputs
+    from clfjudge.records import PairRecord, Verdict
+
+    class Stub(SimpleNamespace):  # raw rows are (P(A), P(TIE), P(B))
+        tasks = frozenset({"compare"})
+        calibration = Calibration()
+
+        def raw_outputs(self, records):
+            return self.raw
+
+        def pair_outputs(self, raw):
+            return PairOutputs(p_a=raw[:, 0], p_tie=raw[:, 1], p_b=raw[:, 2])
+
+    ref = np.array([[0.7, 0.1, 0.2], [0.45, 0.1, 0.45 + 1e-7], [0.2, 0.1, 0.7]])
+    cand = ref + np.array([[0, 0, 0], [2e-7, 0, 0], [0, 0, 0]])  # tips the second pair from B to A
+    records = [PairRecord(id=str(i), question="q", answer_a="a", answer_b="b", verdict=v)
+               for i, v in enumerate([Verdict.A, Verdict.B, Verdict.B])]
+    assert decision_slack(Stub(raw=ref), ref)[1] < 1e-6
+    strict = compare_to_reference(Stub(raw=ref), Stub(raw=cand), records)
+    assert strict["agreement"] == pytest.approx(2 / 3) and strict["on_boundary"] == 0
+    tolerant = compare_to_reference(Stub(raw=ref), Stub(raw=cand), records, boundary_eps=1e-4)
+    assert tolerant["agreement"] == 1.0 and tolerant["on_boundary"] == 1 and tolerant["metric_delta"] == 0
