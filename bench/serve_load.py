@@ -43,7 +43,8 @@ async def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> 
                 if (await client.get(url + "/healthz")).status_code == 200:
                     return
             except httpx.TransportError:
-                await asyncio.sleep(0.5)
+                pass
+            await asyncio.sleep(0.5)
     raise TimeoutError("server did not come up")
 
 
