@@ -25,6 +25,8 @@ from common import machine, write
 # Two exports per judge: plain fp32 + int8 quantized from it, and the graph-optimized fp32. (int8 quantized
 # from the optimized graph failed the parity gate's 99% decision agreement on the briefly trained judges.)
 EXPORTS = {"onnx": {"int8": True}, "onnx-optimized": {"optimize": True}}
+# The bench measures decision agreement itself (every row): the gate is set to measure, not to refuse.
+MEASURE_ONLY = ("int8.min_agreement=0", "int8.max_metric_delta=1")
 BACKENDS = {"onnxruntime fp32": ("onnx", "fp32"), "onnxruntime fp32 optimized": ("onnx-optimized", "optimized"),
             "onnxruntime int8": ("onnx", "int8")}
 
@@ -61,7 +63,7 @@ def decisions(head: str, logits: np.ndarray) -> np.ndarray:
 def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
     import torch
 
-    from clfjudge.export import export_judge
+    from clfjudge.export import ParityConfig, export_judge
     from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend
     from clfjudge.sources import load
 
@@ -69,7 +71,7 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
     for suffix, options in EXPORTS.items():
         exports[suffix] = judge_dir.parent / f"{judge_dir.name}-{suffix}"
         if not exports[suffix].exists():
-            export_judge(judge_dir, exports[suffix], **options)
+            export_judge(judge_dir, exports[suffix], parity=ParityConfig.load(overrides=MEASURE_ONLY), **options)
     torch.set_num_threads(args.threads)
     judge = Judge.load(judge_dir, backend="torch", threads=args.threads)
     records = load("autoj-test").records[: args.pairs]

@@ -8,6 +8,7 @@ the CI profile: the same path on a small real slice.
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Callable, Sequence
 
 from .paths import REPO_ROOT
 from .registry import Registry
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_RECIPE = REPO_ROOT / "train" / "cpu" / "main-minilm.yaml"
 # Judges audited beside the trained one: the released judges' prediction files and the reference metric.
@@ -99,14 +102,23 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 @STEPS.register("export")
 def export_int8(state: RunState) -> dict[str, Any]:
-    from .export import ParityConfig, export_judge
+    from .export import ParityConfig, ParityError, export_judge
 
-    result = export_judge(_needs(state, "train", "judge_dir"), state.path("judge-onnx"), int8=True,
-                          n_records=state.profile.parity_records,
-                          parity=ParityConfig.load(overrides=state.profile.parity_overrides))
-    parity = {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
-              for name, v in result.report["variants"].items()}
-    return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": parity}
+    def summary(report: dict[str, Any]) -> dict[str, Any]:
+        return {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
+                for name, v in report["variants"].items()}
+
+    judge_dir, parity = _needs(state, "train", "judge_dir"), ParityConfig.load(overrides=state.profile.parity_overrides)
+    kw = dict(n_records=state.profile.parity_records, parity=parity)
+    refused = None
+    try:
+        result = export_judge(judge_dir, state.path("judge-onnx"), int8=True, **kw)
+    except ParityError as exc:  # a judge whose decisions int8 tips: serve fp32 ONNX, and say why
+        _log.warning("int8 refused by the parity gate (%s); exporting fp32 only", exc)
+        refused = {"reason": str(exc), "parity": summary(exc.report)}
+        result = export_judge(judge_dir, state.path("judge-onnx"), int8=False, **kw)
+    return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": summary(result.report),
+            "int8_refused": refused}
 
 
 @STEPS.register("audit")

@@ -21,6 +21,32 @@ def test_a_later_step_says_what_it_needs(tmp_path):
         run(RunConfig(out=tmp_path, steps=["export"]), log=lambda _: None)
 
 
+def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypatch):
+    """A judge whose decisions int8 tips is served as fp32 ONNX, and run.json says why."""
+    from types import SimpleNamespace
+
+    from clfjudge import export, pipeline
+
+    calls = []
+
+    def fake_export(judge_dir, out_dir, *, int8, **kw):
+        calls.append(int8)
+        report = {"variants": {"model_quantized.onnx": {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0,
+                                                         "on_boundary": 0, "passed": False}}}
+        if int8:
+            raise export.ParityError("decision agreement 90.00% < min_agreement 99.00%", report)
+        report = {"variants": {"model.onnx": {**report["variants"]["model_quantized.onnx"], "passed": True}}}
+        return SimpleNamespace(out_dir=out_dir, primary="model.onnx", report=report)
+
+    monkeypatch.setattr(export, "export_judge", fake_export)
+    state = pipeline.RunState(RunConfig(out=tmp_path), pipeline.PROFILES.get("full"),
+                              outputs={"train": {"judge_dir": str(tmp_path / "judge")}})
+    out = pipeline.STEPS.get("export")(state)
+    assert calls == [True, False] and out["primary"] == "model.onnx"
+    assert "90.00%" in out["int8_refused"]["reason"]
+    assert out["int8_refused"]["parity"]["model_quantized.onnx"]["passed"] is False
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (data_root() / "pandalm" / "data" / "testset-v1.json").exists(),
                     reason="needs ../shared/data (present in CI)")
