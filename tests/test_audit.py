@@ -112,3 +112,18 @@ def test_only_the_length_baseline_has_a_margin():
     assert build_judge("baseline:majority").predict("s", "pair", recs).margin is None
     margin = build_judge("baseline:longer").predict("s", "pair", recs).margin
     assert [m > 0 for m in margin] == [False, False, True, True]
+
+
+def test_sets_the_judge_was_trained_on_are_marked(fixture_data, tiny_bert_dir, tmp_path):
+    from clfjudge.card import JudgeCard
+
+    judge_dir = make_judge(tiny_bert_dir, tmp_path / "seen", "cls3")
+    card = JudgeCard.load(judge_dir)
+    card.training = {"sources": {"train": {"pandalm-test": {"used": 10}}}}
+    card.save(judge_dir)
+    m = run_audit([str(judge_dir)], tmp_path / "out", suites=["cross-scheme"], bootstrap=0, progress=False,
+                  sets=["pandalm-test", "autoj-test"])
+    row = next(iter(m["suites"]["cross-scheme"]["rows"].values()))
+    assert row["pandalm-test"]["seen_in_training"] and not row["autoj-test"]["seen_in_training"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert " †" in report and "not out-of-distribution" in report

@@ -34,6 +34,7 @@ class Predictions:
     transform: str = ""
     truncation: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    seen_in_training: bool = False  # the judge was trained on records of this set (not out-of-distribution)
 
     def to_json(self) -> dict[str, Any]:
         def verdicts(vs):
@@ -41,7 +42,7 @@ class Predictions:
 
         return {"forward": verdicts(self.forward), "reversed": verdicts(self.reversed), "margin": self.margin,
                 "scores": self.scores, "transform": self.transform, "truncation": self.truncation,
-                "notes": self.notes}
+                "notes": self.notes, "seen_in_training": self.seen_in_training}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Predictions":
@@ -50,7 +51,7 @@ class Predictions:
 
         return cls(forward=verdicts(data["forward"]), reversed=verdicts(data["reversed"]), margin=data["margin"],
                    scores=data["scores"], transform=data["transform"], truncation=data["truncation"],
-                   notes=data["notes"])
+                   notes=data["notes"], seen_in_training=data.get("seen_in_training", False))
 
 
 class NotApplicable(Exception):
@@ -64,6 +65,11 @@ class AuditJudge:
 
     def predict(self, set_name: str, kind: str, records: Sequence[PairRecord | PointRecord]) -> Predictions:
         raise NotImplementedError
+
+
+def trained_on(card) -> set[str]:
+    """Names of the sources a judge card says the judge was trained on."""
+    return set((card.training.get("sources") or {}).get("train") or {})
 
 
 def _swapped_verdicts(verdicts: Sequence[Verdict | None]) -> list[Verdict | None]:
@@ -172,6 +178,7 @@ class DirectoryJudge(AuditJudge):
         else:
             preds = self._points(records)
         preds.truncation = self._truncation()
+        preds.seen_in_training = set_name in trained_on(self.judge.card)
         return preds
 
     def _pairs(self, records: Sequence[PairRecord]) -> Predictions:
@@ -209,12 +216,14 @@ class GenerativeAuditJudge(AuditJudge):
     ``gen:smollm2-135m@pandalm-pair``). Parse failures stay None and are counted in the notes."""
 
     def __init__(self, rest: str) -> None:
+        from ..card import JudgeCard
         from ..generative import GenerativeJudge
 
         backbone, _, scheme = rest.partition("@")
         self.judge = (GenerativeJudge.from_backbone(backbone, scheme) if scheme
                       else GenerativeJudge.load(backbone))
         self.name = f"gen:{self.judge.name}"
+        self.seen = set() if scheme else trained_on(JudgeCard.load(backbone))
 
     def predict(self, set_name, kind, records):
         if kind != self.judge.scheme.kind:
@@ -231,6 +240,7 @@ class GenerativeAuditJudge(AuditJudge):
         failed = self.judge.stats.to_dict().get(self.judge.parser.name, {}).get("failed", 0) - before
         preds.notes.append(f"{failed} outputs did not parse ({self.judge.parser.name})")
         preds.truncation = self.judge.prompts.report.to_dict()
+        preds.seen_in_training = set_name in self.seen
         return preds
 
 

@@ -23,7 +23,10 @@ def _cell(entry: Mapping[str, Any] | None, key: str, pct: bool = True) -> str:
     ci = entry.get("ci")
     if ci and entry.get("headline") == key:
         text += f" [{_fmt(ci['low'], pct)}, {_fmt(ci['high'], pct)}]"
-    return text
+    return text + (" †" if entry.get("seen_in_training") else "")
+
+
+SEEN_NOTE = "† the judge was trained on records of this set (at best on the other folds): not out-of-distribution."
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -47,7 +50,7 @@ def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
     body += _paper_rows(paper.CROSS_SCHEME, [f"{s}:{k}" for s, k in present] + ["average"])
     out = ["## Cross-scheme: pairwise selection (study Table 3)", "",
            "Percent, 95% bootstrap CI on the headline metric. Unparsed outputs count wrong. " + cs["average_note"]
-           + f". Paper rows: {paper.CROSS_SCHEME['table']}.", "", *_table(header, body), ""]
+           + f". Paper rows: {paper.CROSS_SCHEME['table']}. {SEEN_NOTE}", "", *_table(header, body), ""]
     point_sets = [s for s in ("prometheus-mtbench", "prometheus-vicuna", "prometheus-ind", "prometheus-ood")
                   if s in m["sets"]]
     if point_sets:

@@ -144,6 +144,7 @@ def cross_scheme(d: AuditData) -> Table:
             metrics = PROTOCOLS.get(s.protocol)(d.records[s.name], p)
             key = headline(s.protocol, metrics)
             row[s.name] = {**metrics, "headline": key, "transform": p.transform, "notes": p.notes,
+                           "seen_in_training": p.seen_in_training,
                            "ci": _ci(s.protocol, d.records[s.name], p, d.bootstrap)}
         row["average_pairwise"] = _average(row, ("judgelm-val:accuracy", "pandalm-test:accuracy",
                                                  "autoj-test:agreement"))
