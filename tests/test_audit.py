@@ -127,3 +127,15 @@ def test_sets_the_judge_was_trained_on_are_marked(fixture_data, tiny_bert_dir, t
     assert row["pandalm-test"]["seen_in_training"] and not row["autoj-test"]["seen_in_training"]
     report = (tmp_path / "out" / "report.md").read_text()
     assert " †" in report and "not out-of-distribution" in report
+
+
+def test_a_judge_changed_in_place_is_not_read_from_the_cache(tmp_path):
+    from clfjudge.audit import _cache_path
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "judge_card.json").write_text('{"created": "1"}')
+    before = _cache_path(tmp_path, str(judge), "pandalm-test")
+    (judge / "judge_card.json").write_text('{"created": "2"}')
+    assert _cache_path(tmp_path, str(judge), "pandalm-test") != before
+    assert _cache_path(tmp_path, "semscore", "x") == _cache_path(tmp_path, "semscore", "x")

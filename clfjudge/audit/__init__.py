@@ -40,7 +40,13 @@ def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0)
 
 
 def _cache_path(out: Path, spec: str, set_name: str) -> Path:
-    slug = hashlib.sha1(str(Path(spec).resolve() if Path(spec).is_dir() else spec).encode()).hexdigest()[:12]
+    """One file per (judge, set). A judge directory is keyed by its path and its judge card, so a judge
+    re-trained or re-exported in place is predicted again rather than read from a stale cache."""
+    key = spec
+    directory = Path(spec.partition(":")[2] if spec.startswith("gen:") else spec)
+    if (directory / "judge_card.json").is_file():
+        key = f"{directory.resolve()}:{(directory / 'judge_card.json').read_text()}"
+    slug = hashlib.sha1(key.encode()).hexdigest()[:12]
     return out / "cache" / f"{slug}-{set_name}.json"
 
 
