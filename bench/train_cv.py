@@ -60,6 +60,7 @@ PAIR_ROWS = (
     Row("MiniLM cls3 (swap aug)", "pandalm-minilm-cls3-fold.yaml"),
     Row("MiniLM reward", "pandalm-minilm-reward-fold.yaml"),
     Row("MiniLM reward + length hint", "pandalm-minilm-reward-fold.yaml", ("length_hint=true",)),
+    Row("MiniLM reward + length covariate", "pandalm-minilm-reward-fold.yaml", ("length_covariate=true",)),
 )
 POINT_ROW = Row("MiniLM regression", "prometheus-minilm-regression-fold.yaml")
 ALPACA_ROW = Row("MiniLM main judge (AlpacaEval GPT-4)", "main-minilm.yaml", (
@@ -96,7 +97,9 @@ def trained(run: Run) -> bool:
     card = run.out / "judge_card.json"
     if not card.exists():
         return False
-    done = {k: v for k, v in JudgeCard.load(run.out).training["config"].items() if k != "output_dir"}
+    # through TrainConfig, so that a card written before a config key existed compares with its default
+    done = {k: v for k, v in asdict(TrainConfig.from_dict(JudgeCard.load(run.out).training["config"])).items()
+            if k != "output_dir"}
     want = {k: v for k, v in asdict(run.config()).items() if k != "output_dir"}
     return done == want
 

@@ -124,8 +124,10 @@ def _davidson_fit(raw_f: np.ndarray, raw_r: np.ndarray, gold: Sequence[Verdict],
                   current: Mapping[str, Any]) -> tuple[dict[str, Any], PairOutputs, PairOutputs]:
     both = [*gold, *(v.swapped() for v in gold)]
     margins = np.concatenate([RewardHead.rewards(r).reshape(-1, 2) @ np.array([1.0, -1.0]) for r in (raw_f, raw_r)])
-    before = RewardHead(float(current.get("scale", 1.0)), float(current.get("nu", 0.0)))
-    head = RewardHead(*fit_davidson(margins, both))
+    # raw outputs already hold the length offsets (Judge.raw_outputs); the coefficient is kept as trained
+    length_coef = float(current.get("length_coef", 0.0))
+    before = RewardHead(float(current.get("scale", 1.0)), float(current.get("nu", 0.0)), length_coef=length_coef)
+    head = RewardHead(*fit_davidson(margins, both), length_coef=length_coef)
     entry = {"method": "davidson", **head.card_fields()["calibration"],
              "nll_before": _pair_nll(before.outputs(np.vstack([raw_f, raw_r])), both),
              "nll_after": _pair_nll(head.outputs(np.vstack([raw_f, raw_r])), both)}

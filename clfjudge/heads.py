@@ -15,6 +15,9 @@ an encoder, or over the last non-pad token of a decoder) and differs only in wha
   with target 1 / 0.5 / 0). Verdict probabilities come from Davidson's (1970) tie model fitted on the dev
   split after training: P(A) : P(TIE) : P(B) = e^{s d/2} : nu : e^{-s d/2}; its argmax is TIE exactly when
   |s d| < 2 ln nu, i.e. a tie threshold on |r_A - r_B|.
+  With ``length_covariate`` the reward is r = f(question, answer) + beta * log(1 + characters of the answer),
+  beta fixed before training by a Bradley-Terry fit of the length difference alone: an offset, as in a GLM
+  (and in length-controlled AlpacaEval), so the network is trained on what length does not already explain.
 
 Heads import numpy only at module level; torch is imported inside the loss, so an ONNX runtime can use a
 head's ``outputs`` without torch.
@@ -72,6 +75,7 @@ class Head:
     sequences_per_record: ClassVar[int] = 1
     position_invariant: ClassVar[bool] = False
     label_is_float: ClassVar[bool] = False
+    supports_length_covariate: ClassVar[bool] = False
     best_metric: ClassVar[str]  # dev metric for early stopping / best checkpoint (greater is better)
 
     def default_scheme(self, family: str) -> str:
@@ -122,6 +126,11 @@ class Head:
     def outputs(self, logits: np.ndarray) -> PairOutputs | PointOutputs:
         """Raw model outputs for N records (shape (N*k, num_labels) or (N, k*num_labels)) -> predictions."""
         raise NotImplementedError
+
+    def adjust(self, logits: np.ndarray, records: Sequence[Record]) -> np.ndarray:
+        """Raw model outputs plus whatever the head adds from the records themselves (default: nothing).
+        Every path from logits to predictions (training metrics, PyTorch and ONNX judges) goes through it."""
+        return logits
 
     def calibrate(self, logits: np.ndarray, records: Sequence[Record]) -> None:
         """Fit post-hoc parameters on the dev split (after training)."""
@@ -282,6 +291,26 @@ def bradley_terry_loss(r_a: "torch.Tensor", r_b: "torch.Tensor", target: "torch.
     return F.binary_cross_entropy_with_logits(r_a - r_b, target, reduction="none")
 
 
+def answer_length(text: str) -> float:
+    """The length covariate of an answer: log(1 + characters), characters as in the longer-answer baseline."""
+    return math.log1p(len(text))
+
+
+def fit_length_coef(records: Sequence[PairRecord]) -> float:
+    """beta of the Bradley-Terry model P(A beats B) = sigma(beta (l_A - l_B)) on the length covariate alone
+    (ties as half wins), by maximum likelihood."""
+    from scipy.optimize import minimize_scalar
+
+    x = np.array([answer_length(r.answer_a) - answer_length(r.answer_b) for r in records])
+    t = np.array([_BT_TARGET[r.verdict] for r in records])
+
+    def nll(beta: float) -> float:
+        z = beta * x
+        return float(np.mean(np.logaddexp(0.0, z) - t * z))
+
+    return float(minimize_scalar(nll, bounds=(-20.0, 20.0), method="bounded").x)
+
+
 def davidson_probs(margin: np.ndarray, scale: float, nu: float) -> np.ndarray:
     """Columns P(A), P(TIE), P(B) under Davidson's tie model for reward margins r_A - r_B."""
     half = 0.5 * scale * np.asarray(margin, dtype=np.float64)
@@ -317,10 +346,35 @@ class RewardHead(Head):
     sequences_per_record = 2
     position_invariant = True
     label_is_float = True
+    supports_length_covariate = True
     best_metric = "accuracy"
 
-    def __init__(self, scale: float = 1.0, nu: float = 0.0) -> None:
+    def __init__(self, scale: float = 1.0, nu: float = 0.0, length_covariate: bool = False,
+                 length_coef: float = 0.0) -> None:
         self.scale, self.nu = scale, nu
+        self.length_covariate, self.length_coef = length_covariate, length_coef
+
+    def fit(self, records: Sequence[PairRecord]) -> None:
+        if self.length_covariate:
+            self.length_coef = fit_length_coef(records)
+
+    def offsets(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        """(records, sequences) length offsets beta * l(answer); a point record is one answer."""
+        return self.length_coef * np.array([[answer_length(p.answer) for p in
+                                             (self.inputs(r) if isinstance(r, PairRecord) else [r])]
+                                            for r in records], dtype=np.float64)
+
+    def adjust(self, logits: np.ndarray, records: Sequence[Record]) -> np.ndarray:
+        if not self.length_coef:
+            return logits
+        logits = np.asarray(logits, dtype=np.float64)
+        return (logits.reshape(len(records), -1) + self.offsets(records)).reshape(logits.shape)
+
+    def features(self, record: Record, encoder: "Encoder") -> dict[str, Any]:
+        out = super().features(record, encoder)
+        # The loss needs both answers' offsets beside the target: labels are [target, offset_A, offset_B].
+        out["labels"] = [out["labels"], *self.offsets([record])[0]]
+        return out
 
     def inputs(self, record: PairRecord) -> list[Record]:
         from .schemes import pair_to_points
@@ -332,8 +386,11 @@ class RewardHead(Head):
         return _BT_TARGET[record.verdict]
 
     def loss(self, outputs, labels, num_items_in_batch=None):
-        r = outputs["logits"].view(-1, 2).float()
-        return _mean_over_items(bradley_terry_loss(r[:, 0], r[:, 1], labels.view(-1).float()), num_items_in_batch)
+        labels = labels.view(-1, 3).float()
+        r = outputs["logits"].view(-1, 2).float() + labels[:, 1:]
+        if num_items_in_batch is not None:  # the Trainer counts label entries: 3 per record
+            num_items_in_batch = num_items_in_batch / 3
+        return _mean_over_items(bradley_terry_loss(r[:, 0], r[:, 1], labels[:, 0]), num_items_in_batch)
 
     @staticmethod
     def rewards(logits: np.ndarray) -> np.ndarray:
@@ -366,10 +423,12 @@ class RewardHead(Head):
             "label_map": {"0": "reward r(question, answer); pair verdict from r_A - r_B"},
             "score_scale": None,
             "calibration": {"model": "davidson", "scale": self.scale, "nu": self.nu,
-                            "tie_threshold": self.tie_threshold()},
+                            "tie_threshold": self.tie_threshold(),
+                            "length_coef": self.length_coef, "length_covariate": "log(1 + characters)"},
         }
 
     @classmethod
     def from_card(cls, card: "JudgeCard") -> "RewardHead":
         cal = card.calibration
-        return cls(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)))
+        return cls(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)),
+                   length_coef=float(cal.get("length_coef", 0.0)))

@@ -294,7 +294,7 @@ class ModelJudge(Judge):
             logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
             for i, row in zip(chunk, logits):
                 rows[i] = row
-        return np.stack(rows)
+        return self.head.adjust(np.stack(rows), records)
 
     def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
         return self.head.outputs(self.calibration.scale(raw))

@@ -53,6 +53,7 @@ class TrainConfig:
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
     length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
+    length_covariate: bool = False  # reward head: add beta * log(1 + chars) to each reward (heads.py)
     budgets: dict[str, float] = field(default_factory=dict)  # truncation budgets per field (truncation.py)
     head_fraction: float = 0.5  # share of a cut field kept from its head (the rest from its tail)
     lr: float = 2e-5
@@ -100,6 +101,8 @@ class TrainConfig:
                 raise ValueError(f"train config: {message}")
         if self.head not in HEADS and self.head not in OTHER_TRAINERS:
             HEADS.get(self.head)  # raises with the known names
+        if self.length_covariate and not (self.head in HEADS and HEADS.get(self.head).supports_length_covariate):
+            raise ValueError(f"train config: length_covariate is a reward-head option, not one of head {self.head!r}")
 
     # -- loading ----------------------------------------------------------------------------------------
     @classmethod
@@ -440,7 +443,7 @@ def _encode(head: Head, encoder, records: Sequence[Record]):
 
 def _predict(trainer, head: Head, encoder, records: Sequence[Record]):
     logits = trainer.predict(_encode(head, encoder, records)).predictions
-    return logits[0] if isinstance(logits, tuple) else logits
+    return head.adjust(logits[0] if isinstance(logits, tuple) else logits, records)
 
 
 def _score(trainer, head: Head, encoder, records: Sequence[Record]) -> dict[str, Any]:
@@ -487,6 +490,7 @@ def train(cfg: TrainConfig) -> Path:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     set_seed(cfg.seed)
     head = HEADS.get(cfg.head)()
+    head.length_covariate = cfg.length_covariate
     info = resolve_backbone(cfg.backbone)
     scheme = cfg.scheme or head.default_scheme(info.family)
     SCHEMES.get(scheme)  # fail early on an unknown scheme name
@@ -505,6 +509,7 @@ def train(cfg: TrainConfig) -> Path:
 
     def compute_metrics(pred) -> dict[str, float]:
         logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+        logits = head.adjust(logits, splits.dev)
         head.calibrate(logits, splits.dev)
         return _floats(head.evaluate(head.outputs(logits), splits.dev))
 

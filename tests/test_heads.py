@@ -59,12 +59,34 @@ def test_bradley_terry_loss_hand_case():
 def test_reward_head_loss_reads_interleaved_logits():
     head = RewardHead()
     logits = torch.tensor([[2.0], [0.5], [0.0], [1.0]])  # pair 0: rA=2, rB=.5; pair 1: rA=0, rB=1
-    loss = head.loss({"logits": logits}, torch.tensor([1.0, 0.0]))
+    labels = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # [target, offset_A, offset_B] per pair
+    loss = head.loss({"logits": logits}, labels)
     expected = (-math.log(1 / (1 + math.exp(-1.5))) - math.log(1 / (1 + math.exp(-1.0)))) / 2
     assert loss.item() == pytest.approx(expected, abs=1e-6)
-    # with gradient accumulation the Trainer passes the record count of the whole accumulated batch
-    assert head.loss({"logits": logits}, torch.tensor([1.0, 0.0]), num_items_in_batch=4).item() == \
+    # with gradient accumulation the Trainer passes the label entries of the whole accumulated batch (3 a pair)
+    assert head.loss({"logits": logits}, labels, num_items_in_batch=12).item() == \
         pytest.approx(expected / 2, abs=1e-6)
+    # length offsets enter the margin: pair 1 with offset_B = -1 becomes a tie of rewards 0 and 1 - 1
+    shifted = head.loss({"logits": logits}, torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0]]))
+    assert shifted.item() == pytest.approx((-math.log(1 / (1 + math.exp(-1.5))) + math.log(2)) / 2, abs=1e-6)
+
+
+def test_length_coefficient_fits_the_length_preference():
+    """beta of the length-only Bradley-Terry fit: positive when longer answers win, negative when they lose,
+    and offsets enter every prediction through adjust()."""
+    short, long_ = "Paris.", "Paris is the capital of France, on the Seine."
+    longer_wins = [pair("A", long_, short)] * 8 + [pair("B", short, long_)] * 8 + [pair("A", short, long_)] * 2
+    head = RewardHead(length_covariate=True)
+    head.fit(longer_wins)
+    assert head.length_coef > 0
+    head.fit([pair("B", long_, short)] * 8 + [pair("A", short, long_)] * 8)  # the shorter answer wins
+    assert head.length_coef < 0
+    head = RewardHead(length_coef=2.0)
+    adjusted = head.adjust(np.zeros((2, 1)), [pair("A", long_, short)])
+    assert adjusted[0, 0] - adjusted[1, 0] == pytest.approx(2.0 * (math.log1p(len(long_)) - math.log1p(len(short))))
+    assert head.outputs(adjusted).verdicts() == [Verdict.A]
+    assert RewardHead.from_card(type("Card", (), {"calibration": head.card_fields()["calibration"]})).length_coef == 2.0
+    np.testing.assert_array_equal(RewardHead().adjust(np.ones((2, 1)), [pair()]), np.ones((2, 1)))  # off: as is
 
 
 def test_tie_loss_is_minimal_at_equal_rewards():

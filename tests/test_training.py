@@ -7,7 +7,9 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
+from clfjudge.heads import RewardHead
 from clfjudge.paths import REPO_ROOT, data_root
+from clfjudge.records import PointRecord
 from clfjudge.runtime import Judge
 from clfjudge.training import TrainConfig
 
@@ -178,6 +180,28 @@ def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
     text = judge.encoder.text(PointRecord(id="x", question="q", answer=answer, score=None))
     assert f"length {length_bucket(answer)}:" in text and len(text) < len(answer)
     assert length_bucket("") == 0 and length_bucket("a" * 1000) > length_bucket("a" * 500)
+
+
+@needs_data
+def test_length_covariate_is_fitted_and_used_by_the_loaded_judge(tiny_bert_dir, tmp_path):
+    """The reward judge trained with the length offset stores beta and scores with it (PyTorch judge)."""
+    from clfjudge.heads import answer_length
+    from clfjudge.training import train
+
+    judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "lc", "reward", length_covariate=True)))
+    beta = judge.card.calibration["length_coef"]
+    assert beta != 0.0 and judge.head.length_coef == beta
+    short, long_ = "Seven.", "Seven is prime: its only divisors are one and itself."
+    gap = judge.score("Name a prime.", long_).value - judge.score("Name a prime.", short).value
+    plain = RewardHead.rewards(judge.backend(judge.tokenizer.pad(
+        [judge.encode(PointRecord(id=str(i), question="Name a prime.", answer=a, score=None))[0]
+         for i, a in enumerate((long_, short))], padding=True, return_tensors="np")))
+    assert gap == pytest.approx(plain[0] - plain[1] + beta * (answer_length(long_) - answer_length(short)), abs=1e-4)
+
+
+def test_length_covariate_needs_the_reward_head():
+    with pytest.raises(ValueError, match="reward-head option"):
+        TrainConfig.from_dict({"sources": ["pandalm-test"], "head": "cls3", "length_covariate": True})
 
 
 @pytest.mark.slow
