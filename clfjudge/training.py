@@ -432,6 +432,23 @@ def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bo
     )
 
 
+def in_order_eval(trainer_cls):
+    """``trainer_cls`` with a sequential eval sampler. Under ``train_sampling_strategy="group_by_length"``
+    transformers (>= 4.45) also length-groups *evaluation* with a shuffling sampler and returns predictions in
+    that order, unmatched to the records: early stopping, calibration and every validation metric would score
+    noise. We sort eval sets by length ourselves (``_by_length``) and keep the order."""
+    from torch.utils.data import SequentialSampler
+
+    class InOrderEvalTrainer(trainer_cls):
+        def _get_eval_sampler(self, eval_dataset):
+            if eval_dataset is None:
+                return None
+            # distributed: None lets accelerate shard sequentially and gather back in order
+            return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+
+    return InOrderEvalTrainer
+
+
 def _encode(head: Head, encoder, records: Sequence[Record]):
     import datasets
 
@@ -441,9 +458,20 @@ def _encode(head: Head, encoder, records: Sequence[Record]):
     return datasets.Dataset.from_list(features)
 
 
+def _by_length(dataset):
+    """The dataset sorted by length (little padding at prediction) and the permutation that restores order."""
+    import numpy as np
+
+    order = np.argsort(np.asarray(dataset["length"]), kind="stable")
+    return dataset.select(order), np.argsort(order)
+
+
 def _predict(trainer, head: Head, encoder, records: Sequence[Record]):
-    logits = trainer.predict(_encode(head, encoder, records)).predictions
-    return head.adjust(logits[0] if isinstance(logits, tuple) else logits, records)
+    """Logits in record order (the eval sampler is sequential: see ``InOrderEvalTrainer``)."""
+    dataset, restore = _by_length(_encode(head, encoder, records))
+    logits = trainer.predict(dataset).predictions
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    return head.adjust(logits.reshape(len(records), -1)[restore].reshape(logits.shape), records)
 
 
 def _score(trainer, head: Head, encoder, records: Sequence[Record]) -> dict[str, Any]:
@@ -476,6 +504,7 @@ def train(cfg: TrainConfig) -> Path:
     """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
     if cfg.head in OTHER_TRAINERS:
         return OTHER_TRAINERS[cfg.head](cfg)
+    import numpy as np
     import torch
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 
@@ -505,18 +534,21 @@ def train(cfg: TrainConfig) -> Path:
                              length_hint=cfg.length_hint, report=TruncationReport())
                 for name in ("train", "dev", "test", *splits.evals)}
     train_ds = _encode(head, encoders["train"], splits.train)
-    dev_ds = _encode(head, encoders["dev"], splits.dev) if splits.dev else None
+    dev_ds, dev_records = None, list(splits.dev)
+    if splits.dev:  # evaluated in this (length-sorted) order: compute_metrics pairs logits with dev_records
+        dev_ds, restore = _by_length(_encode(head, encoders["dev"], splits.dev))
+        dev_records = [splits.dev[i] for i in np.argsort(restore)]
 
     def compute_metrics(pred) -> dict[str, float]:
         logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
-        logits = head.adjust(logits, splits.dev)
-        head.calibrate(logits, splits.dev)
-        return _floats(head.evaluate(head.outputs(logits), splits.dev))
+        logits = head.adjust(logits, dev_records)
+        head.calibrate(logits, dev_records)
+        return _floats(head.evaluate(head.outputs(logits), dev_records))
 
     out_dir = Path(cfg.output_dir)
     ckpt_dir = out_dir / "checkpoints"
     label_dtype = torch.float32 if head.label_is_float else torch.long
-    trainer = Trainer(
+    trainer = in_order_eval(Trainer)(
         model=model,
         args=training_arguments(cfg, head, ckpt_dir, has_dev=dev_ds is not None),
         data_collator=lambda feats: collate(tokenizer, feats, label_dtype),
