@@ -87,6 +87,12 @@ class Run:
                                                              f"output_dir={self.out}"])
 
 
+def selected(row: Row, wanted: Sequence[str]) -> bool:
+    """A row named exactly by one of ``wanted``, or (none named exactly) whose name contains one of them."""
+    exact = [w for w in wanted if w in {r.name for r in PAIR_ROWS}]
+    return row.name in exact if exact else any(w in row.name for w in wanted)
+
+
 def fold_run(row: Row, sources: Sequence[str], folds: int, fold: int, seed: int) -> Run:
     tag = f"{'+'.join(sources)}/fold{fold}"
     return Run(row, tag, ("test_fraction=0", f"sources=[{','.join(sources)}]", f"cv_folds={folds}",
@@ -139,7 +145,7 @@ def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
     out = {}
     for name in args.sets:
         runs = {row.name: [fold_run(row, [name], args.folds, k, args.seed) for k in range(args.tune_folds)]
-                for row in PAIR_ROWS if any(part in row.name for part in args.rows)}
+                for row in PAIR_ROWS if selected(row, args.rows)}
         walls = train_all([r for rs in runs.values() for r in rs], args.jobs, args.retrain)
         gold: list[PairRecord] = []
         preds: dict[str, tuple[list, list]] = {}
@@ -255,8 +261,8 @@ def markdown(result: dict[str, Any]) -> str:
         for key, v in part["validation"].items():
             base = v.get("baselines", {})
             lines.append(f"| {key} | {v['n']} | {_f(v['accuracy'])} | {_f(v['f1'])} | {_f(v.get('agreement'))} | "
-                         f"{_f(v.get('consistency'))} | {_f(base.get('majority_class', {}).get('accuracy'))} | "
-                         f"{_f(base.get('longer_answer_wins', {}).get('accuracy'))} |")
+                         f"{_f(v.get('consistency'))} | {_f(base.get('majority-class', {}).get('accuracy'))} | "
+                         f"{_f(base.get('longer-answer-wins', {}).get('accuracy'))} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -268,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--tune-folds", type=int, default=1, help="folds the fine-tuned rows are trained on")
     parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
-    parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows whose name contains one of these")
+    parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows: exact names, or substrings of names")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--retrain", action="store_true")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "clfjudge" / "embeddings")
