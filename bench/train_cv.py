@@ -8,8 +8,9 @@ subprocess per fold, ``--jobs`` at a time):
   folds, and every row (majority class, longer answer wins, the MiniLM embedding judge) is scored on exactly
   those held-out records, in both answer orders.
 - ``prometheus``: a MiniLM regression judge on Prometheus MT Bench + Vicuna Bench, grouped by question.
-- ``alpaca``: the main recipe (train/cpu/main-minilm.yaml) with a grouped held-out AlpacaEval fold, scored on
-  it and, for transfer, on PandaLM / Auto-J / LLMBar.
+- ``alpaca``: the main recipe (train/cpu/main-minilm.yaml) and a 3-way cross-encoder on the answer-order-
+  randomized pairs (train/cpu/alpacaeval-minilm-cls3.yaml), with the same grouped held-out AlpacaEval fold, scored
+  on it and, for transfer, on PandaLM / Auto-J / LLMBar.
 
 A fold whose judge directory already holds a card trained with the same config is reused (``--retrain`` to
 force). Run: ``OMP_NUM_THREADS=1 .venv/bin/python bench/train_cv.py [--experiments ...] [--tune-folds N]``.
@@ -63,9 +64,13 @@ PAIR_ROWS = (
     Row("MiniLM reward + length covariate", "pandalm-minilm-reward-fold.yaml", ("length_covariate=true",)),
 )
 POINT_ROW = Row("MiniLM regression", "prometheus-minilm-regression-fold.yaml")
-ALPACA_ROW = Row("MiniLM main judge (AlpacaEval GPT-4)", "main-minilm.yaml", (
-    "test_fraction=0.1", f"eval_sources=[pandalm-test,autoj-test,{','.join(LLMBAR)}]",
-    "decontaminate_against=[prometheus-mtbench,prometheus-vicuna]"))
+# the same held-out AlpacaEval fold and transfer sets for every AlpacaEval-trained row
+_ALPACA_SPLIT = ("test_fraction=0.1", f"eval_sources=[pandalm-test,autoj-test,{','.join(LLMBAR)}]",
+                 "decontaminate_against=[prometheus-mtbench,prometheus-vicuna]")
+ALPACA_ROWS = (
+    Row("MiniLM main judge (AlpacaEval GPT-4)", "main-minilm.yaml", _ALPACA_SPLIT),
+    Row("MiniLM cls3 (AlpacaEval GPT-4, order randomized, swap aug)", "alpacaeval-minilm-cls3.yaml", _ALPACA_SPLIT),
+)
 
 
 def slug(text: str) -> str:
@@ -193,11 +198,15 @@ def prometheus_experiment(args, embedders: Embedders) -> dict[str, Any]:
 
 
 def alpaca_experiment(args, embedders: Embedders) -> dict[str, Any]:
-    run = Run(ALPACA_ROW, "alpacaeval", ())
-    walls = train_all([run], 1, args.retrain)
-    card = JudgeCard.load(run.out)
-    return {"row": ALPACA_ROW.name, "recipe": ALPACA_ROW.recipe, "overrides": list(ALPACA_ROW.overrides),
-            "split": card.training["split"], "train_wall_s": walls[str(run.out)], "validation": card.validation}
+    rows = [row for row in ALPACA_ROWS if any(w in row.name for w in args.alpaca_rows)]
+    runs = [Run(row, "alpacaeval", ()) for row in rows]
+    walls = train_all(runs, 1, args.retrain)
+    parts = {}
+    for row, run in zip(rows, runs):
+        card = JudgeCard.load(run.out)
+        parts[row.name] = {"recipe": row.recipe, "overrides": list(row.overrides), "split": card.training["split"],
+                           "train_wall_s": walls[str(run.out)], "validation": card.validation}
+    return parts
 
 
 EXPERIMENTS = {"pairs": pairs_experiment, "prometheus": prometheus_experiment, "alpaca": alpaca_experiment}
@@ -251,9 +260,8 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{'+'.join(f'{w:.0f}' for w in r['train_wall_s'])} |")
         lines += [f"| {row} | {v} | | | | | |" for row, v in PAPER_PROMETHEUS.items()]
         lines.append("")
-    if "alpaca" in ex:
-        part = ex["alpaca"]
-        lines += [f"## {part['row']}: held-out AlpacaEval instructions and transfer (trained in "
+    for name, part in ex.get("alpaca", {}).items():
+        lines += [f"## {name}: held-out AlpacaEval instructions and transfer (trained in "
                   f"{part['train_wall_s']:.0f} s)", "",
                   f"Recipe train/cpu/{part['recipe']} with {part['overrides']}; split {part['split']}.", "",
                   "| set | n | judge acc | judge macro F1 | Auto-J agreement | position consistency | "
@@ -275,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-folds", type=int, default=1, help="folds the fine-tuned rows are trained on")
     parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
     parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows: exact names, or substrings of names")
+    parser.add_argument("--alpaca-rows", nargs="+", default=[""], help="AlpacaEval rows: substrings of names")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--retrain", action="store_true")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "clfjudge" / "embeddings")

@@ -50,6 +50,7 @@ class TrainConfig:
     max_train_records: int | None = None
     max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
     swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
+    randomize_order: bool = False  # swap a seeded random half of the train sources' pairs before any split
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
     length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
@@ -257,6 +258,25 @@ def swap_augment(records: Sequence[Record], ratio: float, rng: random.Random) ->
     return list(records) + [p.swapped() for p in chosen]
 
 
+def randomize_order(records: Sequence[Record], seed: int) -> tuple[list[Record], int]:
+    """Swap the answers (and label) of a random half of the pairs; its own RNG, so that turning it on
+    leaves every other sample of the run unchanged. Returns the records and how many were swapped."""
+    rng = random.Random(f"randomize-order:{seed}")
+    out = [r.swapped() if isinstance(r, PairRecord) and rng.random() < 0.5 else r for r in records]
+    return out, sum(a is not b for a, b in zip(records, out))
+
+
+def check_order_shortcut(cfg: TrainConfig, head: Head) -> None:
+    """Refuse to train an order-sensitive head on a source whose answer order gives the label away."""
+    from . import sources as source_registry
+
+    fixed = [n for n in (parse_source(s)[0] for s in cfg.sources) if source_registry.SOURCES.get(n).fixed_order]
+    if fixed and not head.position_invariant and not cfg.randomize_order:
+        raise ValueError(f"train config: {fixed} always put the same baseline model first, so the answer order "
+                         f"predicts the label; a {head.name} head would learn that shortcut. Set "
+                         "randomize_order: true (or train a position-invariant head such as reward)")
+
+
 def drop_references(records: Sequence[Record], ratio: float, rng: random.Random) -> tuple[list[Record], int]:
     """Remove the reference answer from ``ratio`` of the records that have one."""
     out, dropped = [], 0
@@ -308,11 +328,15 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     from . import sources as source_registry
     from .splits import decontaminate
 
+    check_order_shortcut(cfg, head)
     rng = random.Random(cfg.seed)
     records, stats = [], {}
     for spec in cfg.sources:
         recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
         records += recs
+    order_swapped = 0
+    if cfg.randomize_order:  # before the splits: the dev and test folds lose the shortcut too
+        records, order_swapped = randomize_order(records, cfg.seed)
     pool, test = _held_out(records, cfg)
 
     train_names = {parse_source(s)[0] for s in cfg.sources}
@@ -345,6 +369,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
         "dev": len(dev), "capped": capped, "dev_capped": dev_capped,
         "train": n_before_aug, "swap_aug_added": len(train) - n_before_aug, "references_dropped": ref_dropped,
         "swap_aug_skipped": bool(cfg.swap_aug and head.position_invariant),  # invariant by construction
+        "order_swapped": order_swapped,
     }
     if not train:
         raise ValueError(f"no training records left after the splits: {counts}")

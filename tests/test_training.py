@@ -114,6 +114,38 @@ def test_swap_augmentation_swaps_answers_and_labels():
     assert len(swap_augment(recs, 1 / 3, random.Random(0))) == 4
 
 
+def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
+    from clfjudge.records import PairRecord, Verdict
+    from clfjudge.training import randomize_order
+
+    recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"base{i}", answer_b=f"model{i}", verdict=Verdict.A)
+            for i in range(400)]
+    out, n = randomize_order(recs, seed=1)
+    swapped = [r for r in out if r.answer_a.startswith("model")]
+    assert n == len(swapped) and 160 < n < 240
+    assert all(r.verdict is Verdict.B for r in swapped)
+    assert [r.id for r in out] == [r.id for r in recs]  # same records, same order
+    assert randomize_order(recs, seed=1) == (out, n) and randomize_order(recs, seed=2)[0] != out
+
+
+@needs_data
+def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
+    from clfjudge.heads import HEADS
+    from clfjudge.training import build_splits
+
+    cfg = {"head": "cls3", "sources": ["alpacaeval-gpt4:400"], "test_fraction": 0.25}
+    with pytest.raises(ValueError, match=r"alpacaeval-gpt4.*randomize_order: true"):
+        build_splits(TrainConfig.from_dict(cfg), HEADS.get("cls3")())
+    build_splits(TrainConfig.from_dict({**cfg, "head": "reward"}), HEADS.get("reward")())  # invariant: allowed
+    splits = build_splits(TrainConfig.from_dict({**cfg, "randomize_order": True}), HEADS.get("cls3")())
+    everything = splits.train + splits.dev + splits.test
+    assert splits.counts["order_swapped"] == sum(r.meta.get("swapped", False) for r in everything) > 100
+    # output_1 (the baseline) loses most of AlpacaEval's comparisons: in the original order "B" is the
+    # majority; randomized, the majority class is no better than a coin on the pairs without a tie
+    verdicts = [r.verdict.name for r in everything]
+    assert max(verdicts.count("A"), verdicts.count("B")) / len(verdicts) < 0.6
+
+
 @needs_data
 def test_swap_aug_in_splits_only_for_position_dependent_heads():
     from clfjudge.heads import HEADS

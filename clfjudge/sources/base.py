@@ -25,6 +25,9 @@ class Source:
     license: str = ""
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # answer_a is always the same (baseline) model: the answer order predicts the label, a shortcut an
+    # order-sensitive judge must not be trained on without ``randomize_order`` (training.py)
+    fixed_order: bool = False
 
     def path(self, root: Path | None = None) -> Path:
         return (root or data_root()) / self.default_path
