@@ -484,19 +484,21 @@ def _encode(head: Head, encoder, records: Sequence[Record]):
 
 
 def _by_length(dataset):
-    """The dataset sorted by length (little padding at prediction) and the permutation that restores order."""
+    """The dataset sorted by length (little padding at prediction) and the sorting permutation."""
     import numpy as np
 
     order = np.argsort(np.asarray(dataset["length"]), kind="stable")
-    return dataset.select(order), np.argsort(order)
+    return dataset.select(order), order
 
 
 def _predict(trainer, head: Head, encoder, records: Sequence[Record]):
     """Logits in record order (the eval sampler is sequential: see ``InOrderEvalTrainer``)."""
-    dataset, restore = _by_length(_encode(head, encoder, records))
+    import numpy as np
+
+    dataset, order = _by_length(_encode(head, encoder, records))
     logits = trainer.predict(dataset).predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
-    return head.adjust(logits.reshape(len(records), -1)[restore].reshape(logits.shape), records)
+    return head.adjust(logits.reshape(len(records), -1)[np.argsort(order)].reshape(logits.shape), records)
 
 
 def _score(trainer, head: Head, encoder, records: Sequence[Record]) -> dict[str, Any]:
@@ -529,7 +531,6 @@ def train(cfg: TrainConfig) -> Path:
     """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
     if cfg.head in OTHER_TRAINERS:
         return OTHER_TRAINERS[cfg.head](cfg)
-    import numpy as np
     import torch
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 
@@ -561,8 +562,8 @@ def train(cfg: TrainConfig) -> Path:
     train_ds = _encode(head, encoders["train"], splits.train)
     dev_ds, dev_records = None, list(splits.dev)
     if splits.dev:  # evaluated in this (length-sorted) order: compute_metrics pairs logits with dev_records
-        dev_ds, restore = _by_length(_encode(head, encoders["dev"], splits.dev))
-        dev_records = [splits.dev[i] for i in np.argsort(restore)]
+        dev_ds, order = _by_length(_encode(head, encoders["dev"], splits.dev))
+        dev_records = [splits.dev[i] for i in order]
 
     def compute_metrics(pred) -> dict[str, float]:
         logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
