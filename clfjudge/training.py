@@ -41,6 +41,8 @@ class TrainConfig:
     scheme: str | None = None  # default: "<backbone family>-<head's suffix>", e.g. encoder-pair
     sources: list[str] = field(default_factory=list)  # train sources; "name" or "name:N" (N records sampled)
     eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
+    # mixed into the training split only (never dev or test), decontaminated against test, dev and eval sources
+    extra_train_sources: list[str] = field(default_factory=list)
     decontaminate_against: list[str] = field(default_factory=list)  # further sources whose questions are removed
     test_fraction: float = 0.0  # grouped held-out fold of the train sources, scored after training
     cv_folds: int = 0  # > 1: hold out fold ``cv_fold`` of a grouped k-fold split (splits.group_kfold) instead
@@ -50,6 +52,9 @@ class TrainConfig:
     max_train_records: int | None = None
     max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
     swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
+    # LLMBar-style hard negatives from the training split (embedding_judge.neighbour_negatives): copies added
+    neighbour_negatives: int = 0
+    neighbour_encoder: str = "minilm"  # the sentence encoder that finds each question's nearest neighbour
     randomize_order: bool = False  # swap a seeded random half of the train sources' pairs before any split
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
@@ -89,6 +94,7 @@ class TrainConfig:
             (0.0 <= self.test_fraction < 1.0, "test_fraction must be in [0, 1)"),
             (0.0 <= self.dev_fraction < 1.0, "dev_fraction must be in [0, 1)"),
             (0.0 <= self.swap_aug <= 1.0, "swap_aug must be in [0, 1]"),
+            (self.neighbour_negatives >= 0, "neighbour_negatives must be a number of copies >= 0"),
             (0.0 <= self.ref_drop <= 1.0, "ref_drop must be in [0, 1]"),
             (0.0 <= self.warmup_ratio < 1.0, "warmup_ratio must be in [0, 1)"),
             (self.batch_size > 0 and self.grad_accum > 0, "batch_size and grad_accum must be positive"),
@@ -270,7 +276,8 @@ def check_order_shortcut(cfg: TrainConfig, head: Head) -> None:
     """Refuse to train an order-sensitive head on a source whose answer order gives the label away."""
     from . import sources as source_registry
 
-    fixed = [n for n in (parse_source(s)[0] for s in cfg.sources) if source_registry.SOURCES.get(n).fixed_order]
+    names = (parse_source(s)[0] for s in (*cfg.sources, *cfg.extra_train_sources))
+    fixed = [n for n in names if source_registry.SOURCES.get(n).fixed_order]
     if fixed and not head.position_invariant and not cfg.randomize_order:
         raise ValueError(f"train config: {fixed} always put the same baseline model first, so the answer order "
                          f"predicts the label; a {head.name} head would learn that shortcut. Set "
@@ -324,6 +331,39 @@ def _cap(records: list[Record], limit: int | None, rng: random.Random) -> tuple[
     return rng.sample(records, limit), len(records) - limit
 
 
+def _extra_train(cfg: TrainConfig, head: Head, against: list[Record],
+                 stats: dict[str, Any]) -> tuple[list[Record], dict[str, Any]]:
+    """The extra_train sources' records, with questions of the held-out, dev and evaluation records removed
+    (so mixing never leaks an evaluated question into training). Their own RNG: adding them leaves every other
+    sample of the run unchanged. Their load stats join ``stats`` (the card's training sources)."""
+    from .splits import decontaminate
+
+    if not cfg.extra_train_sources:
+        return [], {}
+    rng = random.Random(f"extra-train:{cfg.seed}")
+    records = []
+    for spec in cfg.extra_train_sources:
+        recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
+        stats[parse_source(spec)[0]]["role"] = "extra_train (training split only)"
+        records += recs
+    if cfg.randomize_order:
+        records, _ = randomize_order(records, cfg.seed)
+    kept, removed, by_set = decontaminate(records, against) if against else (records, 0, {})
+    return kept, {"extra_train": len(kept), "extra_decontaminated": removed, "extra_decontaminated_by_set": by_set}
+
+
+def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Record]:
+    """``cfg.neighbour_negatives`` seeded draws of LLMBar-style hard negatives built from the training pairs."""
+    if not cfg.neighbour_negatives:
+        return []
+    from .embedding_judge import TextEmbedder, neighbour_negatives
+
+    pairs = [r for r in train if isinstance(r, PairRecord)]
+    embedder = TextEmbedder(cfg.neighbour_encoder)
+    return [replace(r, id=f"{r.id}:{copy}") for copy in range(cfg.neighbour_negatives)
+            for r in neighbour_negatives(pairs, embedder, seed=cfg.seed + copy)]
+
+
 def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     from . import sources as source_registry
     from .splits import decontaminate
@@ -340,10 +380,15 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     pool, test = _held_out(records, cfg)
 
     train_names = {parse_source(s)[0] for s in cfg.sources}
-    clash = train_names & ({parse_source(s)[0] for s in cfg.eval_sources} | set(cfg.decontaminate_against))
-    if clash:
-        raise ValueError(f"{sorted(clash)} are both train and evaluation sources: every training record would "
-                         "be removed as contaminated; use test_fraction for a held-out fold instead")
+    extra_names = {parse_source(s)[0] for s in cfg.extra_train_sources}
+    scored_names = {parse_source(s)[0] for s in cfg.eval_sources} | set(cfg.decontaminate_against)
+    for clash, what in ((train_names & scored_names, "both train and evaluation sources: every training record "
+                         "would be removed as contaminated; use test_fraction for a held-out fold instead"),
+                        (extra_names & train_names, "both train and extra_train sources: name each once"),
+                        (extra_names & scored_names, "both extra_train and evaluation sources: every extra "
+                         "record would be removed as contaminated")):
+        if clash:
+            raise ValueError(f"{sorted(clash)} are {what}")
     evals, eval_stats = {}, {}
     for spec in cfg.eval_sources:
         name = parse_source(spec)[0]
@@ -354,10 +399,12 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     before = len(pool)
     pool, _, removed_by_set = decontaminate(pool, against) if against else (pool, 0, {})
     train, dev = _grouped_split(pool, cfg.dev_fraction, cfg.seed)
-
-    train, capped = _cap(train, cfg.max_train_records, rng)
+    extra, extra_counts = _extra_train(cfg, head, against + dev, stats)
+    train, capped = _cap(train + extra, cfg.max_train_records, rng)
     dev, dev_capped = _cap(dev, cfg.max_dev_records, rng)
-    head.fit(train)
+    head.fit(train)  # before the hard negatives: the length covariate is fitted on real pairs only
+    negatives = _neighbour_negatives(cfg, train)
+    train += negatives
     ref_dropped = 0
     if 0.0 < cfg.ref_drop < 1.0:  # at 1.0 the encoder never shows references, at 0.0 it always does
         train, ref_dropped = drop_references(train, cfg.ref_drop, rng)
@@ -369,7 +416,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
         "dev": len(dev), "capped": capped, "dev_capped": dev_capped,
         "train": n_before_aug, "swap_aug_added": len(train) - n_before_aug, "references_dropped": ref_dropped,
         "swap_aug_skipped": bool(cfg.swap_aug and head.position_invariant),  # invariant by construction
-        "order_swapped": order_swapped,
+        "order_swapped": order_swapped, "neighbour_negatives_added": len(negatives), **extra_counts,
     }
     if not train:
         raise ValueError(f"no training records left after the splits: {counts}")

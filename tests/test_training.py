@@ -147,6 +147,59 @@ def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
 
 
 @needs_data
+def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_question():
+    from clfjudge.heads import HEADS
+    from clfjudge.splits import contamination_keys
+    from clfjudge.training import build_splits
+
+    base = {"head": "reward", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 0}
+    plain = build_splits(TrainConfig.from_dict(base), HEADS.get("reward")())
+    mixed = build_splits(TrainConfig.from_dict({**base, "extra_train_sources": ["alpacaeval-gpt4"]}),
+                         HEADS.get("reward")())
+    # the primary source's split is untouched: same dev and test, its training records all still there
+    assert [r.id for r in mixed.dev] == [r.id for r in plain.dev]
+    assert [r.id for r in mixed.test] == [r.id for r in plain.test]
+    extra = [r for r in mixed.train if r.source == "alpacaeval-gpt4"]
+    assert len(mixed.train) == len(plain.train) + len(extra) and len(extra) == mixed.counts["extra_train"]
+    # AlpacaEval shares prompts with the PandaLM test set: the ones in this test fold or dev are removed
+    held = {k for r in (*mixed.test, *mixed.dev) for k in contamination_keys(r.question)}
+    assert mixed.counts["extra_decontaminated"] > 0
+    assert not any(held & set(contamination_keys(r.question)) for r in extra)
+    assert mixed.sources["train"]["alpacaeval-gpt4"]["role"].startswith("extra_train")
+    with pytest.raises(ValueError, match=r"\['pandalm-test'\] are both train and extra_train"):
+        build_splits(TrainConfig.from_dict({**base, "extra_train_sources": ["pandalm-test"]}), HEADS.get("reward")())
+    with pytest.raises(ValueError, match=r"\['llmbar-natural'\] are both extra_train and evaluation"):
+        build_splits(TrainConfig.from_dict({**base, "extra_train_sources": ["llmbar-natural"],
+                                            "eval_sources": ["llmbar-natural"]}), HEADS.get("reward")())
+
+
+@needs_data
+def test_neighbour_negatives_come_from_the_training_split_only():
+    from clfjudge.heads import HEADS
+    from clfjudge.records import Verdict
+    from clfjudge.training import build_splits
+
+    cfg = {"head": "reward", "sources": ["pandalm-test:120"], "test_fraction": 0.25, "length_covariate": True}
+    plain = build_splits(TrainConfig.from_dict(cfg), HEADS.get("reward")())
+    head = HEADS.get("reward")()
+    head.length_covariate = True
+    hard = build_splits(TrainConfig.from_dict({**cfg, "neighbour_negatives": 2}), head)
+    negatives = [r for r in hard.train if r.source == "neighbour-negatives"]
+    assert len(negatives) == hard.counts["neighbour_negatives_added"] > 10
+    assert len(hard.train) == len(plain.train) + len(negatives)
+    assert [r.id for r in hard.test] == [r.id for r in plain.test]
+    assert len({r.id for r in negatives}) == len(negatives)  # the copies are distinct records
+    own = {}
+    for r in plain.train:
+        own.setdefault(r.question, set()).update({r.answer_a, r.answer_b})
+    for r in negatives:
+        good, bad = (r.answer_a, r.answer_b) if r.verdict is Verdict.A else (r.answer_b, r.answer_a)
+        assert good in own[r.question] and bad in own[r.meta["neighbour_question"]]
+        assert r.meta["neighbour_question"] != r.question
+    assert head.length_coef > 0  # fitted on the real pairs before the negatives were added
+
+
+@needs_data
 def test_swap_aug_in_splits_only_for_position_dependent_heads():
     from clfjudge.heads import HEADS
     from clfjudge.training import build_splits
