@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write  # noqa: E402
-from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, longer_predictor,  # noqa: E402
+from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, load, longer_predictor,  # noqa: E402
                                 majority_predictor, pair_report, point_report)
 
 from clfjudge.card import JudgeCard  # noqa: E402
@@ -55,6 +55,7 @@ class Row:
     name: str
     recipe: str
     overrides: tuple[str, ...] = ()
+    mix_other_sets: bool = False  # pair rows: the other pair sets join the training split (extra_train_sources)
 
 
 PAIR_ROWS = (
@@ -62,6 +63,10 @@ PAIR_ROWS = (
     Row("MiniLM reward", "pandalm-minilm-reward-fold.yaml"),
     Row("MiniLM reward + length hint", "pandalm-minilm-reward-fold.yaml", ("length_hint=true",)),
     Row("MiniLM reward + length covariate", "pandalm-minilm-reward-fold.yaml", ("length_covariate=true",)),
+    Row("MiniLM reward + length covariate + the other human set", "pandalm-minilm-reward-mixed-fold.yaml",
+        mix_other_sets=True),
+    Row("MiniLM reward + length covariate + neighbour negatives", "pandalm-minilm-reward-fold.yaml",
+        ("length_covariate=true", "neighbour_negatives=2")),
 )
 POINT_ROW = Row("MiniLM regression", "prometheus-minilm-regression-fold.yaml")
 # the same held-out AlpacaEval fold and transfer sets for every AlpacaEval-trained row
@@ -100,8 +105,10 @@ def selected(row: Row, wanted: Sequence[str]) -> bool:
 
 def fold_run(row: Row, sources: Sequence[str], folds: int, fold: int, seed: int) -> Run:
     tag = f"{'+'.join(sources)}/fold{fold}"
+    mixed = [s for s in PAIR_SETS if s not in sources] if row.mix_other_sets else []
     return Run(row, tag, ("test_fraction=0", f"sources=[{','.join(sources)}]", f"cv_folds={folds}",
-                          f"cv_fold={fold}", f"cv_seed={seed}"))
+                          f"cv_fold={fold}", f"cv_seed={seed}",
+                          *([f"extra_train_sources=[{','.join(mixed)}]"] if mixed else [])))
 
 
 def trained(run: Run) -> bool:
@@ -147,34 +154,45 @@ def judge_pairs(run: Run, test: Sequence[PairRecord]) -> tuple[list, list]:
 
 
 def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    """Every row on the held-out folds; with ``--transfer``, every fold's judge also on the LLMBar sets (no
+    fold of theirs is trained on: their rows pool the fold judges, n = set size x folds)."""
+    transfer = {name: load(name) for name in (LLMBAR if args.transfer else [])}
     out = {}
     for name in args.sets:
         runs = {row.name: [fold_run(row, [name], args.folds, k, args.seed) for k in range(args.tune_folds)]
                 for row in PAIR_ROWS if selected(row, args.rows)}
         walls = train_all([r for rs in runs.values() for r in rs], args.jobs, args.retrain)
-        gold: list[PairRecord] = []
-        preds: dict[str, tuple[list, list]] = {}
+        gold: dict[str, list[PairRecord]] = {}
+        preds: dict[str, dict[str, tuple[list, list]]] = {}
 
-        def add(row: str, forward: list, backward: list) -> None:
-            f, b = preds.setdefault(row, ([], []))
+        def add(where: str, row: str, forward: list, backward: list) -> None:
+            f, b = preds.setdefault(where, {}).setdefault(row, ([], []))
             f += forward
             b += backward
 
         for k in range(args.tune_folds):
             splits = held_out(fold_run(PAIR_ROWS[0], [name], args.folds, k, args.seed))
             train = splits.train[:splits.counts["train"]] + splits.dev  # without the swap-augmented copies
-            gold += splits.test
+            judged = {"held-out": splits.test, **transfer}
+            for where, recs in judged.items():
+                gold.setdefault(where, []).extend(recs)
             for row, predictor in (("majority class", majority_predictor), ("longer answer wins", longer_predictor),
                                    ("MiniLM embedding judge (logreg +len)",
                                     judge_predictor(Variant("minilm", "logreg", True), embedders))):
-                add(row, *predictor(train)(splits.test))
+                judge = predictor(train)
+                for where, recs in judged.items():
+                    add(where, row, *judge(recs))
             for row, rs in runs.items():
-                add(row, *judge_pairs(rs[k], splits.test))
-        rows = {row: pair_report(gold, f, b) for row, (f, b) in preds.items()}
+                for where, recs in judged.items():
+                    add(where, row, *judge_pairs(rs[k], recs))
+        rows = {row: pair_report(gold["held-out"], f, b) for row, (f, b) in preds.pop("held-out").items()}
         for row, rs in runs.items():
             rows[row]["train_wall_s"] = [walls[str(r.out)] for r in rs]
-        out[name] = {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold),
-                     "rows": rows}
+        out[name] = {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold["held-out"]),
+                     "rows": rows,
+                     "transfer": {where: {"n": len(gold[where]),
+                                          "rows": {row: pair_report(gold[where], f, b) for row, (f, b) in ps.items()}}
+                                  for where, ps in preds.items()}}
         embedders.save()
     return out
 
@@ -247,6 +265,16 @@ def markdown(result: dict[str, Any]) -> str:
             pct = lambda x: "" if x is None else f"{x / 100:.3f}"  # noqa: E731
             lines.append(f"| {row} | {pct(acc)} | {pct(f1)} | | {pct(agree)} | | |")
         lines.append("")
+        if part.get("transfer"):
+            sets = list(part["transfer"])
+            lines += [f"Transfer: the same fold judges on LLMBar (accuracy; no ties; each set scored by every fold's "
+                      f"judge, n = set size x {len(part['scored_folds'])})", "",
+                      "| row | " + " | ".join(f"{w} ({part['transfer'][w]['n']})" for w in sets) + " |",
+                      "|---|" + "---|" * len(sets)]
+            for row in part["transfer"][sets[0]]["rows"]:
+                lines.append(f"| {row} | " + " | ".join(_f(part["transfer"][w]["rows"][row]["accuracy"])
+                                                        for w in sets) + " |")
+            lines.append("")
     if "prometheus" in ex:
         part = ex["prometheus"]
         lines += [f"## Prometheus MT Bench + Vicuna Bench: regression, fold(s) {part['scored_folds']} of "
@@ -284,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
     parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows: exact names, or substrings of names")
     parser.add_argument("--alpaca-rows", nargs="+", default=[""], help="AlpacaEval rows: substrings of names")
+    parser.add_argument("--transfer", action="store_true", help="also score every pair row on the LLMBar sets")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--retrain", action="store_true")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "clfjudge" / "embeddings")
