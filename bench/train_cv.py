@@ -37,6 +37,7 @@ from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, loa
 
 from clfjudge.card import JudgeCard  # noqa: E402
 from clfjudge.heads import HEADS  # noqa: E402
+from clfjudge.metrics import bootstrap_ci  # noqa: E402
 from clfjudge.paths import REPO_ROOT  # noqa: E402
 from clfjudge.records import PairRecord, PointRecord  # noqa: E402
 from clfjudge.runtime import Judge  # noqa: E402
@@ -153,6 +154,14 @@ def judge_pairs(run: Run, test: Sequence[PairRecord]) -> tuple[list, list]:
     return tuple([c.verdict for c in cs] for cs in both)
 
 
+def paired_difference(gold: Sequence[PairRecord], ours: Sequence, theirs: Sequence) -> dict[str, Any]:
+    """Accuracy difference on the same pairs (forward order) with a paired percentile-bootstrap 95% CI."""
+    right = lambda verdicts: np.array([v == r.verdict for v, r in zip(verdicts, gold)], dtype=float)  # noqa: E731
+    diff = right(ours) - right(theirs)
+    return {**bootstrap_ci(np.mean, diff, n=10000).as_dict(), "won": int((diff > 0).sum()),
+            "lost": int((diff < 0).sum())}
+
+
 def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
     """Every row on the held-out folds; with ``--transfer``, every fold's judge also on the LLMBar sets (no
     fold of theirs is trained on: their rows pool the fold judges, n = set size x folds)."""
@@ -185,9 +194,11 @@ def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
             for row, rs in runs.items():
                 for where, recs in judged.items():
                     add(where, row, *judge_pairs(rs[k], recs))
-        rows = {row: pair_report(gold["held-out"], f, b) for row, (f, b) in preds.pop("held-out").items()}
+        held = preds.pop("held-out")
+        rows = {row: pair_report(gold["held-out"], f, b) for row, (f, b) in held.items()}
         for row, rs in runs.items():
             rows[row]["train_wall_s"] = [walls[str(r.out)] for r in rs]
+            rows[row]["vs_longer"] = paired_difference(gold["held-out"], held[row][0], held["longer answer wins"][0])
         out[name] = {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold["held-out"]),
                      "rows": rows,
                      "transfer": {where: {"n": len(gold[where]),
@@ -256,14 +267,16 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [f"## {name}: fold(s) {part['scored_folds']} of the {part['folds']}-fold split grouped by "
                   f"question (n = {part['n']} held-out pairs)", "",
                   "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | "
-                  "train wall s |", "|---|---|---|---|---|---|---|"]
+                  "acc - longer-wins acc [95% CI] (won / lost pairs) | train wall s |", "|---|---|---|---|---|---|---|---|"]
         for row, r in part["rows"].items():
             wall = "+".join(f"{w:.0f}" for w in r.get("train_wall_s", [])) or "-"
+            d = r.get("vs_longer")
+            diff = f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] ({d['won']} / {d['lost']})" if d else "-"
             lines.append(f"| {row} | {_f(r['accuracy'])} | {_f(r['macro_f1'])} | {_f(r['accuracy_non_tie_gold'])} "
-                         f"| {_f(r['autoj_agreement'])} | {_f(r['position_consistency'])} | {wall} |")
+                         f"| {_f(r['autoj_agreement'])} | {_f(r['position_consistency'])} | {diff} | {wall} |")
         for row, (acc, f1, agree) in PAPER.get(name, {}).items():
             pct = lambda x: "" if x is None else f"{x / 100:.3f}"  # noqa: E731
-            lines.append(f"| {row} | {pct(acc)} | {pct(f1)} | | {pct(agree)} | | |")
+            lines.append(f"| {row} | {pct(acc)} | {pct(f1)} | | {pct(agree)} | | | |")
         lines.append("")
         if part.get("transfer"):
             sets = list(part["transfer"])
