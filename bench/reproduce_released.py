@@ -1,7 +1,8 @@
 """Recompute the released judges' published metrics from their released prediction files.
 
 PandaLM-7B and gpt-3.5-turbo on the PandaLM test (accuracy, macro P/R/F1), Auto-J-13B on the Auto-J test
-(agreement, consistency), each with percentile bootstrap CIs, beside the published figures. Also:
+(agreement, consistency), each with percentile bootstrap CIs, beside the published figures and beside "longer
+answer wins" on the same records (paired difference). Also:
 how the PandaLM gold depends on the annotator votes, and what the study's own tie-breaking code
 (UnlimitedJudge ``build_dataset``) does to these numbers.
 
@@ -26,7 +27,16 @@ import numpy as np
 import scipy
 import sklearn
 
-from clfjudge.metrics import CI, autoj_agreement, bootstrap_ci, pairwise_metrics, position_consistency
+from clfjudge import sources
+from clfjudge.features import longer_answer_wins
+from clfjudge.metrics import (
+    CI,
+    autoj_agreement,
+    bootstrap_ci,
+    paired_difference,
+    pairwise_metrics,
+    position_consistency,
+)
 from clfjudge.paths import data_root
 from clfjudge.records import Verdict
 from clfjudge.released import (
@@ -231,6 +241,7 @@ def judge_section(rp: ReleasedPredictions, args) -> dict[str, Any]:
         "gold": {"provenance": gold.provenance, "n": len(gold.verdicts), "excluded": dict(gold.excluded)},
         "parse_failures": dict(rp.failed),
         "published": PUBLISHED.get(rp.name, []),
+        "against_longer": against_longer(rp, args),
     }
     if al.reversed_verdicts is not None:
         section["all"] = agreement_block(al.gold, al.verdicts, al.reversed_verdicts, args)
@@ -244,6 +255,34 @@ def judge_section(rp: ReleasedPredictions, args) -> dict[str, Any]:
             k: pct(getattr(pairwise_metrics(al.gold, as_tie), k)) for k in PAIRWISE_KEYS
         }
     return section
+
+
+def against_longer(rp: ReleasedPredictions, args) -> dict[str, Any]:
+    """The judge's headline metric beside "longer answer wins" on the same records, with the paired
+    difference. Per record the judge is right when its verdict equals gold (Auto-J protocol: in both answer
+    orders); an unparsed output is wrong. Length is position-consistent, so its agreement is its accuracy."""
+    records = {r.id: r for r in sources.load(rp.test_source).records}
+    gold = gold_verdicts(rp.test_source)
+    al = rp.align(gold.verdicts)
+    longer = longer_answer_wins([records[i] for i in al.ids])
+    right = [v is not None and v == g for v, g in zip(al.verdicts, al.gold)]
+    if al.reversed_verdicts is not None:  # reversed verdicts are in the swapped order's own terms
+        right = [r and b is not None and b.swapped() == v for r, v, b in zip(right, al.verdicts, al.reversed_verdicts)]
+    longer_right = [v == g for v, g in zip(longer, al.gold)]
+    headline = (autoj_agreement(al.gold, al.verdicts, al.reversed_verdicts, "error").agreement
+                if al.reversed_verdicts is not None else pairwise_metrics(al.gold, al.verdicts, "count_wrong").accuracy)
+    if not np.isclose(np.mean(right), headline):
+        raise AssertionError(f"{rp.name}: per-record rights give {np.mean(right):.4f}, the metric {headline:.4f}")
+    diff = paired_difference(right, longer_right, n=args.boot, seed=args.seed)
+    return {
+        "metric": "agreement" if al.reversed_verdicts is not None else "accuracy",
+        "n": len(right),
+        "judge": pct(float(np.mean(right))),
+        "longer_answer_wins": pct(float(np.mean(longer_right))),
+        "difference": {k: pct(diff[k]) for k in ("estimate", "low", "high")},
+        "won": diff["won"],
+        "lost": diff["lost"],
+    }
 
 
 def pandalm_subsets(
@@ -294,6 +333,16 @@ Published = study T004-3 / what the file's own authors' script prints.
 | Judge | Test | Metric | Ours [95% CI] | Published (study / authors) |
 |---|---|---|---|---|
 {main_rows}
+
+## Against "longer answer wins" on the same records
+
+How far each released judge is from the verbosity baseline (the longer answer wins, equal lengths tie):
+the bar every clfjudge head is held to. Paired bootstrap CI of the difference, percentage points; won /
+lost = records only the judge / only the baseline gets right.
+
+| Judge | Test | Metric | Judge | Longer answer wins | Difference [95% CI] | won / lost |
+|---|---|---|---|---|---|---|
+{longer_rows}
 
 ## gpt-3.5-turbo parse failures
 
@@ -372,6 +421,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"{r['accuracy_exact']['p_reaching_published']:.1e}"
         for name, r in sim["judges"].items()
     ]
+    longer_rows = [
+        f"| {name} | {s['test_source']} (n={d['n']}) | {d['metric']} | {d['judge']:.2f} | "
+        f"{d['longer_answer_wins']:.2f} | {d['difference']['estimate']:+.2f} "
+        f"[{d['difference']['low']:+.2f}, {d['difference']['high']:+.2f}] | {d['won']} / {d['lost']} |"
+        for name, s in j.items()
+        for d in [s["against_longer"]]
+    ]
     file_rows = [
         f"- {name}: gold {s['gold']['provenance']}; "
         + ", ".join(f"`{f}` sha256 {h[:12]}" for f, h in s["files"].items())
@@ -389,6 +445,7 @@ def markdown(report: dict[str, Any]) -> str:
         resamples=boot["resamples"],
         seed=boot["seed"],
         main_rows="\n".join(main_rows),
+        longer_rows="\n".join(longer_rows),
         g_failed=g["all"]["n_failed"],
         g_n=g["all"]["n"],
         g_excl_n=g["all_failures_excluded"]["n_scored"],

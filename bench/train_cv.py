@@ -37,7 +37,7 @@ from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, loa
 
 from clfjudge.card import JudgeCard  # noqa: E402
 from clfjudge.heads import HEADS  # noqa: E402
-from clfjudge.metrics import bootstrap_ci  # noqa: E402
+from clfjudge.metrics import paired_difference  # noqa: E402
 from clfjudge.paths import REPO_ROOT  # noqa: E402
 from clfjudge.records import PairRecord, PointRecord  # noqa: E402
 from clfjudge.runtime import Judge  # noqa: E402
@@ -154,12 +154,10 @@ def judge_pairs(run: Run, test: Sequence[PairRecord]) -> tuple[list, list]:
     return tuple([c.verdict for c in cs] for cs in both)
 
 
-def paired_difference(gold: Sequence[PairRecord], ours: Sequence, theirs: Sequence) -> dict[str, Any]:
-    """Accuracy difference on the same pairs (forward order) with a paired percentile-bootstrap 95% CI."""
-    right = lambda verdicts: np.array([v == r.verdict for v, r in zip(verdicts, gold)], dtype=float)  # noqa: E731
-    diff = right(ours) - right(theirs)
-    return {**bootstrap_ci(np.mean, diff, n=10000).as_dict(), "won": int((diff > 0).sum()),
-            "lost": int((diff < 0).sum())}
+def vs_longer(gold: Sequence[PairRecord], ours: Sequence, longer: Sequence) -> dict[str, Any]:
+    """Accuracy difference to longer-answer-wins on the same pairs (forward order), paired bootstrap CI."""
+    right = lambda verdicts: [v == r.verdict for v, r in zip(verdicts, gold)]  # noqa: E731
+    return paired_difference(right(ours), right(longer))
 
 
 def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
@@ -198,7 +196,7 @@ def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
         rows = {row: pair_report(gold["held-out"], f, b) for row, (f, b) in held.items()}
         for row, rs in runs.items():
             rows[row]["train_wall_s"] = [walls[str(r.out)] for r in rs]
-            rows[row]["vs_longer"] = paired_difference(gold["held-out"], held[row][0], held["longer answer wins"][0])
+            rows[row]["vs_longer"] = vs_longer(gold["held-out"], held[row][0], held["longer answer wins"][0])
         out[name] = {"folds": args.folds, "scored_folds": list(range(args.tune_folds)), "n": len(gold["held-out"]),
                      "rows": rows,
                      "transfer": {where: {"n": len(gold[where]),

@@ -413,6 +413,16 @@ def bootstrap_ci(
     return {k: CI(float(point[k]), float(low[i]), float(high[i])) for i, k in enumerate(keys)}
 
 
+def paired_difference(ours_right: Sequence[bool], theirs_right: Sequence[bool], n: int = 10000,
+                      seed: int = 0) -> dict[str, Any]:
+    """Accuracy difference of two judges on the same items (per item: right or not), with a paired
+    percentile-bootstrap CI, and the items only one of them got right ("won" / "lost")."""
+    _same_length(ours_right=ours_right, theirs_right=theirs_right)
+    diff = np.asarray(ours_right, dtype=float) - np.asarray(theirs_right, dtype=float)
+    return {**bootstrap_ci(np.mean, diff, n=n, seed=seed).as_dict(), "won": int((diff > 0).sum()),
+            "lost": int((diff < 0).sum())}
+
+
 # ---------------------------------------------------------------------------------------------------
 # baselines (functions over records, so an audit can run them like any judge)
 

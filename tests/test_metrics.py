@@ -19,6 +19,7 @@ from clfjudge.metrics import (
     correlations,
     longer_answer_wins,
     majority_class,
+    paired_difference,
     pairwise_metrics,
     position_consistency,
 )
@@ -254,6 +255,21 @@ def test_bootstrap_ci_dict_and_paired_arrays():
     assert (same.low, same.high) == (1.0, 1.0)
     with pytest.raises(ValueError, match="differ in length"):
         bootstrap_ci(lambda g, p: 0.0, gold, gold[:-1])
+
+
+def test_paired_difference_counts_won_and_lost_items_and_is_paired():
+    ours = [True] * 60 + [False] * 10 + [True] * 30
+    theirs = [True] * 60 + [True] * 10 + [False] * 30
+    d = paired_difference(ours, theirs, n=500)
+    assert d["estimate"] == pytest.approx(0.2) and (d["won"], d["lost"]) == (30, 10)
+    assert d["low"] < 0.2 < d["high"]
+    # Paired: the width follows the variance of the per-item differences (the 60 shared right answers are 0s).
+    diff = np.array(ours, float) - np.array(theirs, float)
+    assert d["high"] - d["low"] == pytest.approx(2 * 1.96 * diff.std() / math.sqrt(diff.size), rel=0.3)
+    same = paired_difference(ours, ours, n=50)
+    assert (same["estimate"], same["low"], same["high"], same["won"], same["lost"]) == (0.0, 0.0, 0.0, 0, 0)
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_difference(ours, theirs[:-1])
 
 
 # --- baselines ---------------------------------------------------------------------------------------

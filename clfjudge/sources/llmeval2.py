@@ -5,6 +5,9 @@ Fields: query, response1, response2, human ("model1" / "model2" / "TIE"), datase
 meta). The 275 "mt-bench" rows have an empty query (their dialogue sits inside the responses); they are
 excluded and counted, since a pair without its question cannot be judged as one. id = "llmeval2:{line index}".
 The 200 pairs of ``llmbar-llmeval2`` come from here (LLMBar prefixed some queries with an instruction).
+The data MANIFEST says this set holds 275 PandaLM-test prompts; that is the count of the empty-query
+"mt-bench" rows, and no non-empty query here matches a PandaLM test instruction (checked by prefix as well as
+by the contamination keys), so decontaminating against PandaLM removes nothing from this source.
 """
 from __future__ import annotations
 
