@@ -4,7 +4,8 @@ majority class and "longer answer wins", with and without explicit length featur
 Experiments (``--experiments``):
 - ``pandalm``, ``autoj``: 5-fold CV grouped by question (3-way, with ties); accuracy, macro F1, accuracy on
   the non-tie gold pairs, position consistency and the Auto-J agreement protocol (both answer orders).
-  The "+ AlpacaEval" rows add the AlpacaEval GPT-4 pairs, decontaminated against the CV set, to every fold.
+  The "+ X train" rows add the pairs of ``--mix`` X (default: AlpacaEval GPT-4), decontaminated against the
+  CV set, to every training fold.
 - ``alpacaeval``: AlpacaEval GPT-4 pairs (answer order randomised with ``--seed``: output_1 is always
   text_davinci_003) trained on its own instructions, tested on held-out AlpacaEval instructions and on PandaLM
   test, Auto-J test and the five LLMBar sets, after removing training pairs whose question is in any of
@@ -215,19 +216,27 @@ def alpaca_encoders(args) -> list[str]:
     return [e for e in args.encoders if e in args.alpaca_encoders]
 
 
+def mixed_in(mix: str, source: str, records: Sequence[PairRecord], seed: int) -> tuple[list[PairRecord], dict]:
+    """The pairs of ``mix`` (source names joined by "+"), answer order randomised, decontaminated against the
+    CV set ``source``."""
+    pairs = [p for name in mix.split("+") for p in randomise_order(load(name), seed)]
+    kept, removed, _ = decontaminate(pairs, {source: records})
+    return kept, {"n_added_per_fold": len(kept), "n_removed_contaminated": removed}
+
+
 def cv_experiment(source: str, args, embedders: Embedders) -> dict[str, Any]:
+    """The pair rows, plus per ``--mix`` entry the logreg rows trained on every fold + that mix."""
     records = load(source)
     rows = pair_rows(args.encoders, args.heads, embedders)
-    # Mixing sources: AlpacaEval GPT-4 pairs (randomised order, decontaminated against this CV set).
-    alpaca, removed, _ = decontaminate(randomise_order(load(ALPACA), args.seed), {source: records})
-    for encoder in alpaca_encoders(args):
-        rows[f"{encoder} logreg +len + AlpacaEval train"] = judge_predictor(
-            Variant(encoder, "logreg", True), embedders, alpaca)
-        rows[f"{encoder} logreg -len + AlpacaEval train"] = judge_predictor(
-            Variant(encoder, "logreg", False), embedders, alpaca)
+    mixing = {}
+    for mix in [m for m in args.mix if source not in m.split("+")]:
+        extra, mixing[mix] = mixed_in(mix, source, records, args.seed)
+        for encoder in alpaca_encoders(args):
+            for use_length in (True, False):
+                rows[f"{Variant(encoder, 'logreg', use_length).name} + {mix} train"] = judge_predictor(
+                    Variant(encoder, "logreg", use_length), embedders, extra)
     return {"source": source, "n": len(records), "folds": args.folds, "grouped_by": "normalized question",
-            "mixing": {"source": ALPACA, "n_added_per_fold": len(alpaca), "n_removed_contaminated": removed},
-            "rows": cross_validate(records, rows, args.folds, args.seed)}
+            "mixing": mixing, "rows": cross_validate(records, rows, args.folds, args.seed)}
 
 
 def alpacaeval_experiment(args, embedders: Embedders) -> dict[str, Any]:
@@ -340,8 +349,9 @@ def markdown(result: dict[str, Any]) -> str:
         e = ex[key]
         lines += [f"## {e['source']}: {e['folds']}-fold CV grouped by question (n = {e['n']}; wall "
                   f"{e['wall_seconds']:.0f} s)", "",
-                  f"'+ AlpacaEval train' rows add {e['mixing']['n_added_per_fold']} AlpacaEval GPT-4 pairs to each "
-                  f"training fold ({e['mixing']['n_removed_contaminated']} removed as contaminated).", "",
+                  *[f"'+ {mix} train' rows add {m['n_added_per_fold']} pairs of {mix} (answer order randomised) to "
+                    f"each training fold ({m['n_removed_contaminated']} removed as contaminated)." for mix, m in
+                    e["mixing"].items()], "",
                   "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s |",
                   "|---|---|---|---|---|---|---|"]
         for name, r in e["rows"].items():
@@ -383,7 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encoders", nargs="+", default=["minilm", "mpnet"])
     parser.add_argument("--heads", nargs="+", default=["logreg", "gbdt"], choices=["logreg", "gbdt"])
     parser.add_argument("--alpaca-encoders", nargs="+", default=["minilm"],
-                        help="encoders for the rows that embed AlpacaEval (the transfer experiment and the mixing rows)")
+                        help="encoders for the rows that embed the large sets (the AlpacaEval transfer experiment and --mix)")
+    parser.add_argument("--mix", nargs="*", default=[ALPACA],
+                        help="pandalm / autoj: sources mixed into every training fold, one set of rows per entry "
+                             "(join sources with '+' to mix them together; an entry naming the CV set is skipped)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpaca-dev-fraction", type=float, default=0.2)
