@@ -43,6 +43,7 @@ from clfjudge.released import (
     PANDALM_CODES,
     RAW_GOLD,
     RELEASED,
+    Aligned,
     ReleasedPredictions,
     gold_verdicts,
     majority_verdict,
@@ -241,7 +242,7 @@ def judge_section(rp: ReleasedPredictions, args) -> dict[str, Any]:
         "gold": {"provenance": gold.provenance, "n": len(gold.verdicts), "excluded": dict(gold.excluded)},
         "parse_failures": dict(rp.failed),
         "published": PUBLISHED.get(rp.name, []),
-        "against_longer": against_longer(rp, args),
+        "against_longer": against_longer(rp, al, args),
     }
     if al.reversed_verdicts is not None:
         section["all"] = agreement_block(al.gold, al.verdicts, al.reversed_verdicts, args)
@@ -257,13 +258,11 @@ def judge_section(rp: ReleasedPredictions, args) -> dict[str, Any]:
     return section
 
 
-def against_longer(rp: ReleasedPredictions, args) -> dict[str, Any]:
+def against_longer(rp: ReleasedPredictions, al: Aligned, args) -> dict[str, Any]:
     """The judge's headline metric beside "longer answer wins" on the same records, with the paired
     difference. Per record the judge is right when its verdict equals gold (Auto-J protocol: in both answer
     orders); an unparsed output is wrong. Length is position-consistent, so its agreement is its accuracy."""
     records = {r.id: r for r in sources.load(rp.test_source).records}
-    gold = gold_verdicts(rp.test_source)
-    al = rp.align(gold.verdicts)
     longer = longer_answer_wins([records[i] for i in al.ids])
     right = [v is not None and v == g for v, g in zip(al.verdicts, al.gold)]
     if al.reversed_verdicts is not None:  # reversed verdicts are in the swapped order's own terms
