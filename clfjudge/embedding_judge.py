@@ -41,10 +41,36 @@ def _text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+def save_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> Path:
+    """Write an embedder's cache (hash key -> vector) to ``path`` (.npz), tagged with the embedder's identity."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = list(cache)
+    matrix = np.stack([cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
+    with open(path, "wb") as f:  # a file object keeps numpy from appending ".npz" to the name
+        np.savez(f, keys=np.array(keys, dtype="U32"), vectors=matrix, encoder=np.array(cache_id))
+    return path
+
+
+def load_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> int:
+    """Add the vectors stored at ``path`` to ``cache``; returns how many were added. The file must come from
+    an embedder with the same identity (encoder spec and, for decoders, layer and truncation)."""
+    with np.load(path) as data:
+        stored = str(data["encoder"])
+        if stored != cache_id:
+            raise ValueError(f"{path}: embedding cache of encoder {stored!r}, not {cache_id!r}")
+        before = len(cache)
+        cache.update(zip(data["keys"].tolist(), data["vectors"]))
+    return len(cache) - before
+
+
 class TextEmbedder:
     """A frozen sentence-transformers encoder that embeds each distinct text once (L2-normalised) and keeps
     the vector, so answers repeated across pairs, folds and judges sharing one embedder are encoded once.
-    The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text)."""
+    The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text).
+    Answers are embedded on their own: ``embed_answers`` ignores the questions."""
+
+    kind = "sentence"
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
                  show_progress: bool = False) -> None:
@@ -54,6 +80,15 @@ class TextEmbedder:
         self.show_progress = show_progress
         self._model = None
         self._cache: dict[str, np.ndarray] = {}
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    truncation_policy = "the encoder truncates each text to max_seq_length tokens"
+
+    @property
+    def cache_id(self) -> str:
+        return self.encoder
 
     @property
     def model(self):
@@ -83,25 +118,41 @@ class TextEmbedder:
             self._cache.update(zip(missing, np.asarray(vectors, dtype=np.float32)))
         return np.stack([self._cache[k] for k in keys])
 
+    def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+        if len(questions) != len(answers):
+            raise ValueError(f"{len(questions)} questions for {len(answers)} answers")
+        return self.embed(answers)
+
     def save_cache(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        keys = list(self._cache)
-        matrix = np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
-        with open(path, "wb") as f:  # a file object keeps numpy from appending ".npz" to the name
-            np.savez(f, keys=np.array(keys, dtype="U32"), vectors=matrix, encoder=np.array(self.encoder))
-        return path
+        return save_vectors(path, self._cache, self.cache_id)
 
     def load_cache(self, path: str | Path) -> int:
         """Add the vectors stored at ``path``; returns how many were added. The file must come from the same
         encoder spec."""
-        with np.load(path) as data:
-            stored = str(data["encoder"])
-            if stored != self.encoder:
-                raise ValueError(f"{path}: embedding cache of encoder {stored!r}, not {self.encoder!r}")
-            before = len(self._cache)
-            self._cache.update(zip(data["keys"].tolist(), data["vectors"]))
-        return len(self._cache) - before
+        return load_vectors(path, self._cache, self.cache_id)
+
+
+def _decoder_embedder(encoder: str, **options):
+    from .decoder_embedder import DecoderEmbedder
+
+    return DecoderEmbedder(encoder, **options)
+
+
+# Backbone family -> embedder: sentence encoders embed texts alone, decoders read each answer after its question.
+EMBEDDERS: Registry[Callable[..., Any]] = Registry("embedder kind")
+EMBEDDERS.register("sentence", TextEmbedder)
+EMBEDDERS.register("decoder", _decoder_embedder)
+KIND_OF_FAMILY = {"encoder": "sentence", "decoder": "decoder"}
+
+
+def make_embedder(encoder: str = DEFAULT_ENCODER, kind: str | None = None, **options):
+    """The embedder for ``encoder``: ``kind`` "sentence" | "decoder", by default chosen from the backbone family
+    (reading its config, loading no weights). ``options`` go to the embedder (batch_size, device, layer, ...)."""
+    if kind is None:
+        from .backbones import resolve_backbone
+
+        kind = KIND_OF_FAMILY[resolve_backbone(encoder).family]
+    return EMBEDDERS.get(kind)(encoder, **options)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -176,7 +227,12 @@ POINT_FEATURES.register("length", FeatureGroup(lambda v: np.hstack([log_lengths(
 # longer answer wins" over hundreds of correlated embedding columns instead of the one column that carries
 # it, and a 2-column length group is drowned by 384-column embedding groups. Trees ignore the weights.
 
-HeadBuilder = Callable[[dict[str, Any], int, np.ndarray], Any]
+# (head params, seed, column weights, question group of every training row) -> an unfitted estimator
+HeadBuilder = Callable[[dict[str, Any], int, np.ndarray, np.ndarray], Any]
+# C = "auto": the inverse regularisation strength is chosen from this grid by accuracy over inner folds that
+# keep every question (and so both answer orders of a pair) on one side.
+AUTO_C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+AUTO_C_FOLDS = 3
 
 
 def weight_columns(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -191,13 +247,23 @@ def _linear(estimator, weights: np.ndarray):
                          estimator)
 
 
-def _logreg(params: dict[str, Any], seed: int, weights: np.ndarray):
+def _logreg(params: dict[str, Any], seed: int, weights: np.ndarray, groups: np.ndarray):
     from sklearn.linear_model import LogisticRegression
 
-    return _linear(LogisticRegression(**{"C": 0.01, "max_iter": 5000, **params}), weights)
+    params = {"C": 0.01, "max_iter": 5000, **params}
+    if params["C"] != "auto":
+        return _linear(LogisticRegression(**params), weights)
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+
+    n_groups = len(np.unique(groups))
+    if n_groups < AUTO_C_FOLDS:
+        raise ValueError(f"C='auto' needs at least {AUTO_C_FOLDS} distinct training questions, got {n_groups}")
+    folds = list(GroupKFold(n_splits=AUTO_C_FOLDS).split(np.zeros((len(groups), 1)), groups=groups))
+    pipeline = _linear(LogisticRegression(**{**params, "C": 1.0}), weights)
+    return GridSearchCV(pipeline, {"logisticregression__C": list(AUTO_C_GRID)}, cv=folds, scoring="accuracy")
 
 
-def _gbdt_classifier(params: dict[str, Any], seed: int, weights: np.ndarray):
+def _gbdt_classifier(params: dict[str, Any], seed: int, weights: np.ndarray, groups: np.ndarray):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     # No early stopping: its random validation split would hold the swapped copies of training pairs.
@@ -206,13 +272,13 @@ def _gbdt_classifier(params: dict[str, Any], seed: int, weights: np.ndarray):
     return HistGradientBoostingClassifier(**{**defaults, **params})
 
 
-def _ridge(params: dict[str, Any], seed: int, weights: np.ndarray):
+def _ridge(params: dict[str, Any], seed: int, weights: np.ndarray, groups: np.ndarray):
     from sklearn.linear_model import RidgeCV
 
     return _linear(RidgeCV(**{"alphas": np.logspace(-2, 3, 11).tolist(), **params}), weights)
 
 
-def _gbdt_regressor(params: dict[str, Any], seed: int, weights: np.ndarray):
+def _gbdt_regressor(params: dict[str, Any], seed: int, weights: np.ndarray, groups: np.ndarray):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     defaults = {"learning_rate": 0.05, "max_iter": 300, "max_leaf_nodes": 15, "min_samples_leaf": 20,
@@ -273,7 +339,7 @@ class EmbeddingJudge:
     def __init__(self, encoder: str = DEFAULT_ENCODER, head: str | None = None, kind: str = "pair",
                  features: Sequence[str] | None = None, use_length: bool = True,
                  head_params: dict[str, Any] | None = None, seed: int = 0,
-                 embedder: TextEmbedder | None = None) -> None:
+                 embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown judge kind {kind!r}; known: {sorted(KINDS)}")
         spec = KINDS[kind]
@@ -294,7 +360,9 @@ class EmbeddingJudge:
         if embedder is not None and embedder.encoder != encoder:
             raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
         self.encoder = encoder
-        self.embedder = embedder or TextEmbedder(encoder)
+        if embedder is not None and embedder_options:
+            raise ValueError("give either an embedder or embedder_options, not both")
+        self.embedder = embedder if embedder is not None else make_embedder(encoder, **(embedder_options or {}))
         self.model_ = None
         self.scale_: tuple[float, float] | None = None
         self.training_: dict[str, Any] = {}
@@ -320,9 +388,9 @@ class EmbeddingJudge:
         q_text = [p.question for p in pairs]
         a_text = [p.answer_a for p in pairs]
         b_text = [p.answer_b for p in pairs]
-        emb = self.embedder.embed([*q_text, *a_text, *b_text])
         n = len(pairs)
-        return PairView(emb[:n], emb[n:2 * n], emb[2 * n:], q_text, a_text, b_text)
+        answers = self.embedder.embed_answers([*q_text, *q_text], [*a_text, *b_text])
+        return PairView(self.embedder.embed(q_text), answers[:n], answers[n:], q_text, a_text, b_text)
 
     def _point_view(self, points: Sequence[PointRecord]) -> PointView:
         q_text = [p.question for p in points]
@@ -334,9 +402,8 @@ class EmbeddingJudge:
                 raise ValueError(f"record {missing[0]}: field 'reference' is missing ({len(missing)} records "
                                  f"without one), but feature groups {self.groups} need it")
             ref = self.embedder.embed([p.reference for p in points])
-        emb = self.embedder.embed([*q_text, *a_text])
-        n = len(points)
-        return PointView(emb[:n], emb[n:], q_text, a_text, ref)
+        return PointView(self.embedder.embed(q_text), self.embedder.embed_answers(q_text, a_text), q_text, a_text,
+                         ref)
 
     def _matrix(self, view: PairView | PointView) -> tuple[np.ndarray, np.ndarray]:
         """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
@@ -369,7 +436,12 @@ class EmbeddingJudge:
             y = np.array([r.score for r in records], dtype=np.float64)
             labels = Counter(str(r.score) for r in records)
         build = KINDS[self.kind].heads.get(self.head)
-        self.model_ = build(self.head_params, self.seed, weights).fit(x, y)
+        from .splits import group_ids
+
+        groups = group_ids(records)
+        if self.kind == "pair":
+            groups = np.concatenate([groups, groups])  # the swapped copy of a pair stays with it
+        self.model_ = build(self.head_params, self.seed, weights, groups).fit(x, y)
         self.training_ = {
             "n_records": len(records),
             "n_rows": int(x.shape[0]),
@@ -377,6 +449,8 @@ class EmbeddingJudge:
             "sources": dict(Counter(r.source for r in records)),
             "labels": dict(sorted(labels.items())),
         }
+        if hasattr(self.model_, "best_params_"):
+            self.training_["chosen_C"] = self.model_.best_params_["logisticregression__C"]
         return self
 
     def _require_fitted(self) -> None:
@@ -435,15 +509,16 @@ class EmbeddingJudge:
             max_length=max_length,
             label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.kind == "pair" else {},
             truncation={"max_seq_length": max_length,
-                        "policy": "the encoder truncates each text to max_seq_length tokens; "
-                                  "length features are computed on the full text"},
+                        "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
+                                  "text"},
             score_scale=list(self.scale_) if self.scale_ else None,
             training={**self.training_, "head": self.head, "head_params": self.head_params,
                       "features": list(self.groups), "seed": self.seed},
             validation=dict(validation or {}),
             runtime={"sklearn_model": MODEL_FILE, "format": "joblib", "head": self.head,
                      "head_params": self.head_params, "features": list(self.features),
-                     "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True},
+                     "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True,
+                     "embedder": self.embedder.config()},
         )
         card.save(directory)
         return directory
@@ -459,7 +534,11 @@ class EmbeddingJudge:
             raise ValueError(f"{directory}: judge_card.json field 'head' is {card.head!r}, not 'embedding'")
         rt = card.runtime
         judge = cls(encoder=card.backbone, head=rt["head"], kind=card.kind, features=rt["features"],
-                    use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"], embedder=embedder)
+                    use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"],
+                    embedder=embedder if embedder is not None else embedder_for_card(card))
+        if judge.embedder.config() != embedder_config(card):
+            raise ValueError(f"{directory}: the judge was trained with embedder {embedder_config(card)}, the given "
+                             f"embedder is {judge.embedder.config()}")
         judge.model_ = joblib.load(directory / rt["sklearn_model"])
         judge.scale_ = tuple(card.score_scale) if card.score_scale else None
         judge.training_ = {k: card.training[k] for k in ("n_records", "n_rows", "n_features", "sources", "labels")
@@ -470,6 +549,16 @@ class EmbeddingJudge:
             raise ValueError(f"{directory / rt['sklearn_model']}: head expects {got} features, the card says "
                              f"{expected}")
         return judge
+
+
+def embedder_config(card: JudgeCard) -> dict[str, Any]:
+    """How a saved embedding judge embeds (cards written before decoder embedders existed: a sentence encoder)."""
+    return dict(card.runtime.get("embedder") or {"kind": "sentence"})
+
+
+def embedder_for_card(card: JudgeCard, **options):
+    """The embedder a saved embedding judge was trained with; ``options``: batch_size, device, ..."""
+    return make_embedder(card.backbone, **embedder_config(card), **options)
 
 
 def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *, max_similarity: float = 0.9,

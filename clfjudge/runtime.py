@@ -387,7 +387,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
 
 def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                   batch_size: int) -> Judge:
-    from .embedding_judge import EmbeddingJudge, TextEmbedder
+    from .embedding_judge import EmbeddingJudge, embedder_for_card
 
     if variant is not None:
         raise ValueError(f"variant {variant!r} applies to ONNX judges, not to an embedding judge")
@@ -395,7 +395,7 @@ def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: s
         import torch
 
         torch.set_num_threads(threads)
-    embedder = TextEmbedder(card.backbone, batch_size=batch_size, device=provider)
+    embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
     return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder), batch_size)
 
 

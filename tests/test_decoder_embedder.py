@@ -1,0 +1,147 @@
+"""The decoder embedder (a frozen causal LM reading each answer after its question) on a tiny random LLaMA,
+the embedding judge on top of it, and the judge's C="auto" head."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from clfjudge.card import JudgeCard
+from clfjudge.decoder_embedder import DecoderEmbedder, truncate_middle
+from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, TextEmbedder, embedder_for_card, make_embedder
+from clfjudge.records import Loc, PairRecord, Verdict
+from clfjudge.testing import tiny_llama
+
+LOC = Loc("synthetic.jsonl", 1)
+TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+            "{% if add_generation_prompt %}<s>assistant: {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return tiny_llama(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="module")
+def chat_llama_dir(tmp_path_factory):
+    """The tiny LLaMA with a chat template in its tokenizer config."""
+    out = tiny_llama(tmp_path_factory.mktemp("chat-llama"))
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
+    return out
+
+
+def _pairs(n: int, start: int = 0) -> list[PairRecord]:
+    """The answer that repeats the question's word wins over an unrelated one; ~6 questions share a word."""
+    words = ["apple", "river", "engine", "violin", "planet", "garden"]
+    out = []
+    for i in range(start, start + n):
+        w, other = words[i % 6], words[(i + 3) % 6]
+        good, bad = f"The {w} is what you asked about, number {i}.", f"Something on {other} {i}."
+        a, b, verdict = (good, bad, "A") if i % 2 else (bad, good, "B")
+        out.append(PairRecord.build(LOC, id=f"p{i}", question=f"Question {i} about the {w}?", answer_a=a,
+                                    answer_b=b, verdict=verdict, source="synthetic"))
+    return out
+
+
+def test_truncate_middle_keeps_both_ends():
+    assert truncate_middle(list(range(5)), 8) == [0, 1, 2, 3, 4]
+    assert truncate_middle(list(range(10)), 4) == [0, 1, 8, 9]
+    assert truncate_middle(list(range(10)), 5) == [0, 1, 7, 8, 9]
+
+
+def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir):
+    decoder = make_embedder(str(llama_dir))
+    assert isinstance(decoder, DecoderEmbedder)
+    assert decoder.config() == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384}
+    assert decoder._model is None  # the layer is resolved from config.json, no weights loaded
+    assert isinstance(make_embedder("minilm"), TextEmbedder)
+    with pytest.raises(KeyError, match="unknown embedder kind 'bag'"):
+        make_embedder("minilm", kind="bag")
+    with pytest.raises(ValueError, match="layer 3 out of range: .* has 2 decoder layers"):
+        DecoderEmbedder(str(llama_dir), layer=3).config()
+    with pytest.raises(ValueError, match="is an encoder .*DecoderEmbedder needs a decoder"):
+        DecoderEmbedder("minilm").config()
+
+
+@pytest.mark.parametrize("fixture", ["llama_dir", "chat_llama_dir"])
+def test_answers_are_read_after_their_question(request, fixture, tmp_path):
+    path = str(request.getfixturevalue(fixture))
+    embedder = DecoderEmbedder(path, layer=2, batch_size=3)
+    questions = ["What is an apple?", "Where does the river go?", "What is an apple?", "Why?"]
+    answers = ["A fruit.", "A fruit.", "A red fruit that grows on trees, often eaten raw or in pies.", ""]
+    vectors = embedder.embed_answers(questions, answers)
+    assert vectors.shape == (4, 32) and np.isfinite(vectors).all()
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(vectors[0], vectors[1])  # same answer, other question: another vector
+    # length-sorted right-padded batches give what one-at-a-time gives
+    single = DecoderEmbedder(path, layer=2, batch_size=1).embed_answers(questions, answers)
+    np.testing.assert_allclose(vectors, single, atol=1e-5)
+    # the middle layer differs from the last one, and texts read alone differ from answers read after a question
+    assert not np.allclose(DecoderEmbedder(path, layer=1).embed_answers(questions, answers), vectors)
+    assert not np.allclose(embedder.embed(answers[:1]), vectors[:1])
+
+    path_npz = embedder.save_cache(tmp_path / "cache.npz")
+    fresh = DecoderEmbedder(path, layer=2)
+    assert fresh.load_cache(path_npz) == len(embedder) == 5  # four answers, one text read alone
+    np.testing.assert_array_equal(fresh.embed_answers(questions[:2], answers[:2]), vectors[:2])
+    assert fresh._model is None  # served from the cache
+    with pytest.raises(ValueError, match="embedding cache of encoder .*layer=2.*not .*layer=1"):
+        DecoderEmbedder(path, layer=1).load_cache(path_npz)
+    with pytest.raises(ValueError, match="2 questions for 1 answers"):
+        embedder.embed_answers(questions[:2], answers[:1])
+
+
+def test_long_prompts_and_answers_are_truncated(llama_dir):
+    embedder = DecoderEmbedder(str(llama_dir), max_prompt_tokens=8, max_answer_tokens=5)
+    embedder._load()
+    long = "word " * 200
+    assert len(embedder._prompt_ids(long)) == 8
+    assert len(embedder._answer_ids(long)) == 6  # five tokens + EOS
+    assert embedder.embed_answers([long], [long]).shape == (1, 32)
+    assert "first and last 4 tokens" in embedder.truncation_policy
+
+
+def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
+    judge = EmbeddingJudge(encoder=str(llama_dir), features=("diff", "abs_diff"), head_params={"C": 1.0},
+                           embedder_options={"layer": 1}).fit(_pairs(24))
+    test = _pairs(6, start=24)
+    proba = judge.predict_proba(test)
+    np.testing.assert_allclose(judge.predict_proba([p.swapped() for p in test]), proba[:, ::-1], atol=1e-12)
+
+    judge.save(tmp_path / "judge")
+    card = JudgeCard.load(tmp_path / "judge")
+    assert card.runtime["embedder"] == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256,
+                                        "max_answer_tokens": 384}
+    assert "read after their question" in card.truncation["policy"]
+    loaded = EmbeddingJudge.load(tmp_path / "judge")
+    assert isinstance(loaded.embedder, DecoderEmbedder) and loaded.embedder.layer == 1
+    np.testing.assert_allclose(loaded.predict_proba(test), proba, atol=1e-6)
+    assert embedder_for_card(card, batch_size=2).batch_size == 2
+    with pytest.raises(ValueError, match="trained with embedder .*'layer': 1.*the given embedder is .*'layer': 2"):
+        EmbeddingJudge.load(tmp_path / "judge", embedder=DecoderEmbedder(str(llama_dir), layer=2))
+
+
+def test_a_given_embedder_is_used_even_while_its_cache_is_empty(llama_dir):
+    """An empty embedder is falsy (len 0): the judge must still use it, not build its own."""
+    shared = DecoderEmbedder(str(llama_dir))
+    judge = EmbeddingJudge(encoder=str(llama_dir), features=("diff",), embedder=shared).fit(_pairs(12))
+    assert judge.embedder is shared and len(shared) > 0
+    with pytest.raises(ValueError, match="either an embedder or embedder_options"):
+        EmbeddingJudge(encoder=str(llama_dir), embedder=shared, embedder_options={"layer": 1})
+
+
+def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
+    embedder = DecoderEmbedder(str(llama_dir))
+    judge = EmbeddingJudge(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
+                           embedder=embedder).fit(_pairs(24))
+    assert judge.training_["chosen_C"] in AUTO_C_GRID
+    search = judge.model_
+    # inner folds never split a question: the swapped copy of a pair sits in the same fold as the pair
+    for train, test in search.cv:
+        assert not set(train % 24) & set(test % 24)
+    assert judge.predict(_pairs(2, start=24))[0] in (Verdict.A, Verdict.B, Verdict.TIE)
+    with pytest.raises(ValueError, match="C='auto' needs at least 3 distinct training questions"):
+        EmbeddingJudge(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
+                       embedder=embedder).fit(_pairs(2))
