@@ -492,8 +492,10 @@ class EmbeddingJudge:
         return np.clip(scores, *self.scale_)
 
     # -- persistence ---------------------------------------------------------------------------------
-    def save(self, directory: str | Path, validation: dict[str, Any] | None = None) -> Path:
-        """Write the head (joblib) and judge_card.json; the encoder is referenced by its spec, not copied."""
+    def save(self, directory: str | Path, validation: dict[str, Any] | None = None,
+             training: dict[str, Any] | None = None) -> Path:
+        """Write the head (joblib) and judge_card.json; the encoder is referenced by its spec, not copied.
+        ``training``: more entries for the card's training section (sources, splits, config, wall time)."""
         import joblib
 
         self._require_fitted()
@@ -512,7 +514,7 @@ class EmbeddingJudge:
                         "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
                                   "text"},
             score_scale=list(self.scale_) if self.scale_ else None,
-            training={**self.training_, "head": self.head, "head_params": self.head_params,
+            training={**(training or {}), **self.training_, "head": self.head, "head_params": self.head_params,
                       "features": list(self.groups), "seed": self.seed},
             validation=dict(validation or {}),
             runtime={"sklearn_model": MODEL_FILE, "format": "joblib", "head": self.head,

@@ -37,7 +37,8 @@ class TrainConfig:
     batch_size x grad_accum x number of processes (Table 7's 128 is a global batch)."""
 
     backbone: str = "minilm"
-    head: str = "cls3"  # a name in heads.HEADS, or "generative" (the LM-head baseline, generative.py)
+    head: str = "cls3"  # a name in heads.HEADS, "generative" (the LM-head baseline, generative.py) or
+    # "embedding" (frozen encoder + scikit-learn head, embedding_training.py)
     scheme: str | None = None  # default: "<backbone family>-<head's suffix>", e.g. encoder-pair
     sources: list[str] = field(default_factory=list)  # train sources; "name" or "name:N" (N records sampled)
     eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
@@ -60,6 +61,7 @@ class TrainConfig:
     max_length: int = 512
     length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
     length_covariate: bool = False  # reward head: add beta * log(1 + chars) to each reward (heads.py)
+    embedding: dict[str, Any] = field(default_factory=dict)  # head "embedding": embedding_training.OPTIONS
     budgets: dict[str, float] = field(default_factory=dict)  # truncation budgets per field (truncation.py)
     head_fraction: float = 0.5  # share of a cut field kept from its head (the rest from its tail)
     lr: float = 2e-5
@@ -168,6 +170,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Coerce a YAML value or a --set string to the field's declared type (YAML reads 2e-5 as a string)."""
     import yaml
 
+    if tp is Any:
+        return value
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "~")):
@@ -570,8 +574,14 @@ def _train_generative(cfg: TrainConfig) -> Path:
     return train_generative(cfg)
 
 
+def _train_embedding(cfg: TrainConfig) -> Path:
+    from .embedding_training import train_embedding
+
+    return train_embedding(cfg)
+
+
 # heads trained by another loop than the sequence-classification one below
-OTHER_TRAINERS = {"generative": _train_generative}
+OTHER_TRAINERS = {"generative": _train_generative, "embedding": _train_embedding}
 
 
 def train(cfg: TrainConfig) -> Path:

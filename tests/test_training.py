@@ -325,3 +325,40 @@ def test_cli_trains_minilm_on_real_pandalm_pairs(tmp_path):
     assert card.validation["dev"]["n"] == card.training["split"]["dev"]
     c = Judge.load(tmp_path / "judge").compare("Name a prime.", "7", "9")
     assert c.p_a + c.p_tie + c.p_b == pytest.approx(1.0)
+
+
+@needs_data
+@pytest.mark.parametrize("source, kind", [("pandalm-test:60", "pair"), ("prometheus-vicuna:40", "point")])
+def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path, source, kind):
+    """head: embedding: a frozen decoder + scikit-learn head on the shared splits, a judge the runtime loads."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"backbone: {tiny_llama_dir}\nhead: embedding\nsources: [{source}]\ncv_folds: 3\n"
+                    f"dev_fraction: 0.2\nswap_aug: 1.0\nembedding: {{kind: {kind}, features: "
+                    f"{'[diff, abs_diff]' if kind == 'pair' else '[a, cos]'}, layer: 1}}\n"
+                    f"output_dir: {tmp_path / 'judge'}\n")
+    assert main(["train", "--config", str(path)]) == 0
+    card = JudgeCard.load(tmp_path / "judge")
+    assert card.head == "embedding" and card.kind == kind
+    assert card.runtime["embedder"]["kind"] == "decoder" and card.runtime["embedder"]["layer"] == 1
+    split = card.training["split"]
+    assert card.training["n_records"] == split["train"] and split["test"] > 0 and split["dev"] > 0
+    assert split["swap_aug_skipped"] and split["swap_aug_added"] == 0  # invariant by construction
+    test = card.validation["test"]
+    assert test["n"] == split["test"]
+    if kind == "pair":
+        assert card.training["chosen_C"] > 0 and test["consistency"] == 1.0
+        assert set(test["baselines"]) >= {"majority-class", "longer-answer-wins"}
+    judge = Judge.load(tmp_path / "judge")
+    if kind == "pair":
+        assert judge.compare("q?", "yes", "no").verdict in {"A", "B", "TIE"}
+    else:
+        assert 1.0 <= judge.score("q?", "yes").value <= 5.0
+
+
+def test_embedding_options_are_checked():
+    from clfjudge.embedding_training import judge_from_config
+
+    cfg = TrainConfig.from_dict({"backbone": "minilm", "head": "embedding", "sources": ["pandalm-test"],
+                                 "embedding": {"layers": 3}})
+    with pytest.raises(ValueError, match=r"embedding: unknown option\(s\) \['layers'\]; known: kind"):
+        judge_from_config(cfg)

@@ -1,0 +1,106 @@
+"""``clfjudge train`` for ``head: embedding``: a frozen encoder (a sentence encoder, or a decoder reading each
+answer after its question) plus a scikit-learn head, on the same splits as every other head (``build_splits``:
+held-out fold, decontamination, dev split, mixed-in sources), scored on dev / held-out / eval sources beside
+the baselines. Minutes on a CPU, no gradient steps through the backbone.
+
+Options live under the config key ``embedding`` (see ``OPTIONS``); the backbone is the config's ``backbone``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .heads import Head
+from .records import Record
+
+if TYPE_CHECKING:
+    from .embedding_judge import EmbeddingJudge
+    from .training import TrainConfig
+
+EMBEDDING = "embedding"
+# option -> what it does (unknown options are refused, naming these)
+OPTIONS = {
+    "kind": "pair (verdicts) or point (scores); default pair",
+    "head": "logreg | gbdt (pairs), ridge | gbdt (points); default logreg / ridge",
+    "features": "feature groups (embedding_judge.PAIR_FEATURES / POINT_FEATURES); default the judge's",
+    "use_length": "add the length feature groups; default true",
+    "head_params": "scikit-learn parameters of the head; default {C: auto} for logreg",
+    "layer": "decoder backbones: the layer whose states are pooled; default the middle one",
+    "max_prompt_tokens": "decoder backbones: prompt (template + question) budget",
+    "max_answer_tokens": "decoder backbones: answer budget",
+    "batch_size": "embedding batch size",
+}
+EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "batch_size")
+
+
+class EmbeddingDataHead(Head):
+    """The data side of the embedding judge for the shared split builder: labelled pairs or points."""
+
+    name = EMBEDDING
+    num_labels = 0
+    problem_type = ""
+    scheme_suffix = EMBEDDING
+    best_metric = "accuracy"
+    position_invariant = True  # the judge averages both answer orders: swap augmentation adds nothing
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # type: ignore[misc]
+
+    def _unusable(self, record: Record) -> str | None:
+        if record.kind != self.kind:
+            return f"{record.kind} record (this embedding judge is a {self.kind} judge)"
+        label = "verdict" if self.kind == "pair" else "score"
+        if getattr(record, label) is None:
+            return f"{self.kind} without a {label}"
+        return None
+
+
+def judge_from_config(cfg: "TrainConfig") -> "EmbeddingJudge":
+    from .embedding_judge import EmbeddingJudge
+
+    options = dict(cfg.embedding)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"train config: embedding: unknown option(s) {unknown}; known: "
+                         + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+    kind = options.get("kind", "pair")
+    head = options.get("head")
+    logreg = (head or "logreg") == "logreg" and kind == "pair"
+    return EmbeddingJudge(
+        encoder=cfg.backbone, head=head, kind=kind, features=options.get("features"),
+        use_length=bool(options.get("use_length", True)),
+        head_params=options.get("head_params", {"C": "auto"} if logreg else None), seed=cfg.seed,
+        embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None)
+
+
+def evaluate(judge: "EmbeddingJudge", records: Sequence[Record]) -> dict[str, Any]:
+    """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
+    from .metrics import autoj_agreement, correlations, pairwise_metrics
+    from .training import pair_baselines
+
+    if judge.kind == "point":
+        return asdict(correlations([r.score for r in records], judge.predict(records).tolist()))
+    gold = [r.verdict for r in records]
+    forward = judge.predict(records)
+    backward = judge.predict([r.swapped() for r in records])
+    both = autoj_agreement(gold, forward, backward)
+    return {**pairwise_metrics(gold, forward).as_dict(), "agreement": both.agreement,
+            "consistency": both.consistency, "baselines": pair_baselines(records)}
+
+
+def train_embedding(cfg: "TrainConfig") -> Path:
+    """Fit the embedding judge on the training split and write its directory (head + judge card)."""
+    from .training import build_splits
+
+    start = time.monotonic()
+    judge = judge_from_config(cfg)
+    splits = build_splits(cfg, EmbeddingDataHead(judge.kind))
+    judge.fit(splits.train)
+    validation = {name: evaluate(judge, records)
+                  for name, records in [("dev", splits.dev), ("test", splits.test),
+                                        *((f"eval:{n}", r) for n, r in splits.evals.items())] if records}
+    training = {"sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+                "wall_time_s": round(time.monotonic() - start, 1)}
+    return judge.save(cfg.output_dir, validation=validation, training=training)
