@@ -37,3 +37,10 @@ def write(name: str, data: dict[str, Any], markdown: str) -> Path:
     path = RESULTS / f"{name}_{day}.md"
     path.write_text(markdown)
     return path
+
+
+def vs_longer_cell(d: dict[str, Any] | None) -> str:
+    """A table cell for a paired difference to longer-answer-wins (metrics.paired_difference)."""
+    if not d:
+        return "-"
+    return f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] ({d['won']} / {d['lost']})"

@@ -35,11 +35,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from clfjudge import sources
-from common import cpu_model
+from common import cpu_model, vs_longer_cell
 from clfjudge.card import library_versions
-from clfjudge.embedding_judge import EmbeddingJudge, TextEmbedder, neighbour_negatives
+from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, make_embedder, neighbour_negatives
 from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
-from clfjudge.metrics import autoj_agreement, correlations, pairwise_metrics, position_consistency
+from clfjudge.metrics import (autoj_agreement, correlations, paired_difference, pairwise_metrics,
+                             position_consistency)
 from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.registry import Registry
 from clfjudge.splits import decontaminate, group_kfold, train_dev_split
@@ -69,23 +70,26 @@ def git_commit() -> str | None:
 
 @dataclass
 class Embedders:
-    """One shared TextEmbedder per encoder, backed by an on-disk cache."""
+    """One shared embedder per encoder (a sentence encoder, or a decoder reading answers after their
+    questions), backed by an on-disk cache."""
 
     cache_dir: Path
-    by_encoder: dict[str, TextEmbedder] = field(default_factory=dict)
+    by_encoder: dict[str, Any] = field(default_factory=dict)
 
-    def get(self, encoder: str) -> TextEmbedder:
+    def path(self, embedder) -> Path:
+        return self.cache_dir / (embedder.cache_id.replace("|", "_").replace("=", "") + ".npz")
+
+    def get(self, encoder: str):
         if encoder not in self.by_encoder:
-            embedder = TextEmbedder(encoder, batch_size=16)
-            path = self.cache_dir / f"{encoder}.npz"
-            if path.exists():
-                embedder.load_cache(path)
+            embedder = make_embedder(encoder, batch_size=16, show_progress=True)
+            if self.path(embedder).exists():
+                embedder.load_cache(self.path(embedder))
             self.by_encoder[encoder] = embedder
         return self.by_encoder[encoder]
 
     def save(self) -> None:
-        for encoder, embedder in self.by_encoder.items():
-            embedder.save_cache(self.cache_dir / f"{encoder}.npz")
+        for embedder in self.by_encoder.values():
+            embedder.save_cache(self.path(embedder))
 
 
 @dataclass(frozen=True)
@@ -97,14 +101,17 @@ class Variant:
     use_length: bool
     features: tuple[str, ...] | None = None  # None: the judge's default groups
     label: str = ""  # what the feature set is, for the table
+    auto_c: bool = False  # logreg C chosen by question-grouped CV inside the training fold (else C = 0.01)
 
     @property
     def name(self) -> str:
-        return f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} {'+' if self.use_length else '-'}len"
+        return (f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} "
+                f"{'+' if self.use_length else '-'}len{' C=auto' if self.auto_c else ''}")
 
     def judge(self, embedders: Embedders, kind: str) -> EmbeddingJudge:
         return EmbeddingJudge(encoder=self.encoder, head=self.head, kind=kind, features=self.features,
-                              use_length=self.use_length, embedder=embedders.get(self.encoder))
+                              use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
+                              embedder=embedders.get(self.encoder))
 
 
 def both_orders(predict: Callable[[Sequence[PairRecord]], list[Verdict]]) -> PairJudge:
@@ -135,6 +142,17 @@ def pair_variants(encoders: Sequence[str], heads: Sequence[str]) -> list[Variant
     return [Variant(enc, head, use_length, features, label)
             for enc in encoders for head in heads for features, label in configs[head]
             for use_length in (True, False)]
+
+
+ANSWER_ONLY = ("diff", "abs_diff")
+
+
+def answer_variants(decoders: Sequence[str], encoders: Sequence[str]) -> list[Variant]:
+    """Logreg (C=auto) on the answer vectors only, A - B and |A - B|: per decoder (each answer read after its
+    question), with and without length, and the first sentence encoder with length, for comparison."""
+    rows = [Variant(dec, "logreg", use_length, ANSWER_ONLY, "(answers)", True)
+            for dec in decoders for use_length in (True, False)]
+    return rows + [Variant(enc, "logreg", True, ANSWER_ONLY, "(answers)", True) for enc in encoders[:1]]
 
 
 def pair_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedders) -> dict[str, PairPredictor]:
@@ -191,9 +209,19 @@ def randomise_order(pairs: Sequence[PairRecord], seed: int) -> list[PairRecord]:
     return [p.swapped() if rng.random() < 0.5 else p for p in pairs]
 
 
+def against_longer(records: Sequence[PairRecord], out: dict[str, Any], forward: dict[str, list[Verdict]]) -> None:
+    """Every row's accuracy difference to longer-answer-wins on the same records, with a paired bootstrap CI."""
+    longer = forward.get("longer answer wins")
+    if longer is None:
+        return
+    longer_right = [v == r.verdict for v, r in zip(longer, records)]
+    for name, verdicts in forward.items():
+        out[name]["vs_longer"] = paired_difference([v == r.verdict for v, r in zip(verdicts, records)], longer_right)
+
+
 def cross_validate(records: list[PairRecord], rows: dict[str, PairPredictor], k: int, seed: int) -> dict[str, Any]:
     folds = group_kfold(records, k, seed)
-    out = {}
+    out, forward_of = {}, {}
     for name, predictor in rows.items():
         start = time.perf_counter()
         forward: list[Verdict | None] = [None] * len(records)
@@ -204,10 +232,12 @@ def cross_validate(records: list[PairRecord], rows: dict[str, PairPredictor], k:
             for i, fv, bv in zip(test_idx, f, b):
                 forward[i], backward[i] = fv, bv
             fold_acc.append(np.mean([fv == records[i].verdict for i, fv in zip(test_idx, f)]))
+        forward_of[name] = forward
         out[name] = {**pair_report(records, forward, backward), "fold_accuracy_std": float(np.std(fold_acc)),
                      "seconds": round(time.perf_counter() - start, 1)}
         print(f"    {name:45s} acc {out[name]['accuracy']:.3f} f1 {out[name]['macro_f1']:.3f} "
               f"agree {out[name]['autoj_agreement']:.3f} ({out[name]['seconds']}s)", flush=True)
+    against_longer(records, out, forward_of)
     return out
 
 
@@ -228,6 +258,7 @@ def cv_experiment(source: str, args, embedders: Embedders) -> dict[str, Any]:
     """The pair rows, plus per ``--mix`` entry the logreg rows trained on every fold + that mix."""
     records = load(source)
     rows = pair_rows(args.encoders, args.heads, embedders)
+    rows.update({v.name: judge_predictor(v, embedders) for v in answer_variants(args.decoders, args.encoders)})
     mixing = {}
     for mix in [m for m in args.mix if source not in m.split("+")]:
         extra, mixing[mix] = mixed_in(mix, source, records, args.seed)
@@ -320,11 +351,39 @@ def prometheus_experiment(args, embedders: Embedders) -> dict[str, Any]:
             "rows": out}
 
 
+def transfer_experiment(args, embedders: Embedders) -> dict[str, Any]:
+    """Train on all of one human-labelled set, test on the other and on LLMBar: does what a judge learnt on
+    one set's questions and answering models carry over to other models and to adversarial pairs?"""
+    sets = {name: load(name) for name in ["pandalm-test", "autoj-test", *LLMBAR]}
+    rows = {"majority class": majority_predictor, "longer answer wins": longer_predictor,
+            Variant(args.encoders[0], "logreg", True).name: judge_predictor(Variant(args.encoders[0], "logreg", True),
+                                                                            embedders),
+            **{v.name: judge_predictor(v, embedders) for v in answer_variants(args.decoders, args.encoders)}}
+    out = {}
+    for train_name in ("pandalm-test", "autoj-test"):
+        print(f"  train on {train_name}", flush=True)
+        evals = {name: recs for name, recs in sets.items() if name != train_name}
+        by_set: dict[str, dict[str, Any]] = {name: {} for name in evals}
+        forward_of: dict[str, dict[str, list[Verdict]]] = {name: {} for name in evals}
+        for row, predictor in rows.items():
+            judge = predictor(sets[train_name])
+            for name, recs in evals.items():
+                forward, backward = judge(recs)
+                forward_of[name][row] = forward
+                by_set[name][row] = pair_report(recs, forward, backward)
+            print(f"    {row:45s} " + " ".join(f"{n} {by_set[n][row]['accuracy']:.3f}" for n in evals), flush=True)
+        for name, recs in evals.items():
+            against_longer(recs, by_set[name], forward_of[name])
+        out[train_name] = by_set
+    return {"trained_on": list(out), "eval_sets": {k: len(v) for k, v in sets.items()}, "results": out}
+
+
 EXPERIMENTS: Registry[Callable[[argparse.Namespace, Embedders], dict[str, Any]]] = Registry("experiment")
 EXPERIMENTS.register("pandalm", lambda args, emb: cv_experiment("pandalm-test", args, emb))
 EXPERIMENTS.register("autoj", lambda args, emb: cv_experiment("autoj-test", args, emb))
 EXPERIMENTS.register("alpacaeval", alpacaeval_experiment)
 EXPERIMENTS.register("prometheus", prometheus_experiment)
+EXPERIMENTS.register("transfer", transfer_experiment)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -340,8 +399,13 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Embedding judge: real runs ({meta['date']})", "",
              f"CPU: {meta['cpu']} ({meta['cores']} cores, OMP_NUM_THREADS={meta['omp_threads']}); "
              f"total wall time {meta['wall_seconds']:.0f} s; commit {meta['git_commit']}; seed {meta['seed']}.",
-             f"Encoders: {', '.join(meta['encoders'])}; logreg C = 0.01 (chosen on an AlpacaEval instruction split), "
-             "features group-balanced; judges are position-invariant by construction.", ""]
+             f"Encoders: {', '.join(meta['encoders'])}; decoders: {', '.join(meta.get('decoders', [])) or 'none'} "
+             "(middle layer, each answer read after its question in the chat template). Logreg C = 0.01 (chosen on "
+             "an AlpacaEval instruction split) unless the row says C=auto: chosen from "
+             f"{list(AUTO_C_GRID)} by 3-fold question-grouped CV inside each training fold. Features "
+             "group-balanced; judges are position-invariant by construction. '(answers)': A - B and |A - B| of the "
+             "answer vectors only. Last column: accuracy minus longer-answer-wins accuracy on the same pairs, "
+             "paired bootstrap 95% CI (pairs won / lost).", ""]
     ex = result["experiments"]
     for key in ("pandalm", "autoj"):
         if key not in ex:
@@ -352,11 +416,12 @@ def markdown(result: dict[str, Any]) -> str:
                   *[f"'+ {mix} train' rows add {m['n_added_per_fold']} pairs of {mix} (answer order randomised) to "
                     f"each training fold ({m['n_removed_contaminated']} removed as contaminated)." for mix, m in
                     e["mixing"].items()], "",
-                  "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s | "
+                  "acc - longer [95% CI] |", "|---|---|---|---|---|---|---|---|"]
         for name, r in e["rows"].items():
             lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['macro_f1'])} | {_fmt(r['accuracy_non_tie_gold'])} "
-                         f"| {_fmt(r['autoj_agreement'])} | {_fmt(r['position_consistency'])} | {r['seconds']} |")
+                         f"| {_fmt(r['autoj_agreement'])} | {_fmt(r['position_consistency'])} | {r['seconds']} "
+                         f"| {vs_longer_cell(r.get('vs_longer'))} |")
         lines.append("")
     if "alpacaeval" in ex:
         e = ex["alpacaeval"]
@@ -384,6 +449,25 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | {_fmt(a['pearson'])} | {_fmt(a['kendall'])} | {_fmt(a['spearman'])} | "
                          f"{_fmt(r['prometheus-mtbench']['pearson'])} | {_fmt(r['prometheus-vicuna']['pearson'])} |")
         lines.append("")
+    if "transfer" in ex:
+        e = ex["transfer"]
+        lines += [f"## Transfer: trained on all of one human-labelled set, tested on the others (wall "
+                  f"{e['wall_seconds']:.0f} s)", "",
+                  "Accuracy (3-way; LLMBar has no ties); below it, accuracy minus longer-answer-wins on the same "
+                  "pairs [paired bootstrap 95% CI].", ""]
+        for trained_on, by_set in e["results"].items():
+            sets = list(by_set)
+            lines += [f"### trained on {trained_on}", "",
+                      "| row | " + " | ".join(f"{s} ({e['eval_sets'][s]})" for s in sets) + " |",
+                      "|---|" + "---|" * len(sets)]
+            for row in by_set[sets[0]]:
+                cells = []
+                for s in sets:
+                    r, d = by_set[s][row], by_set[s][row].get("vs_longer")
+                    delta = f"<br>{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d else ""
+                    cells.append(_fmt(r["accuracy"]) + delta)
+                lines.append(f"| {row} | " + " | ".join(cells) + " |")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -391,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", nargs="+", default=EXPERIMENTS.names(), choices=EXPERIMENTS.names())
     parser.add_argument("--encoders", nargs="+", default=["minilm", "mpnet"])
+    parser.add_argument("--decoders", nargs="*", default=["smollm2"],
+                        help="pandalm / autoj / transfer: decoder backbones whose middle layer embeds each answer "
+                             "read after its question")
     parser.add_argument("--heads", nargs="+", default=["logreg", "gbdt"], choices=["logreg", "gbdt"])
     parser.add_argument("--alpaca-encoders", nargs="+", default=["minilm"],
                         help="encoders for the rows that embed the large sets (the AlpacaEval transfer experiment and --mix)")
@@ -419,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {"date": date.isoformat(timespec="seconds"), "cpu": cpu_model(), "cores": os.cpu_count(),
                  "omp_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "python": sys.version.split()[0],
                  "versions": library_versions(), "git_commit": git_commit(), "seed": args.seed,
-                 "encoders": args.encoders, "alpaca_encoders": alpaca_encoders(args), "heads": args.heads,
+                 "encoders": args.encoders, "decoders": args.decoders, "alpaca_encoders": alpaca_encoders(args), "heads": args.heads,
                  "argv": sys.argv[1:],
                  "wall_seconds": round(time.perf_counter() - start, 1)},
         "experiments": experiments,

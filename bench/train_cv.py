@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write  # noqa: E402
+from common import machine, vs_longer_cell, write  # noqa: E402
 from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, load, longer_predictor,  # noqa: E402
                                 majority_predictor, pair_report, point_report)
 
@@ -268,8 +268,7 @@ def markdown(result: dict[str, Any]) -> str:
                   "acc - longer-wins acc [95% CI] (won / lost pairs) | train wall s |", "|---|---|---|---|---|---|---|---|"]
         for row, r in part["rows"].items():
             wall = "+".join(f"{w:.0f}" for w in r.get("train_wall_s", [])) or "-"
-            d = r.get("vs_longer")
-            diff = f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] ({d['won']} / {d['lost']})" if d else "-"
+            diff = vs_longer_cell(r.get("vs_longer"))
             lines.append(f"| {row} | {_f(r['accuracy'])} | {_f(r['macro_f1'])} | {_f(r['accuracy_non_tie_gold'])} "
                          f"| {_f(r['autoj_agreement'])} | {_f(r['position_consistency'])} | {diff} | {wall} |")
         for row, (acc, f1, agree) in PAPER.get(name, {}).items():
