@@ -79,13 +79,16 @@ class Embedders:
     def path(self, embedder) -> Path:
         return self.cache_dir / (embedder.cache_id.replace("|", "_").replace("=", "") + ".npz")
 
-    def get(self, encoder: str):
-        if encoder not in self.by_encoder:
-            embedder = make_embedder(encoder, batch_size=16, show_progress=True)
+    def get(self, spec: str):
+        """``spec``: an encoder, or "DECODER@LAYER" for a decoder's layer other than the middle one."""
+        if spec not in self.by_encoder:
+            encoder, _, layer = spec.partition("@")
+            embedder = make_embedder(encoder, batch_size=16, show_progress=True,
+                                     **({"layer": int(layer)} if layer else {}))
             if self.path(embedder).exists():
                 embedder.load_cache(self.path(embedder))
-            self.by_encoder[encoder] = embedder
-        return self.by_encoder[encoder]
+            self.by_encoder[spec] = embedder
+        return self.by_encoder[spec]
 
     def save(self) -> None:
         for embedder in self.by_encoder.values():
@@ -109,9 +112,10 @@ class Variant:
                 f"{'+' if self.use_length else '-'}len{' C=auto' if self.auto_c else ''}")
 
     def judge(self, embedders: Embedders, kind: str) -> EmbeddingJudge:
-        return EmbeddingJudge(encoder=self.encoder, head=self.head, kind=kind, features=self.features,
+        embedder = embedders.get(self.encoder)
+        return EmbeddingJudge(encoder=embedder.encoder, head=self.head, kind=kind, features=self.features,
                               use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
-                              embedder=embedders.get(self.encoder))
+                              embedder=embedder)
 
 
 def both_orders(predict: Callable[[Sequence[PairRecord]], list[Verdict]]) -> PairJudge:
@@ -302,11 +306,13 @@ def alpacaeval_experiment(args, embedders: Embedders) -> dict[str, Any]:
             "eval_sets": {k: len(v) for k, v in evals.items()}, "rows": out}
 
 
-def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedders) -> dict[str, PointPredictor]:
+def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedders,
+               decoders: Sequence[str] = ()) -> dict[str, PointPredictor]:
     def judge_rows(encoder: str, head: str, use_length: bool, features=None, label=""):
         def fit(train):
-            return EmbeddingJudge(encoder=encoder, head=head, kind="point", features=features,
-                                  use_length=use_length, embedder=embedders.get(encoder)).fit(train).predict
+            embedder = embedders.get(encoder)
+            return EmbeddingJudge(encoder=embedder.encoder, head=head, kind="point", features=features,
+                                  use_length=use_length, embedder=embedder).fit(train).predict
 
         return f"{encoder} {head}{label} {'+' if use_length else '-'}len", fit
 
@@ -326,6 +332,12 @@ def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedde
                 rows[name] = fn
         name, fn = judge_rows(encoder, "ridge", True, ("q", "a", "qa_prod", "cos", "ref_cos"), " +ref_cos")
         rows[name] = fn
+    for decoder in decoders:  # the answer vector alone (a decoder reads it after the question), then all groups
+        for use_length in (True, False):
+            name, fn = judge_rows(decoder, "ridge", use_length, ("a",), " (answer)")
+            rows[name] = fn
+        name, fn = judge_rows(decoder, "ridge", True)
+        rows[name] = fn
     return rows
 
 
@@ -334,7 +346,7 @@ def prometheus_experiment(args, embedders: Embedders) -> dict[str, Any]:
     records = [r for recs in parts.values() for r in recs]
     folds = group_kfold(records, args.folds, args.seed)
     out = {}
-    for name, predictor in point_rows(args.encoders, args.heads, embedders).items():
+    for name, predictor in point_rows(args.encoders, args.heads, embedders, args.decoders).items():
         start = time.perf_counter()
         pred = np.zeros(len(records))
         for train_idx, test_idx in folds:
