@@ -2,8 +2,9 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/table2_smollm2.py [--retrain] [--speed-pairs 32] [--threads 2]
 
-Trains the three recipes train/cpu/table2-*.yaml (SmolLM2-135M classification head, SmolLM2-135M generative
-baseline, MiniLM classification head: same data, split, hyperparameters; the decoders the same prompt) with
+Trains the recipes train/cpu/table2-*.yaml (SmolLM2-135M classification head, SmolLM2-135M generative baseline,
+MiniLM classification head: same data, split, hyperparameters; the decoders the same prompt; and the frozen
+SmolLM2 embedding judge on the same pairs, no gradient steps) with
 `clfjudge train`, one after another, and reports each judge's held-out metrics (from its judge card: accuracy
 and macro F1 in the forward order, Auto-J agreement and position consistency over both orders, parse failures)
 beside the paper's PandaLM columns and the two baselines. Then, on the held-out pairs, the F1 between the
@@ -29,6 +30,7 @@ RECIPES = {
     "SmolLM2-135M classification": "table2-smollm2-cls3.yaml",
     "SmolLM2-135M generation": "table2-smollm2-gen.yaml",
     "MiniLM-L6 classification": "table2-minilm-cls3.yaml",
+    "SmolLM2-135M frozen + logistic regression": "table2-smollm2-embedding.yaml",
 }
 # Paper Table 2 (T004-2), PandaLM test, trained on PandaLM's 300k train set: acc, macro F1.
 PAPER = {"Vicuna-7B generation": (72.37, 60.78), "Vicuna-7B classification": (70.87, 60.34),
@@ -66,11 +68,18 @@ def load(judge_dir: Path, threads: int):
     from clfjudge.generative import GENERATIVE, GenerativeJudge
     from clfjudge.runtime import Judge
 
-    if JudgeCard.load(judge_dir).head == GENERATIVE:
+    head = JudgeCard.load(judge_dir).head
+    if head == GENERATIVE:
         judge = GenerativeJudge.load(judge_dir, batch_size=8)
         return lambda recs: judge.compare_batch(recs)
-    judge = Judge.load(judge_dir, backend="torch", threads=threads, batch_size=8)
-    return lambda recs: [c.verdict for c in judge.compare_batch(recs)]
+    judge = Judge.load(judge_dir, backend="sklearn" if head == "embedding" else "torch", threads=threads,
+                       batch_size=8)
+
+    def predict(recs):
+        if head == "embedding":  # time the embedding too: texts seen in an earlier pass are cached
+            judge.judge.embedder.clear_cache()
+        return [c.verdict for c in judge.compare_batch(recs)]
+    return predict
 
 
 def card_row(name: str, judge_dir: Path) -> dict[str, Any]:
@@ -82,7 +91,7 @@ def card_row(name: str, judge_dir: Path) -> dict[str, Any]:
             "accuracy": test["accuracy"], "f1": test["f1"], "agreement": test.get("agreement"),
             "consistency": test.get("consistency"), "n_failed": test.get("n_failed", 0),
             "baselines": test["baselines"], "train_records": card.training["split"]["train"],
-            "steps": card.training["global_steps"], "train_wall_s": card.training["wall_time_s"]}
+            "steps": card.training.get("global_steps", 0), "train_wall_s": card.training["wall_time_s"]}
 
 
 def main() -> None:

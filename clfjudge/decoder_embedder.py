@@ -194,6 +194,10 @@ class DecoderEmbedder:
         return self._lookup([_key("answer", q, a) for q, a in zip(questions, answers)],
                             lambda i: (self._prompt_ids(questions[i]), self._answer_ids(answers[i])))
 
+    def clear_cache(self) -> None:
+        """Forget every stored vector (a long-running judge can bound its memory this way)."""
+        self._cache.clear()
+
     def save_cache(self, path: str | Path) -> Path:
         from .embedding_judge import save_vectors
 

@@ -123,6 +123,10 @@ class TextEmbedder:
             raise ValueError(f"{len(questions)} questions for {len(answers)} answers")
         return self.embed(answers)
 
+    def clear_cache(self) -> None:
+        """Forget every stored vector (a long-running judge can bound its memory this way)."""
+        self._cache.clear()
+
     def save_cache(self, path: str | Path) -> Path:
         return save_vectors(path, self._cache, self.cache_id)
 

@@ -87,6 +87,8 @@ def test_answers_are_read_after_their_question(request, fixture, tmp_path):
     assert fresh.load_cache(path_npz) == len(embedder) == 5  # four answers, one text read alone
     np.testing.assert_array_equal(fresh.embed_answers(questions[:2], answers[:2]), vectors[:2])
     assert fresh._model is None  # served from the cache
+    fresh.clear_cache()
+    assert len(fresh) == 0
     with pytest.raises(ValueError, match="embedding cache of encoder .*layer=2.*not .*layer=1"):
         DecoderEmbedder(path, layer=1).load_cache(path_npz)
     with pytest.raises(ValueError, match="2 questions for 1 answers"):
