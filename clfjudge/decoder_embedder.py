@@ -150,7 +150,9 @@ class DecoderEmbedder:
             from tqdm.auto import tqdm
 
             batches = tqdm(batches, desc=f"embedding with {self.encoder} layer {self.layer}")
-        pad = self._tokenizer.pad_token_id
+        # padding sits after every real token and is never pooled: any in-vocabulary id will do (a pad token that
+        # load_tokenizer had to add would be outside the frozen model's embedding table)
+        pad = self._tokenizer.eos_token_id
         with torch.inference_mode():
             for batch in batches:
                 width = max(len(items[i][0]) + len(items[i][1]) for i in batch)
