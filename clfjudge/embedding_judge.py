@@ -450,7 +450,8 @@ class EmbeddingJudge:
             "n_records": len(records),
             "n_rows": int(x.shape[0]),
             "n_features": int(x.shape[1]),
-            "sources": dict(Counter(r.source for r in records)),
+            # the training cards' layout (training.sources.train.<name>.used): audits mark these sets as seen
+            "sources": {"train": {name: {"used": n} for name, n in Counter(r.source for r in records).items()}},
             "labels": dict(sorted(labels.items())),
         }
         if hasattr(self.model_, "best_params_"):
@@ -518,8 +519,8 @@ class EmbeddingJudge:
                         "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
                                   "text"},
             score_scale=list(self.scale_) if self.scale_ else None,
-            training={**(training or {}), **self.training_, "head": self.head, "head_params": self.head_params,
-                      "features": list(self.groups), "seed": self.seed},
+            training={**self.training_, "head": self.head, "head_params": self.head_params,
+                      "features": list(self.groups), "seed": self.seed, **(training or {})},
             validation=dict(validation or {}),
             runtime={"sklearn_model": MODEL_FILE, "format": "joblib", "head": self.head,
                      "head_params": self.head_params, "features": list(self.features),

@@ -331,6 +331,8 @@ def test_cli_trains_minilm_on_real_pandalm_pairs(tmp_path):
 @pytest.mark.parametrize("source, kind", [("pandalm-test:60", "pair"), ("prometheus-vicuna:40", "point")])
 def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path, source, kind):
     """head: embedding: a frozen decoder + scikit-learn head on the shared splits, a judge the runtime loads."""
+    from clfjudge.audit.judges import trained_on
+
     path = tmp_path / "r.yaml"
     path.write_text(f"backbone: {tiny_llama_dir}\nhead: embedding\nsources: [{source}]\ncv_folds: 3\n"
                     f"dev_fraction: 0.2\nswap_aug: 1.0\nembedding: {{kind: {kind}, features: "
@@ -340,6 +342,7 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
     card = JudgeCard.load(tmp_path / "judge")
     assert card.head == "embedding" and card.kind == kind
     assert card.runtime["embedder"]["kind"] == "decoder" and card.runtime["embedder"]["layer"] == 1
+    assert trained_on(card) == {source.split(":")[0]}  # an audit marks the set as seen in training
     split = card.training["split"]
     assert card.training["n_records"] == split["train"] and split["test"] > 0 and split["dev"] > 0
     assert split["swap_aug_skipped"] and split["swap_aug_added"] == 0  # invariant by construction
