@@ -51,7 +51,9 @@ class EmbeddingDataHead(Head):
     def _unusable(self, record: Record) -> str | None:
         if record.kind != self.kind:
             return f"{record.kind} record (this embedding judge is a {self.kind} judge)"
-        label = "verdict" if self.kind == "pair" else "score"
+        from .embedding_judge import KINDS
+
+        label = KINDS[self.kind].label_field
         if getattr(record, label) is None:
             return f"{self.kind} without a {label}"
         return None
