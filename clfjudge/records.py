@@ -75,6 +75,11 @@ def _text(loc: Loc, name: str, value: Any, *, required: bool, allow_empty: bool 
         raise loc.error(name, f"must be a string, got {type(value).__name__}")
     if required and not allow_empty and not value.strip():
         raise loc.error(name, "is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is valid JSON but no tokenizer takes it
+        raise loc.error(name, f"is not valid Unicode text: {exc.reason} at character {exc.start} "
+                              f"({value[exc.start]!r})") from None
     return value
 
 

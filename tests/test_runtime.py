@@ -316,3 +316,18 @@ def test_score_cli_clean_run_and_tasks(reward_dir, onnx_dir, tmp_path, capsys):
                  "--symmetric"]) == 2
     assert main(["score", str(onnx_dir), "--input", str(src), "--output", str(out), "--task", "score"]) == 2
     assert "cannot score" in capsys.readouterr().err
+
+
+def test_score_cli_rejects_a_lone_surrogate_and_keeps_the_chunk(cls3_dir, tmp_path, capsys):
+    """A lone surrogate is valid JSON but no tokenizer takes it: that line is rejected (naming its field), the
+    other lines of its chunk are scored."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    items = [json.dumps(p) for p in pairs(4)]
+    items[1] = items[1].replace('"answer_b": "', '"answer_b": "\\ud800', 1)
+    src.write_text("\n".join(items) + "\n")
+    assert main(["score", str(cls3_dir), "--input", str(src), "--output", str(out)]) == 1
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["p0", "p2", "p3"]
+    rejected = json.loads((tmp_path / "out.jsonl.rejected.jsonl").read_text())
+    assert (rejected["line"], rejected["field"]) == (2, "answer_b")
+    assert "not valid Unicode" in rejected["error"]
+    assert "scored 3, rejected 1" in capsys.readouterr().out

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from ..runtime import Judge
 
 TASKS = ("auto", "compare", "score")
+# What a judge raises for an input it cannot take (tokenizers raise TypeError for text they cannot encode).
+INPUT_ERRORS = (ValueError, TypeError)
 SHOWN_REJECTIONS = 10
 
 
@@ -115,14 +117,14 @@ def _score_chunk(judge: "Judge", task: str, chunk: list[tuple[int, Record]], sym
     so only the bad lines are rejected."""
     try:
         return _judge_chunk(judge, task, [r for _, r in chunk], symmetric), []
-    except ValueError:
+    except INPUT_ERRORS:
         if len(chunk) == 1:
             raise
     out, errors = [], []
     for line, record in chunk:
         try:
             out += _judge_chunk(judge, task, [record], symmetric)
-        except ValueError as exc:
+        except INPUT_ERRORS as exc:
             errors.append(RecordError(source, line, None, f"the judge cannot take this input: {exc}"))
     return out, errors
 
@@ -172,6 +174,8 @@ def run_score(args: argparse.Namespace) -> int:
             tally.scored += len(results)
             for err in errors:
                 _reject(err, tally, rejected, shown)
+            sink.flush()  # a crash later leaves every finished chunk on disk
+            rejected.flush()
             chunk.clear()
 
         for number, text, size in _lines(src):
