@@ -21,11 +21,11 @@ import numpy as np
 
 from .card import JudgeCard
 from .features import log_length_difference, log_lengths, row_cosine
+from .linear_head import LinearHead
 from .records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
 from .registry import Registry
 
 DEFAULT_ENCODER = "minilm"
-MODEL_FILE = "head.joblib"
 # Column order of predict_proba: reversing the columns is exactly swapping the answers.
 PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
 
@@ -368,6 +368,7 @@ class EmbeddingJudge:
             raise ValueError("give either an embedder or embedder_options, not both")
         self.embedder = embedder if embedder is not None else make_embedder(encoder, **(embedder_options or {}))
         self.model_ = None
+        self.fitted_ = None  # the scikit-learn estimator as fit() left it (a loaded judge has only model_)
         self.scale_: tuple[float, float] | None = None
         self.training_: dict[str, Any] = {}
 
@@ -445,7 +446,9 @@ class EmbeddingJudge:
         groups = group_ids(records)
         if self.kind == "pair":
             groups = np.concatenate([groups, groups])  # the swapped copy of a pair stays with it
-        self.model_ = build(self.head_params, self.seed, weights, groups).fit(x, y)
+        self.fitted_ = build(self.head_params, self.seed, weights, groups).fit(x, y)  # as scikit-learn fitted it
+        # a linear head is kept as its arrays: what is saved, loaded and exported is exactly what predicts here
+        self.model_ = LinearHead.from_estimator(self.fitted_) or self.fitted_
         self.training_ = {
             "n_records": len(records),
             "n_rows": int(x.shape[0]),
@@ -454,8 +457,8 @@ class EmbeddingJudge:
             "sources": {"train": {name: {"used": n} for name, n in Counter(r.source for r in records).items()}},
             "labels": dict(sorted(labels.items())),
         }
-        if hasattr(self.model_, "best_params_"):
-            self.training_["chosen_C"] = self.model_.best_params_["logisticregression__C"]
+        if hasattr(self.fitted_, "best_params_"):
+            self.training_["chosen_C"] = self.fitted_.best_params_["logisticregression__C"]
         return self
 
     def _require_fitted(self) -> None:
@@ -499,14 +502,15 @@ class EmbeddingJudge:
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, directory: str | Path, validation: dict[str, Any] | None = None,
              training: dict[str, Any] | None = None) -> Path:
-        """Write the head (joblib) and judge_card.json; the encoder is referenced by its spec, not copied.
-        ``training``: more entries for the card's training section (sources, splits, config, wall time)."""
-        import joblib
+        """Write the head (arrays, never a pickle: ``linear_head``) and judge_card.json; the encoder is
+        referenced by its spec, not copied. ``training``: more entries for the card's training section (sources,
+        splits, config, wall time)."""
+        from .linear_head import save_head
 
         self._require_fitted()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        joblib.dump(self.model_, directory / MODEL_FILE)
+        stored = save_head(self.model_, directory)
         max_length = self.embedder.max_seq_length
         card = JudgeCard(
             head="embedding",
@@ -522,7 +526,7 @@ class EmbeddingJudge:
             training={**self.training_, "head": self.head, "head_params": self.head_params,
                       "features": list(self.groups), "seed": self.seed, **(training or {})},
             validation=dict(validation or {}),
-            runtime={"sklearn_model": MODEL_FILE, "format": "joblib", "head": self.head,
+            runtime={**stored, "head": self.head,
                      "head_params": self.head_params, "features": list(self.features),
                      "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True,
                      "embedder": self.embedder.config()},
@@ -531,9 +535,11 @@ class EmbeddingJudge:
         return directory
 
     @classmethod
-    def load(cls, directory: str | Path, embedder: TextEmbedder | None = None) -> "EmbeddingJudge":
-        """Load a saved judge. The head file is a pickle (joblib): load only directories you trust."""
-        import joblib
+    def load(cls, directory: str | Path, embedder: TextEmbedder | None = None, *,
+             trust_pickle: bool = False) -> "EmbeddingJudge":
+        """Load a saved judge. Nothing in the directory is executed; a head saved as a pickle by an older
+        clfjudge loads only with ``trust_pickle=True``."""
+        from .linear_head import load_head
 
         directory = Path(directory)
         card = JudgeCard.load(directory)
@@ -546,7 +552,7 @@ class EmbeddingJudge:
         if judge.embedder.config() != embedder_config(card):
             raise ValueError(f"{directory}: the judge was trained with embedder {embedder_config(card)}, the given "
                              f"embedder is {judge.embedder.config()}")
-        judge.model_ = joblib.load(directory / rt["sklearn_model"])
+        judge.model_ = load_head(directory, rt, trust_pickle=trust_pickle)
         judge.scale_ = tuple(card.score_scale) if card.score_scale else None
         judge.training_ = {k: card.training[k] for k in ("n_records", "n_rows", "n_features", "sources", "labels")
                            if k in card.training}

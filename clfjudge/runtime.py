@@ -190,15 +190,16 @@ class Judge:
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
-             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE) -> "Judge":
+             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> "Judge":
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx" or
         "sklearn" (embedding judges); ``provider``: "cpu" | "cuda"; ``variant``: for ONNX, "fp32" |
-        "optimized" | "int8" or a file name (default: the card's primary file); ``threads``: intra-op threads."""
+        "optimized" | "int8" or a file name (default: the card's primary file); ``threads``: intra-op threads;
+        ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
         directory = Path(directory)
         card = JudgeCard.load(directory)
         name = detect_backend(directory, card) if backend == "auto" else backend
         return LOADERS.get(name)(directory, card, provider=provider, variant=variant, threads=threads,
-                                 batch_size=batch_size)
+                                 batch_size=batch_size, trust_pickle=trust_pickle)
 
     # -- what subclasses provide --------------------------------------------------------------------------
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
@@ -370,7 +371,7 @@ def load_tokenizer(directory: Path) -> "PreTrainedTokenizerBase":
 
 
 def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                batch_size: int) -> Judge:
+                batch_size: int, trust_pickle: bool = False) -> Judge:
     if variant is not None:
         raise ValueError(f"variant {variant!r} applies to ONNX judges; the torch backend loads the HF weights")
     if not any((directory / name).exists() for name in TORCH_WEIGHTS):
@@ -380,13 +381,13 @@ def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str
 
 
 def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-               batch_size: int) -> Judge:
+               batch_size: int, trust_pickle: bool = False) -> Judge:
     backend = OnnxBackend(onnx_model_path(directory, card, variant), provider, threads)
     return ModelJudge(card, load_tokenizer(directory), backend, batch_size)
 
 
 def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                  batch_size: int) -> Judge:
+                  batch_size: int, trust_pickle: bool = False) -> Judge:
     from .embedding_judge import EmbeddingJudge, embedder_for_card
 
     if variant is not None:
@@ -396,7 +397,7 @@ def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: s
 
         torch.set_num_threads(threads)
     embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
-    return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder), batch_size)
+    return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)
 
 
 LOADERS: Registry[Callable[..., Judge]] = Registry("judge backend")

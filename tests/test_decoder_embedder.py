@@ -139,7 +139,7 @@ def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
     judge = EmbeddingJudge(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
                            embedder=embedder).fit(_pairs(24))
     assert judge.training_["chosen_C"] in AUTO_C_GRID
-    search = judge.model_
+    search = judge.fitted_
     # inner folds never split a question: the swapped copy of a pair sits in the same fold as the pair
     for train, test in search.cv:
         assert not set(train % 24) & set(test % 24)

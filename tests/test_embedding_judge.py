@@ -3,6 +3,7 @@ real (small) MiniLM encoder, plus a short real check on a slice of PandaLM."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -26,7 +27,9 @@ from clfjudge.features import (
     row_cosine,
     word_lengths,
 )
+from clfjudge.linear_head import PickleRefused, load_head
 from clfjudge.records import Loc, PairRecord, PointRecord, Verdict
+from clfjudge.runtime import Judge
 
 FACTS = [
     ("the Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, completed in 1889."),
@@ -262,9 +265,10 @@ def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     card = JudgeCard.load(tmp_path / "judge")
     assert (card.head, card.kind, card.backbone, card.max_length) == ("embedding", "pair", "minilm", 256)
     assert card.label_map == {"proba_columns": ["A", "TIE", "B"]}
-    assert card.runtime["sklearn_model"] == "head.joblib" and card.validation == {"accuracy": 1.0}
+    assert card.runtime["sklearn_model"] == "head.safetensors" and card.validation == {"accuracy": 1.0}
+    assert card.runtime["format"] == "safetensors-linear"  # arrays, not a pickle
     assert card.training["sources"] == {"train": {"synthetic": {"used": 18}}}  # the training cards' layout
-    assert not any(p.suffix == ".safetensors" for p in (tmp_path / "judge").iterdir())  # encoder not copied
+    assert sorted(p.name for p in (tmp_path / "judge").iterdir()) == ["head.safetensors", "judge_card.json"]
 
     loaded = EmbeddingJudge.load(tmp_path / "judge", embedder=embedder)
     pairs = _pairs(FACTS[18:], start=18)
@@ -360,3 +364,32 @@ def test_real_prometheus_vicuna_regression(embedder):
     scores = judge.predict(test)
     assert ((scores >= 1) & (scores <= 5)).all()
     assert correlations([r.score for r in test], scores.tolist()).pearson > 0.2
+
+
+class _Planted:
+    """Unpickling this object writes a marker file: stands for any code an attacker puts in a pickle."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('code from the judge directory ran')",))
+
+
+def test_a_planted_pickle_is_not_executed_by_default(tmp_path, pair_judge):
+    judge_dir = pair_judge.save(tmp_path / "judge")
+    marker = tmp_path / "pwned"
+    with open(judge_dir / "head.joblib", "wb") as f:
+        pickle.dump(_Planted(str(marker)), f)
+    card = json.loads((judge_dir / "judge_card.json").read_text())
+    card["runtime"].update(sklearn_model="head.joblib", format="joblib")  # what clfjudge 0.1 wrote
+    (judge_dir / "judge_card.json").write_text(json.dumps(card))
+
+    with pytest.raises(PickleRefused, match="--trust-pickle"):
+        EmbeddingJudge.load(judge_dir, embedder=pair_judge.embedder)
+    with pytest.raises(PickleRefused):
+        Judge.load(judge_dir)
+    assert not marker.exists()
+    # the flag says the caller trusts the directory: then (and only then) the pickle runs
+    load_head(judge_dir, card["runtime"], trust_pickle=True)
+    assert marker.exists()
