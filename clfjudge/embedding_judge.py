@@ -123,6 +123,11 @@ class TextEmbedder:
             raise ValueError(f"{len(questions)} questions for {len(answers)} answers")
         return self.embed(answers)
 
+    stats = False
+
+    def answer_stats(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+        raise ValueError(f"{self.encoder} is a sentence encoder: token statistics need a decoder backbone")
+
     def clear_cache(self) -> None:
         """Forget every stored vector (a long-running judge can bound its memory this way)."""
         self._cache.clear()
@@ -165,24 +170,28 @@ def make_embedder(encoder: str = DEFAULT_ENCODER, kind: str | None = None, **opt
 
 @dataclass(frozen=True)
 class PairView:
-    q: np.ndarray
+    q: np.ndarray | None  # None when no feature group reads the questions' own vectors
     a: np.ndarray
     b: np.ndarray
     q_text: Sequence[str]
     a_text: Sequence[str]
     b_text: Sequence[str]
+    a_stats: np.ndarray | None = None  # token statistics of the answers (decoder embedders with stats=True)
+    b_stats: np.ndarray | None = None
 
     def swapped(self) -> "PairView":
-        return replace(self, a=self.b, b=self.a, a_text=self.b_text, b_text=self.a_text)
+        return replace(self, a=self.b, b=self.a, a_text=self.b_text, b_text=self.a_text, a_stats=self.b_stats,
+                       b_stats=self.a_stats)
 
 
 @dataclass(frozen=True)
 class PointView:
-    q: np.ndarray
+    q: np.ndarray | None
     a: np.ndarray
     q_text: Sequence[str]
     a_text: Sequence[str]
     ref: np.ndarray | None = None
+    a_stats: np.ndarray | None = None
 
 
 Symmetry = Literal["anti", "sym", "point"]
@@ -193,6 +202,8 @@ class FeatureGroup:
     compute: Callable[[Any], np.ndarray]  # view -> (n, d)
     symmetry: Symmetry  # under A <-> B: "anti" flips sign, "sym" unchanged; "point" for pointwise groups
     needs_reference: bool = False
+    needs_question: bool = False  # reads the questions' own vectors (a text read alone costs a forward pass)
+    needs_stats: bool = False  # reads the answers' token statistics (DecoderEmbedder(stats=True))
 
 
 def _col(x: np.ndarray) -> np.ndarray:
@@ -201,23 +212,28 @@ def _col(x: np.ndarray) -> np.ndarray:
 
 PAIR_FEATURES: Registry[FeatureGroup] = Registry("pair feature group")
 PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti"))
-PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti"))
+PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti", needs_question=True))
 PAIR_FEATURES.register("abs_diff", FeatureGroup(lambda v: np.abs(v.a - v.b), "sym"))
 PAIR_FEATURES.register("prod", FeatureGroup(lambda v: v.a * v.b, "sym"))
-PAIR_FEATURES.register("cos_diff", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a) - row_cosine(v.q, v.b)), "anti"))
+PAIR_FEATURES.register("cos_diff", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a) - row_cosine(v.q, v.b)), "anti",
+                                                needs_question=True))
 PAIR_FEATURES.register("cos_sym", FeatureGroup(
     lambda v: np.stack([row_cosine(v.a, v.b), row_cosine(v.q, v.a) + row_cosine(v.q, v.b),
-                        np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym"))
+                        np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym", needs_question=True))
+# How much more likely each answer is after its question than after an empty turn (PMI), and its fluency:
+# the difference of the two answers' token statistics (decoder_embedder.STAT_NAMES).
+PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True))
 PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti"))
 PAIR_FEATURES.register("length_sym", FeatureGroup(
     lambda v: np.hstack([np.abs(log_length_difference(v.a_text, v.b_text)),
                          log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym"))
 
 POINT_FEATURES: Registry[FeatureGroup] = Registry("point feature group")
-POINT_FEATURES.register("q", FeatureGroup(lambda v: v.q, "point"))
+POINT_FEATURES.register("q", FeatureGroup(lambda v: v.q, "point", needs_question=True))
 POINT_FEATURES.register("a", FeatureGroup(lambda v: v.a, "point"))
-POINT_FEATURES.register("qa_prod", FeatureGroup(lambda v: v.q * v.a, "point"))
-POINT_FEATURES.register("cos", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a)), "point"))
+POINT_FEATURES.register("qa_prod", FeatureGroup(lambda v: v.q * v.a, "point", needs_question=True))
+POINT_FEATURES.register("cos", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a)), "point", needs_question=True))
+POINT_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats, "point", needs_stats=True))
 POINT_FEATURES.register("ref_cos", FeatureGroup(lambda v: _col(row_cosine(v.a, v.ref)), "point", needs_reference=True))
 POINT_FEATURES.register("length", FeatureGroup(lambda v: np.hstack([log_lengths(v.a_text), log_lengths(v.q_text)]),
                                                "point"))
@@ -366,7 +382,12 @@ class EmbeddingJudge:
         self.encoder = encoder
         if embedder is not None and embedder_options:
             raise ValueError("give either an embedder or embedder_options, not both")
+        if self._needs("needs_stats"):  # feature groups that read token statistics get an embedder computing them
+            embedder_options = {"stats": True, **(embedder_options or {})}
         self.embedder = embedder if embedder is not None else make_embedder(encoder, **(embedder_options or {}))
+        if self._needs("needs_stats") and not self.embedder.stats:
+            raise ValueError(f"feature groups {[g for g in self.groups if spec.features.get(g).needs_stats]} read "
+                             "token statistics: the embedder must be a decoder embedder with stats=True")
         self.model_ = None
         self.fitted_ = None  # the scikit-learn estimator as fit() left it (a loaded judge has only model_)
         self.scale_: tuple[float, float] | None = None
@@ -389,13 +410,20 @@ class EmbeddingJudge:
                 raise ValueError(f"record {r.id}: field {spec.label_field!r} is missing; fit needs labelled records")
         return records
 
+    def _needs(self, flag: str) -> bool:
+        return any(getattr(KINDS[self.kind].features.get(g), flag) for g in self.groups)
+
     def _pair_view(self, pairs: Sequence[PairRecord]) -> PairView:
         q_text = [p.question for p in pairs]
         a_text = [p.answer_a for p in pairs]
         b_text = [p.answer_b for p in pairs]
         n = len(pairs)
-        answers = self.embedder.embed_answers([*q_text, *q_text], [*a_text, *b_text])
-        return PairView(self.embedder.embed(q_text), answers[:n], answers[n:], q_text, a_text, b_text)
+        questions, answers = [*q_text, *q_text], [*a_text, *b_text]
+        vectors = self.embedder.embed_answers(questions, answers)
+        stats = self.embedder.answer_stats(questions, answers) if self._needs("needs_stats") else None
+        q = self.embedder.embed(q_text) if self._needs("needs_question") else None
+        return PairView(q, vectors[:n], vectors[n:], q_text, a_text, b_text,
+                        None if stats is None else stats[:n], None if stats is None else stats[n:])
 
     def _point_view(self, points: Sequence[PointRecord]) -> PointView:
         q_text = [p.question for p in points]
@@ -407,8 +435,9 @@ class EmbeddingJudge:
                 raise ValueError(f"record {missing[0]}: field 'reference' is missing ({len(missing)} records "
                                  f"without one), but feature groups {self.groups} need it")
             ref = self.embedder.embed([p.reference for p in points])
-        return PointView(self.embedder.embed(q_text), self.embedder.embed_answers(q_text, a_text), q_text, a_text,
-                         ref)
+        q = self.embedder.embed(q_text) if self._needs("needs_question") else None
+        stats = self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None
+        return PointView(q, self.embedder.embed_answers(q_text, a_text), q_text, a_text, ref, stats)
 
     def _matrix(self, view: PairView | PointView) -> tuple[np.ndarray, np.ndarray]:
         """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
@@ -565,8 +594,10 @@ class EmbeddingJudge:
 
 
 def embedder_config(card: JudgeCard) -> dict[str, Any]:
-    """How a saved embedding judge embeds (cards written before decoder embedders existed: a sentence encoder)."""
-    return dict(card.runtime.get("embedder") or {"kind": "sentence"})
+    """How a saved embedding judge embeds (cards written before decoder embedders existed: a sentence encoder;
+    before token statistics existed: a decoder without them)."""
+    config = dict(card.runtime.get("embedder") or {"kind": "sentence"})
+    return {"stats": False, **config} if config["kind"] == "decoder" else config
 
 
 def embedder_for_card(card: JudgeCard, **options):

@@ -54,7 +54,8 @@ def test_truncate_middle_keeps_both_ends():
 def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir):
     decoder = make_embedder(str(llama_dir))
     assert isinstance(decoder, DecoderEmbedder)
-    assert decoder.config() == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384}
+    assert decoder.config() == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384,
+                                "stats": False}
     assert decoder._model is None  # the layer is resolved from config.json, no weights loaded
     assert isinstance(make_embedder("minilm"), TextEmbedder)
     with pytest.raises(KeyError, match="unknown embedder kind 'bag'"):
@@ -115,7 +116,7 @@ def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
     judge.save(tmp_path / "judge")
     card = JudgeCard.load(tmp_path / "judge")
     assert card.runtime["embedder"] == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256,
-                                        "max_answer_tokens": 384}
+                                        "max_answer_tokens": 384, "stats": False}
     assert "read after their question" in card.truncation["policy"]
     loaded = EmbeddingJudge.load(tmp_path / "judge")
     assert isinstance(loaded.embedder, DecoderEmbedder) and loaded.embedder.layer == 1
@@ -147,3 +148,69 @@ def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
     with pytest.raises(ValueError, match="C='auto' needs at least 3 distinct training questions"):
         EmbeddingJudge(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
                        embedder=embedder).fit(_pairs(2))
+
+
+def test_token_stats_measure_how_much_the_question_explains_the_answer(chat_llama_dir):
+    from clfjudge.decoder_embedder import STAT_NAMES
+
+    path = str(chat_llama_dir)
+    embedder = DecoderEmbedder(path, layer=1, stats=True, batch_size=2)
+    questions = ["What is an apple?", "Where does the river go?", "What is an apple?"]
+    answers = ["A fruit.", "To the sea, through many towns and fields.", "A red fruit that grows on trees."]
+    stats = embedder.answer_stats(questions, answers)
+    assert stats.shape == (3, len(STAT_NAMES)) and np.isfinite(stats).all()
+    # the pooled vectors are those of an embedder without statistics (the same layer of the same model)
+    np.testing.assert_allclose(embedder.embed_answers(questions, answers),
+                               DecoderEmbedder(path, layer=1).embed_answers(questions, answers), atol=1e-5)
+    # conditional log-probabilities read the whole sequence at once; unconditional ones reuse one cached prefix:
+    # both agree with scoring every token of template + answer from scratch
+    embedder._load()
+    for q, a, row in zip(questions, answers, stats):
+        prompt, body = embedder._prompt_ids(q), embedder._answer_ids(a)
+        cond = _log_probs_from_scratch(embedder, prompt, body)
+        uncond = _log_probs_from_scratch(embedder, embedder._template(""), body)
+        np.testing.assert_allclose(row[STAT_NAMES.index("cond_mean")], cond.mean(), atol=1e-4)
+        np.testing.assert_allclose(row[STAT_NAMES.index("uncond_mean")], uncond.mean(), atol=1e-4)
+        np.testing.assert_allclose(row[STAT_NAMES.index("pmi_mean")], (cond - uncond).mean(), atol=1e-4)
+        np.testing.assert_allclose(row[STAT_NAMES.index("log_tokens")], np.log(len(body)), atol=1e-6)
+    with pytest.raises(ValueError, match="needs an embedder built with stats=True"):
+        DecoderEmbedder(path).answer_stats(questions, answers)
+
+
+def _log_probs_from_scratch(embedder, prefix, body):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(embedder.encoder, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prefix + body])).logits[0]
+    log_probs = torch.log_softmax(logits[len(prefix) - 1:-1], dim=-1)
+    return log_probs.gather(1, torch.tensor(body)[:, None])[:, 0].numpy()
+
+
+def test_a_judge_on_token_stats_gets_an_embedder_that_computes_them(chat_llama_dir, tmp_path):
+    judge = EmbeddingJudge(encoder=str(chat_llama_dir), features=("token_stats",), head_params={"C": 1.0},
+                           embedder_options={"layer": 1}).fit(_pairs(24))
+    assert judge.embedder.stats and judge.training_["n_features"] == 7 + 8  # stats + the two length groups (2 + 6)
+    test = _pairs(6, start=24)
+    proba = judge.predict_proba(test)
+    np.testing.assert_allclose(judge.predict_proba([p.swapped() for p in test]), proba[:, ::-1], atol=1e-12)
+    judge.save(tmp_path / "judge")
+    assert JudgeCard.load(tmp_path / "judge").runtime["embedder"]["stats"] is True
+    np.testing.assert_allclose(EmbeddingJudge.load(tmp_path / "judge").predict_proba(test), proba, atol=1e-6)
+    with pytest.raises(ValueError, match="must be a decoder embedder with stats=True"):
+        EmbeddingJudge(encoder=str(chat_llama_dir), features=("token_stats",),
+                       embedder=DecoderEmbedder(str(chat_llama_dir)))
+    with pytest.raises(ValueError, match="sentence encoder"):
+        TextEmbedder().answer_stats(["q"], ["a"])
+
+
+def test_bf16_reading_agrees_with_fp32(llama_dir):
+    questions, answers = ["What is an apple?"] * 2, ["A fruit.", "A red fruit that grows on trees."]
+    fp32 = DecoderEmbedder(str(llama_dir), layer=2).embed_answers(questions, answers)
+    bf16 = DecoderEmbedder(str(llama_dir), layer=2, precision="bf16")
+    assert bf16.precision == "bf16" and "bf16" in bf16.cache_id
+    cosine = (fp32 * bf16.embed_answers(questions, answers)).sum(axis=1)
+    assert (cosine > 0.99).all()
+    with pytest.raises(ValueError, match="precision must be one of"):
+        DecoderEmbedder(str(llama_dir), precision="fp8")
