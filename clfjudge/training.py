@@ -234,7 +234,7 @@ PRESETS.register("vicuna-table7", {**_TABLE7, "max_length": 2048, "adam_beta2": 
 # -- data -------------------------------------------------------------------------------------------------
 
 def parse_source(spec: str) -> tuple[str, int | None]:
-    """``"name"`` or ``"name:N"`` (a seeded sample of N usable records)."""
+    """``"name"`` or ``"name:N"`` (a seeded sample of N usable records; nested: N < M samples a prefix of M's)."""
     name, sep, limit = spec.partition(":")
     if not sep:
         return name, None
@@ -253,9 +253,12 @@ def load_source_records(spec: str, head: Head, rng: random.Random) -> tuple[list
     if not usable:
         raise ValueError(f"source {name!r}: none of its {len(result.records)} records suits a {head.name} head "
                          f"(excluded: {dict(excluded)})")
+    # one draw per source whatever its cap, and a permutation of its own: a smaller N samples a prefix of what a
+    # larger N samples (a pool grown or shrunk keeps its other records, and their cached embeddings)
+    permutation = random.Random(rng.random()).sample(range(len(usable)), len(usable))
     if limit is not None and len(usable) > limit:
         excluded[f"beyond the sample of {limit}"] += len(usable) - limit
-        usable = rng.sample(usable, limit)
+        usable = [usable[i] for i in permutation[:limit]]
     stats = {"loaded": len(result.records), "excluded_by_loader": dict(result.excluded),
              "excluded_for_head": dict(excluded), "used": len(usable)}
     return usable, stats

@@ -105,7 +105,7 @@ REAL_COUNTS = {
     "llmbar-case-base10": (54, 0), "llmbar-faireval": (66, 0), "llmbar-llmeval2": (200, 0),
     "prometheus-mtbench": (320, 0), "prometheus-vicuna": (320, 0),
     "alpacaeval-gpt4": (26 * 805 - 42, 42), "alpacaeval-gpt4turbo": (7 * 805 - 1, 1),
-    "arena-bias": (12521, 0), "hh-rlhf": (8552 - 36, 36), "llmeval2": (2553 - 275, 275),
+    "arena-bias": (12521, 0), "arena-votes": (6192, 6329), "hh-rlhf": (8552 - 36, 36), "llmeval2": (2553 - 275, 275),
     "ultrafeedback": (1200 - 5, 5),
 }
 

@@ -365,3 +365,17 @@ def test_embedding_options_are_checked():
                                  "embedding": {"layers": 3}})
     with pytest.raises(ValueError, match=r"embedding: unknown option\(s\) \['layers'\]; known: kind"):
         judge_from_config(cfg)
+
+
+def test_capped_sources_are_nested_samples():
+    """name:N samples a prefix of what name:M (M > N) samples: a pool shrunk or grown keeps its records."""
+    import random
+
+    from clfjudge.heads import HEADS
+    from clfjudge.training import load_source_records
+
+    head = HEADS.get("cls3")()
+    small, stats = load_source_records("llmbar-natural:10", head, random.Random(0))
+    large, _ = load_source_records("llmbar-natural:40", head, random.Random(0))
+    assert [r.id for r in small] == [r.id for r in large[:10]] and stats["used"] == 10
+    assert len({r.id for r in large}) == 40

@@ -6,10 +6,14 @@ winner_tie (one-hot 0/1), round, and ``longer`` or ``length_diff``. The 13 files
 left_win/left_los; verbosity: verbo_*, same_verbo; self-preference: self_*), so the same arena pair appears
 in several files and, inside the self_* / verbo_* files, in both answer orders. All rows are kept (each is a
 distinct probe item); ids are made unique as "arena-bias:{file stem}:{row index}" and the arena id is in
-meta["arena_id"]. split = the file stem. Deduplicate by meta["arena_id"] before training if needed.
+meta["arena_id"]. split = the file stem.
+
+``arena-votes`` is the same files as a training pool: each arena vote once (the first row of its id, files in
+name order), every repeat excluded and counted, so no pair is weighted by how many probes it appears in.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..readers import iter_csv
@@ -18,6 +22,7 @@ from .base import SOURCES, Source
 from .common import SPLIT, Collector, Fields, data_files
 
 NAME = "arena-bias"
+VOTES = "arena-votes"
 _FLAG = {"0": 0, "1": 1}
 _WINNER = {"winner_model_a": Verdict.A, "winner_model_b": Verdict.B, "winner_tie": Verdict.TIE}
 
@@ -49,9 +54,28 @@ def load(path: Path) -> LoadResult:
     return out.result()
 
 
+def load_votes(path: Path) -> LoadResult:
+    probes = load(path)
+    seen: set[str] = set()
+    out = LoadResult([], probes.excluded, list(probes.notes))
+    for record in probes.records:
+        if record.meta["arena_id"] in seen:
+            out.excluded["repeat of an arena vote already kept (another probe file or answer order)"] += 1
+            continue
+        seen.add(record.meta["arena_id"])
+        out.records.append(replace(record, id=f"{VOTES}:{record.meta['arena_id']}", source=VOTES))
+    return out
+
+
 SOURCES.register(NAME, Source(
     name=NAME, kind="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load,
     license="not stated (rows from lmsys arena-human-preference-55k)",
     description="Chatbot Arena human votes in 13 bias subsets (position, verbosity, self-preference)",
+    tags=("human",),
+))
+SOURCES.register(VOTES, Source(
+    name=VOTES, kind="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load_votes,
+    license="not stated (rows from lmsys arena-human-preference-55k)",
+    description="Chatbot Arena human votes, each vote once (the bias probes' files deduplicated)",
     tags=("human",),
 ))
