@@ -451,6 +451,11 @@ def longer_answer_wins(records: Sequence[PairRecord]) -> list[Verdict]:
     return [Verdict.from_scores(len(r.answer_a), len(r.answer_b)) for r in records]
 
 
+def shorter_answer_wins(records: Sequence[PairRecord]) -> list[Verdict]:
+    """The shorter answer (in characters) wins; equal lengths tie."""
+    return [v.swapped() for v in longer_answer_wins(records)]
+
+
 BASELINES: Registry[Callable[[Sequence[PairRecord]], list[Verdict]]] = Registry("baseline")
 BASELINES.register("majority-class", majority_class)
 BASELINES.register("longer-answer-wins", longer_answer_wins)

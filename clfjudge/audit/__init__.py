@@ -10,19 +10,26 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from ..records import PairRecord
 from .judges import NotApplicable, Predictions, build_judge
-from .suites import SUITES, TEST_SETS, AuditData
+from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
 # Baselines appear beside every table, whatever judges the user names.
-BASELINE_JUDGES = ("baseline:longer", "baseline:majority")
+BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
 
 
-def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0):
+def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
+              extra: Mapping[str, Sequence[PairRecord]] | None = None):
+    """The audit's test sets (and ``extra``: more named pair sets, e.g. a training pool's held-out slices, scored
+    with the selection protocol)."""
     from ..sources import SOURCES
 
     sets, records, missing = [], {}, []
+    for name, recs in (extra or {}).items():
+        sets.append(TestSet(name, "pair", "selection", name))
+        records[name] = list(recs)
     for s in TEST_SETS:
         if set_names and s.name not in set_names:
             continue
@@ -81,7 +88,8 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
 
 
 def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None, limit: int | None = None,
-              bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None) -> dict[str, Any]:
+              bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
+              extra_sets: Mapping[str, Sequence[PairRecord]] | None = None) -> dict[str, Any]:
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -91,7 +99,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
-    test_sets, records, missing = load_sets(sets, limit)
+    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets)
     names, preds = predict_all(specs, test_sets, records, out_dir, progress)
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..metrics import longer_answer_wins, majority_class
+from ..metrics import longer_answer_wins, majority_class, shorter_answer_wins
 from ..records import PairRecord, PointRecord, Verdict
 from ..registry import Registry
 
@@ -248,6 +248,8 @@ def _baseline(name: str) -> AuditJudge:
     rules = {
         "longer": ("baseline:longer", longer_answer_wins, lambda r: float(np.log1p(len(r.answer))),
                    lambda r: float(np.log1p(len(r.answer_a)) - np.log1p(len(r.answer_b)))),
+        "shorter": ("baseline:shorter", shorter_answer_wins, lambda r: -float(np.log1p(len(r.answer))),
+                    lambda r: float(np.log1p(len(r.answer_b)) - np.log1p(len(r.answer_a)))),
         "majority": ("baseline:majority", majority_class, None, None),  # no margin: a constant verdict
     }
     if name not in rules:

@@ -71,6 +71,38 @@ def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def scoreboard_section(m: Mapping[str, Any]) -> list[str]:
+    """Sets as rows; longer- and shorter-answer-wins, then every other judge with its paired difference to
+    length and the 95% CI of that difference."""
+    board = m["suites"]["scoreboard"]
+    judges = [j for j in m["judges"] if not j.startswith("baseline:")]
+    header = ["set", "n", "protocol", "longer wins", "shorter wins", *judges]
+    body = []
+    for name, entry in board["sets"].items():
+        rows = entry["rows"]
+        cells = []
+        for j in judges:
+            r = rows.get(j)
+            if r is None:
+                cells.append("–")
+                continue
+            d = r["vs_longer"]
+            cells.append(f"{_fmt(r['value'])} ({100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, "
+                         f"{100 * d['high']:+.1f}]){' †' if r['seen_in_training'] else ''}")
+        body.append([name, str(entry["n"]), entry["protocol"], _fmt(rows["baseline:longer"]["value"]),
+                     _fmt(rows.get("baseline:shorter", {}).get("value")), *cells])
+    adv = board["adversarial_mean"]
+    if adv:
+        body.append(["LLMBar adversarial mean", "", "llmbar", _fmt(adv.get("baseline:longer")),
+                     _fmt(adv.get("baseline:shorter")), *(_fmt(adv.get(j)) for j in judges)])
+    return ["## Scoreboard: every judge against answer length", "",
+            "Percent on each set's protocol (selection: forward verdict; autoj: right in both answer orders, ties "
+            "count, 3-way; llmbar / both-orders: mean over both orders). In brackets: the judge minus "
+            "longer-answer-wins on the same pairs, with a paired bootstrap 95% CI. A judge that only follows length "
+            f"sits at +0 everywhere and far below shorter-wins on LLMBar's adversarial sets. {SEEN_NOTE}", "",
+            *_table(header, body), ""]
+
+
 def llmbar_section(m: Mapping[str, Any], subsets: Sequence[str]) -> list[str]:
     rows = m["suites"]["cross-scheme"]["rows"]
     header = ["judge", *subsets, "average"]
@@ -203,7 +235,8 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
     if m["limit"]:
         lines.append(f"Each set is a seeded sample of at most {m['limit']} records.")
     lines.append("")
-    sections = {"cross-scheme": lambda: cross_scheme_section(m), "position": lambda: bias_section(m, out_dir),
+    sections = {"scoreboard": lambda: scoreboard_section(m), "cross-scheme": lambda: cross_scheme_section(m),
+                "position": lambda: bias_section(m, out_dir),
                 "agreement": lambda: agreement_section(m, out_dir), "system-level": lambda: system_section(m),
                 "truncation": lambda: truncation_section(m)}
     for name, section in sections.items():

@@ -16,6 +16,7 @@ from ..metrics import (agreement_matrix, autoj_agreement, bootstrap_ci, correlat
 from ..records import PairRecord, PointRecord, Verdict
 from ..registry import Registry
 from .judges import Predictions
+from .scoreboard import scoreboard
 
 GOLD = "gold"
 
@@ -41,6 +42,10 @@ TEST_SETS: tuple[TestSet, ...] = (
     TestSet("llmbar-gptinst", "pair", "llmbar", "GPTInst"),
     TestSet("llmbar-gptout", "pair", "llmbar", "GPTOut"),
     TestSet("llmbar-manual", "pair", "llmbar", "Manual"),
+    # human preferences processed by LLMBar's authors (ties removed): judged in both orders like LLMBar, but not
+    # part of the LLMBar average
+    TestSet("llmbar-faireval", "pair", "both-orders", "FairEval"),
+    TestSet("llmbar-llmeval2", "pair", "both-orders", "LLMEval²"),
 )
 LLMBAR = tuple(s for s in TEST_SETS if s.protocol == "llmbar")
 
@@ -87,10 +92,12 @@ def grading(records, p: Predictions) -> dict[str, float]:
 PROTOCOLS: Registry[Callable[[Sequence[Any], Predictions], dict[str, float]]] = Registry("metric protocol")
 for _fn in (selection, autoj, llmbar, grading):
     PROTOCOLS.register(_fn.__name__, _fn)
+PROTOCOLS.register("both-orders", llmbar)
 
 
 def headline(protocol: str, metrics: Mapping[str, float]) -> str:
-    order = {"selection": "accuracy", "autoj": "agreement", "llmbar": "accuracy", "grading": "pearson"}
+    order = {"selection": "accuracy", "autoj": "agreement", "llmbar": "accuracy", "both-orders": "accuracy",
+             "grading": "pearson"}
     key = order[protocol]
     return key if key in metrics else "forward_accuracy"
 
@@ -278,6 +285,7 @@ def system_level_suite(d: AuditData) -> Table:
 
 
 SUITES: dict[str, Callable[[AuditData], Table]] = {
+    "scoreboard": scoreboard,
     "cross-scheme": cross_scheme,
     "llmbar": llmbar_suite,
     "position": position_suite,
