@@ -75,6 +75,24 @@ def test_load_picks_the_backend_from_the_directory(cls3_dir, onnx_dir, tmp_path)
         Judge.load(bare)
 
 
+@pytest.mark.parametrize("damage, where, words", [
+    (lambda text: text.replace('"', "", 1), ":2:", "not valid JSON: Expecting property name"),
+    (lambda text: "[" + text + "]", ":?:", "a judge card is a JSON object, got list"),
+    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "head"}), ":?:", "field 'head': is missing"),
+    (lambda text: json.dumps({**json.loads(text), "max_length": "512"}), ":?:", "field 'max_length': must be int"),
+    (lambda text: json.dumps({**json.loads(text), "runtime": []}), ":?:", "field 'runtime': must be dict"),
+])
+def test_a_corrupt_card_names_its_file(cls3_dir, tmp_path, damage, where, words):
+    card = tmp_path / "judge_card.json"
+    card.write_text(damage((cls3_dir / "judge_card.json").read_text()))
+    with pytest.raises(RecordError) as err:
+        Judge.load(tmp_path)
+    assert str(err.value).startswith(f"{card}{where}") and words in str(err.value)
+    card.write_bytes(b'{"head": "\xff"}')
+    with pytest.raises(RecordError, match=f"{card}:\\?: not a readable judge card"):
+        JudgeCard.load(tmp_path)
+
+
 def test_torch_and_onnx_judges_agree(cls3_dir, onnx_dir):
     torch_out = Judge.load(cls3_dir).compare_batch(pairs())
     onnx_out = Judge.load(onnx_dir).compare_batch(pairs())

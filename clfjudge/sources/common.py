@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar
 
+from ..readers import iter_json_array
 from ..records import Loc, LoadResult, PairRecord, PointRecord, Record
 
 SPLIT = "split"  # meta key naming a source's split (hh-rlhf subset, ultrafeedback train/eval, ...)
@@ -97,6 +98,14 @@ class Collector:
         if self._empty_answers:
             notes.append(f"{self._empty_answers} record(s) keep an empty answer (the model produced no text)")
         return LoadResult(self.records, Counter(self.excluded), notes)
+
+
+def array_records(path: Path, id_field: str | None = None) -> Iterator[tuple[int, Loc, Any]]:
+    """(index, location, element) of each element of a JSON-array data file. The location names the element's
+    index and, when it has one, its own id (``id_field``) beside the line: a minified array is all on line 1."""
+    for index, (line, obj) in enumerate(iter_json_array(path)):
+        own = obj.get(id_field) if id_field and isinstance(obj, dict) else None
+        yield index, Loc(str(path), line, index, None if own is None else str(own)), obj
 
 
 def data_files(path: Path, pattern: str) -> list[Path]:

@@ -23,10 +23,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..readers import iter_json_array
-from ..records import Loc, LoadResult
+from ..records import LoadResult
 from .base import SOURCES, Source
-from .common import Collector, Fields
+from .common import Collector, Fields, array_records
 
 _PROMPT = re.compile(
     r"###The instruction to evaluate:\n(?P<question>.*?)\n\n###Response to evaluate:\n(?P<answer>.*?)\n\n"
@@ -91,8 +90,8 @@ def _gpt4_samples(f: Fields) -> list[float]:
 def _bench_loader(name: str):
     def load(path: Path) -> LoadResult:
         out = Collector(name)
-        for line, obj in iter_json_array(path):
-            f = Fields(obj, Loc(str(path), line))
+        for _, loc, obj in array_records(path, "idx"):
+            f = Fields(obj, loc)
             prompt, samples = parse_absolute_prompt(f), _gpt4_samples(f)
             model = f.text("response_source")
             out.point(
@@ -111,8 +110,8 @@ def _bench_loader(name: str):
 def _feedback_bench_loader(name: str):
     def load(path: Path) -> LoadResult:
         out = Collector(name)
-        for index, (line, obj) in enumerate(iter_json_array(path)):
-            f = Fields(obj, Loc(str(path), line))
+        for index, loc, obj in array_records(path):
+            f = Fields(obj, loc)
             prompt = prompt_from_fields(f) if f.has("orig_instruction") else parse_absolute_prompt(f)
             label = "gpt4_score" if f.has("gpt4_score") or not f.has("orig_score") else "orig_score"
             out.point(
