@@ -94,8 +94,8 @@ def _text(loc: Loc, name: str, value: Any, *, required: bool, allow_empty: bool 
 def _number(loc: Loc, name: str, value: Any) -> float:
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise loc.error(name, f"is not a number: {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise loc.error(name, f"is not a number: {value!r:.80}") from None
     if not math.isfinite(x):
         raise loc.error(name, f"is not finite: {value!r}")
     return x

@@ -43,7 +43,7 @@ class Fields:
         value = self.get(name)
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float range
             number = math.nan
         if not math.isfinite(number):
             raise self.loc.error(name, f"is not a finite number: {value!r}")
@@ -53,6 +53,8 @@ class Fields:
         """The mapped value of a label field; anything outside ``mapping`` is an error naming the field."""
         value = self.get(name)
         try:
+            if isinstance(value, bool) and not any(isinstance(k, bool) for k in mapping):
+                raise KeyError(value)  # JSON false / true is not the label 0 / 1, though Python says False == 0
             return mapping[value]
         except (KeyError, TypeError):
             allowed = ", ".join(repr(k) for k in mapping)
@@ -98,6 +100,17 @@ class Collector:
         if self._empty_answers:
             notes.append(f"{self._empty_answers} record(s) keep an empty answer (the model produced no text)")
         return LoadResult(self.records, Counter(self.excluded), notes)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite JSON number (not a bool, not an integer beyond float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def array_records(path: Path, id_field: str | None = None) -> Iterator[tuple[int, Loc, Any]]:

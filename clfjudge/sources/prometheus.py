@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..records import LoadResult
 from .base import SOURCES, Source
-from .common import Collector, Fields, array_records
+from .common import Collector, Fields, array_records, finite_number
 
 _PROMPT = re.compile(
     r"###The instruction to evaluate:\n(?P<question>.*?)\n\n###Response to evaluate:\n(?P<answer>.*?)\n\n"
@@ -79,12 +79,12 @@ def _gpt4_samples(f: Fields) -> list[float]:
     if isinstance(samples, str):  # some copies store the list as a string, e.g. "[3, 2, 3]"
         try:
             samples = json.loads(samples)
-        except json.JSONDecodeError:
-            raise f.loc.error("gpt4_score", f"is not a list of scores: {samples!r}") from None
-    if (not isinstance(samples, list) or not samples
-            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples)):
-        raise f.loc.error("gpt4_score", f"must be a non-empty list of numbers, got {samples!r}")
-    return [float(s) for s in samples]
+        except (ValueError, RecursionError):
+            raise f.loc.error("gpt4_score", f"is not a list of scores: {samples!r:.200}") from None
+    numbers = [finite_number(s) for s in samples] if isinstance(samples, list) else []
+    if not numbers or None in numbers:
+        raise f.loc.error("gpt4_score", f"must be a non-empty list of numbers, got {samples!r:.200}")
+    return numbers
 
 
 def _bench_loader(name: str):
