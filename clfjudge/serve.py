@@ -26,7 +26,9 @@ from .records import Loc, RecordError
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A JSON string, or an unterminated one up to the end: a pattern that cannot fail once it has started never
+# backtracks, so stripping strings is linear even for a body of 100k unclosed quotes.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 

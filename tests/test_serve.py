@@ -149,6 +149,15 @@ def test_client_mistakes_are_4xx_naming_item_and_field(pair_judge, content, stat
         assert client.post("/compare", json=PAIR).status_code == 200  # and the server is fine
 
 
+@pytest.mark.timeout(60)
+def test_the_depth_check_is_linear_on_unclosed_strings(pair_judge):
+    """A body of 400k escaped quotes inside an unclosed string: a string pattern that can fail and retry at each
+    quote takes hours on it (quadratic); this one answers at once."""
+    with TestClient(create_app(pair_judge)) as client:
+        got = client.post("/compare", content=b'{"question": "' + b'\\"' * 400_000)
+    assert got.status_code == 400 and "not valid JSON" in got.json()["error"]
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting(pair_judge):
     with TestClient(create_app(pair_judge)) as client:
         got = client.post("/compare", json={**PAIR, "answer_a": "[[[[[[[[[[[[{{{{{{{{" + '\\"]]' * 5})
