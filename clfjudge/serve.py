@@ -284,7 +284,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     /healthz stays open (load balancers probe it)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
 
@@ -330,6 +330,8 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
                 response = JSONResponse({"results": results} if "items" in body else results[0])
             except HTTPError as exc:
                 response = error_response(exc)
+            except ClientDisconnect:  # the client left mid-body: nobody reads the answer, and it is no server fault
+                response = JSONResponse({"error": "client disconnected"}, status_code=499)
             except Exception:
                 stats.requests[(task, 500)] += 1  # answered (JSON) by the app's handler, and logged
                 raise

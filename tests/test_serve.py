@@ -330,3 +330,28 @@ def test_overload_on_loopback_sheds_load_without_a_crash(pair_judge):
     assert codes[200] <= 1.5 * capacity * 4 + batch * 8  # shedding, not queueing without bound
     assert sum(app.state.stats.requests.values()) == len(answers)  # every request answered and counted
     assert polls and all(p == (200, "ok") for p in polls), polls
+
+
+def test_a_client_leaving_mid_body_is_not_a_server_error(pair_judge):
+    import asyncio
+
+    app = create_app(pair_judge)
+    sent = []
+
+    async def run():
+        messages = iter([{"type": "http.request", "body": b'{"question": ', "more_body": True},
+                         {"type": "http.disconnect"}])
+
+        async def receive():
+            return next(messages)
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/compare", "headers": [], "query_string": b"",
+                 "http_version": "1.1", "scheme": "http", "server": ("test", 80), "root_path": ""}
+        await app(scope, receive, send)
+
+    with TestClient(app):  # runs the lifespan
+        asyncio.run(run())
+    assert sent[0]["status"] == 499 and app.state.stats.requests == {("compare", 499): 1}
