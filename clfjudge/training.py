@@ -142,7 +142,7 @@ class TrainConfig:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as exc:
-            raise RecordError(str(path), None, None, f"not valid UTF-8 text: {exc.reason} at byte {exc.start}") from None
+            raise RecordError(str(path), None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise RecordError(str(path), mark.line + 1 if mark else None, None, f"not valid YAML: {exc}") from None

@@ -43,7 +43,9 @@ _BUDGET_KEY = {"question": "question", "answer": "answer", "answer_a": "answer",
 
 def _is_number(x: Any) -> bool:
     """A finite int or float (not a bool): what a length, a budget or a fraction can be."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and (isinstance(x, numbers.Integral) or math.isfinite(x))
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return False
+    return isinstance(x, numbers.Integral) or math.isfinite(x)  # an int beyond float range is still a number
 
 
 class TruncationError(ValueError):
@@ -63,7 +65,8 @@ class TruncationPolicy:
             raise ValueError(f"TruncationPolicy: budgets must be a mapping of field -> tokens, got {self.budgets!r}")
         unknown = set(self.budgets) - set(BUDGET_KEYS)
         if unknown:
-            raise ValueError(f"TruncationPolicy: unknown budget field(s) {sorted(map(str, unknown))}; use {BUDGET_KEYS}")
+            raise ValueError(f"TruncationPolicy: unknown budget field(s) {sorted(map(str, unknown))}; "
+                             f"use {BUDGET_KEYS}")
         bad = {k: v for k, v in self.budgets.items() if not (_is_number(v) and v >= 1)}
         if bad:
             raise ValueError(f"TruncationPolicy: budgets are token counts >= 1, got {bad}")

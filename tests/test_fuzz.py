@@ -56,7 +56,8 @@ json_values = st.recursive(st.none() | st.booleans() | numbers | texts,
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(small_text, inner, max_size=3),
                            max_leaves=6)
 # a field's value: mostly what a well-meaning writer would put there, sometimes anything
-field_value = st.integers(0, 19).flatmap(lambda k: plain_text if k < 14 else [small_text, huge_text, json_values][k % 3])
+field_value = st.integers(0, 19).flatmap(
+    lambda k: plain_text if k < 14 else [small_text, huge_text, json_values][k % 3])
 
 
 def no_surrogates(text: str) -> str:
@@ -241,8 +242,8 @@ def records(draw, kind: str):
     """Records built directly (as a caller of the library may), so their text is not validated."""
     common = dict(id=draw(small_text), question=draw(texts), rubric=draw(optional_text), reference=draw(optional_text))
     if kind == "pair":
-        return PairRecord(answer_a=draw(texts), answer_b=draw(texts), verdict=draw(st.none() | st.sampled_from(Verdict)),
-                          scores=draw(scores), **common)
+        return PairRecord(answer_a=draw(texts), answer_b=draw(texts), scores=draw(scores),
+                          verdict=draw(st.none() | st.sampled_from(Verdict)), **common)
     return PointRecord(answer=draw(texts), score=draw(st.none() | st.floats()),
                        scale=draw(st.sampled_from([(1.0, 5.0), (1.0, 10.0), (0.0, 1.0)])), **common)
 

@@ -83,7 +83,8 @@ def test_load_picks_the_backend_from_the_directory(cls3_dir, onnx_dir, tmp_path)
 @pytest.mark.parametrize("damage, where, words", [
     (lambda text: text.replace('"', "", 1), ":2:", "not valid JSON: Expecting property name"),
     (lambda text: "[" + text + "]", ":?:", "a judge card is a JSON object, got list"),
-    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "head"}), ":?:", "field 'head': is missing"),
+    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "head"}), ":?:",
+     "field 'head': is missing"),
     (lambda text: json.dumps({**json.loads(text), "max_length": "512"}), ":?:", "field 'max_length': must be int"),
     (lambda text: json.dumps({**json.loads(text), "runtime": []}), ":?:", "field 'runtime': must be dict"),
 ])

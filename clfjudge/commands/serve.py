@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text field")
     p.add_argument("--max-json-depth", type=int, default=d.max_json_depth, help="nesting of a JSON body")
     p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on /compare, /score and /metrics (default: ${API_KEY_ENV}; "
-                        "the variable keeps the key out of the process list)")
+                   help=f"require 'Authorization: Bearer KEY' on /compare, /score and /metrics (default: "
+                        f"${API_KEY_ENV}; the variable keeps the key out of the process list)")
     p.set_defaults(func=run)
 
 
