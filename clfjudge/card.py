@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from .records import RecordError
 
 CARD_NAME = "judge_card.json"
 
@@ -57,9 +59,33 @@ class JudgeCard:
         path = Path(directory) / CARD_NAME
         if not path.exists():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing")
-        data = json.loads(path.read_text())
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RecordError(str(path), exc.lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        except (ValueError, RecursionError) as exc:  # undecodable bytes, absurd nesting or numbers
+            raise RecordError(str(path), None, None, f"not a readable judge card: {exc}") from None
+        if not isinstance(data, dict):
+            raise RecordError(str(path), None, None, f"a judge card is a JSON object, got {type(data).__name__}")
+        unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"{path}: unknown judge card fields {sorted(unknown)}")
+        for name, spec in cls.__dataclass_fields__.items():
+            _check_field(path, name, spec, data)
         return cls(**data)
+
+
+# The card's field types as written in the dataclass (annotations are strings here): what a loaded value must be.
+_FIELD_TYPES = {"str": str, "int": int, "dict[str, Any]": dict, "dict[str, str]": dict,
+                "list[float] | None": (list, type(None))}
+
+
+def _check_field(path: Path, name: str, spec: Any, data: dict[str, Any]) -> None:
+    if name not in data:
+        if spec.default is MISSING and spec.default_factory is MISSING:
+            raise RecordError(str(path), None, name, "is missing")
+        return
+    wanted = _FIELD_TYPES.get(spec.type)
+    value = data[name]
+    if wanted is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
+        raise RecordError(str(path), None, name, f"must be {spec.type}, got {type(value).__name__}: {value!r:.80}")

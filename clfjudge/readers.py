@@ -12,6 +12,7 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,20 @@ from .records import RecordError
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 _CSV_FIELD_LIMIT = 1 << 30  # arena responses exceed csv's default 128 KiB cell limit
+# What the gzip / zip modules raise for damaged archives (CRC, truncation, unknown compression, encryption,
+# a missing member).
+_CORRUPT = (OSError, EOFError, zlib.error, zipfile.BadZipFile, NotImplementedError, RuntimeError, KeyError,
+            ValueError)
+
+
+def _json_error(exc: Exception) -> str:
+    """The message of a JSON value that ``json`` refuses: a syntax error, nesting beyond the recursion limit,
+    or an integer beyond the int-string conversion limit (a ValueError that is not a JSONDecodeError)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON: {exc.msg}"
+    if isinstance(exc, RecursionError):
+        return "invalid JSON: nested too deeply"
+    return f"invalid JSON: {exc}"
 
 
 def location(path: Path | str, member: str | None = None) -> str:
@@ -36,17 +51,28 @@ def _zip_member(archive: zipfile.ZipFile, path: Path, member: str | None) -> str
     return names[0]
 
 
+def _unpack(path: Path, member: str | None) -> tuple[bytes, str | None]:
+    raw = path.read_bytes()  # a missing or unreadable file raises as such, before any unpacking
+    try:
+        if path.suffix == ".gz":
+            return gzip.decompress(raw), None
+        if path.suffix == ".zip":
+            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                member = _zip_member(archive, path, member)
+                return archive.read(member), member
+    except RecordError:
+        raise
+    except _CORRUPT as exc:  # a damaged archive names its file, like a damaged line does
+        what = "gzip" if path.suffix == ".gz" else "zip"
+        raise RecordError(location(path, member), None, None, f"not a valid {what} file: {exc!r}") from None
+    return raw, None
+
+
 def read_text(path: Path | str, member: str | None = None) -> tuple[str, str]:
     """(text, location) of a plain, ``.gz`` or ``.zip`` file (``member``: which file inside the zip)."""
     path = Path(path)
-    if path.suffix == ".zip":
-        with zipfile.ZipFile(path) as archive:
-            member = _zip_member(archive, path, member)
-            data = archive.read(member)
-        where = location(path, member)
-    else:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        where = location(path)
+    data, member = _unpack(path, member)
+    where = location(path, member)
     try:
         return data.decode("utf-8"), where
     except UnicodeDecodeError as exc:
@@ -62,9 +88,11 @@ def iter_jsonl(path: Path | str, member: str | None = None) -> Iterator[tuple[in
         if not line.strip():
             continue
         try:
-            yield line_no, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RecordError(where, line_no, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            column = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise RecordError(where, line_no, None, _json_error(exc) + column) from None
+        yield line_no, obj
 
 
 class _Scanner:
@@ -81,8 +109,8 @@ class _Scanner:
         self._line_pos = pos
         return self._line
 
-    def error(self, pos: int, message: str) -> RecordError:
-        return RecordError(self.where, self.line_at(pos), None, message)
+    def error(self, pos: int, message: str, index: int | None = None) -> RecordError:
+        return RecordError(self.where, self.line_at(pos), None, message, index=index)
 
     def skip_space(self) -> None:
         self.pos = _WHITESPACE.match(self.text, self.pos).end()
@@ -99,13 +127,14 @@ class _Scanner:
         self.pos += 1
         return char
 
-    def value(self) -> tuple[int, Any]:
+    def value(self, index: int | None = None) -> tuple[int, Any]:
+        """(line, value) of the JSON value at the position (``index``: its place in the array, for errors)."""
         self.skip_space()
         start = self.pos
         try:
             obj, self.pos = _DECODER.raw_decode(self.text, start)
-        except json.JSONDecodeError as exc:
-            raise self.error(exc.pos, f"invalid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise self.error(getattr(exc, "pos", start), _json_error(exc), index) from None
         return self.line_at(start), obj
 
     def elements(self, close: str) -> Iterator[None]:
@@ -134,8 +163,8 @@ def _document(path: Path | str, member: str | None, opening: str, what: str) -> 
 def iter_json_array(path: Path | str, member: str | None = None) -> Iterator[tuple[int, Any]]:
     """(line of the element's first character, element) for a file holding one top-level JSON list."""
     scanner = _document(path, member, "[", "list")
-    for _ in scanner.elements("]"):
-        yield scanner.value()
+    for index, _ in enumerate(scanner.elements("]")):
+        yield scanner.value(index)
     scanner.end()
 
 

@@ -18,23 +18,31 @@ from typing import Any, Iterable, Sequence, Union
 
 
 class RecordError(ValueError):
-    """Bad input, located: ``file:line: field: message``."""
+    """Bad input, located: ``file:line: field: message``; ``file:line: record i (id 'x'): field: message`` for an
+    element of a JSON array (a minified array is all on line 1, so its index and own id say which one)."""
 
-    def __init__(self, file: str | None, line: int | None, field_name: str | None, message: str) -> None:
+    def __init__(self, file: str | None, line: int | None, field_name: str | None, message: str, *,
+                 index: int | None = None, record_id: str | None = None) -> None:
         self.file, self.line, self.field, self.message = file, line, field_name, message
+        self.index, self.record_id = index, record_id
         where = f"{file or '<memory>'}:{line if line is not None else '?'}"
+        if index is not None:
+            where += f": record {index}" + (f" (id {record_id[:80]!r})" if record_id is not None else "")
         super().__init__(f"{where}: field {field_name!r}: {message}" if field_name else f"{where}: {message}")
 
 
 @dataclass(frozen=True)
 class Loc:
-    """Where a raw record came from (for error messages)."""
+    """Where a raw record came from (for error messages): file and line, and for an element of a JSON array its
+    0-based index and its own id (when the format has one)."""
 
     file: str | None = None
     line: int | None = None
+    index: int | None = None
+    record_id: str | None = None
 
     def error(self, field_name: str | None, message: str) -> RecordError:
-        return RecordError(self.file, self.line, field_name, message)
+        return RecordError(self.file, self.line, field_name, message, index=self.index, record_id=self.record_id)
 
 
 class Verdict(str, enum.Enum):
@@ -86,8 +94,8 @@ def _text(loc: Loc, name: str, value: Any, *, required: bool, allow_empty: bool 
 def _number(loc: Loc, name: str, value: Any) -> float:
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise loc.error(name, f"is not a number: {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise loc.error(name, f"is not a number: {value!r:.80}") from None
     if not math.isfinite(x):
         raise loc.error(name, f"is not finite: {value!r}")
     return x

@@ -186,10 +186,13 @@ def _line_numbers(text: str) -> dict[str, int]:
     """Line (1-based) of each scheme's name in a templates file."""
     root = yaml.compose(text)
     lines: dict[str, int] = {}
-    for key, value in getattr(root, "value", []):
+    if not isinstance(root, yaml.MappingNode):  # not a templates file: load_schemes says so
+        return lines
+    for key, value in root.value:
         if key.value == "schemes" and isinstance(value, yaml.MappingNode):
             for name_node, _ in value.value:
-                lines[name_node.value] = name_node.start_mark.line + 1
+                if isinstance(name_node, yaml.ScalarNode):
+                    lines[name_node.value] = name_node.start_mark.line + 1
     return lines
 
 
@@ -201,16 +204,26 @@ def _text(loc: Loc, name: str, value: Any) -> str:
     return value
 
 
+def _mapping(loc: Loc, name: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise loc.error(name, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
 def _parse_scheme(name: str, raw: Any, loc: Loc) -> Scheme:
+    if not isinstance(name, str):
+        raise loc.error(None, f"scheme names are strings, got {name!r}")
     if not isinstance(raw, dict):
         raise loc.error(None, f"scheme {name!r} must be a mapping")
-    unknown = set(raw) - _SCHEME_KEYS
+    unknown = sorted(map(str, set(raw) - _SCHEME_KEYS))
     if unknown:
-        raise loc.error(sorted(unknown)[0], f"unknown key in scheme {name!r}; allowed: {sorted(_SCHEME_KEYS)}")
+        raise loc.error(unknown[0], f"unknown key in scheme {name!r}; allowed: {sorted(_SCHEME_KEYS)}")
     kind = raw.get("kind")
-    if kind not in SLOTS:
+    if not isinstance(kind, str) or kind not in SLOTS:
         raise loc.error("kind", f"must be 'pair' or 'point', got {kind!r}")
-    params = {str(k): _text(loc, f"params.{k}", v) for k, v in (raw.get("params") or {}).items()}
+    params = {str(k): _text(loc, f"params.{k}", v) for k, v in _mapping(loc, "params", raw.get("params")).items()}
     template = _text(loc, "template", raw.get("template"))
     allowed = set(SLOTS[kind]) | set(params)
     used = _names(template)
@@ -221,7 +234,7 @@ def _parse_scheme(name: str, raw: Any, loc: Loc) -> Scheme:
         if n not in used:
             raise loc.error("template", f"a {kind} scheme must show {{{n}}}")
     slots: dict[str, Slot] = {}
-    for slot_name, spec in (raw.get("slots") or {}).items():
+    for slot_name, spec in _mapping(loc, "slots", raw.get("slots")).items():
         where = f"slots.{slot_name}"
         if slot_name not in used:
             raise loc.error(where, "formats a slot the template does not use")
@@ -240,14 +253,15 @@ def _parse_scheme(name: str, raw: Any, loc: Loc) -> Scheme:
     if (parser is None) != (tgt is None):
         raise loc.error("parser" if parser is None else "target", "parser and target go together")
     if parser is not None:
-        if parser not in PARSERS:
+        if not isinstance(parser, str) or parser not in PARSERS:
             raise loc.error("parser", f"unknown parser {parser!r}; known: {PARSERS.names()}")
         if PARSERS.get(parser).kind != kind:
             raise loc.error("parser", f"{parser!r} reads {PARSERS.get(parser).kind} outputs, the scheme is {kind}")
         tgt = _parse_target(tgt, kind, loc)
     scale = raw.get("scale")
     if scale is not None:
-        if not (isinstance(scale, list) and len(scale) == 2 and all(isinstance(x, (int, float)) for x in scale)):
+        if not (isinstance(scale, list) and len(scale) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scale)):
             raise loc.error("scale", f"must be [low, high], got {scale!r}")
         scale = (float(scale[0]), float(scale[1]))
     return Scheme(name, kind, template, slots, params, wrap, parser, tgt, scale,
@@ -272,13 +286,17 @@ def _parse_target(raw: Any, kind: str, loc: Loc) -> Target:
 
 def load_schemes(path: Path) -> list[Scheme]:
     """Schemes of one templates file; errors name the file, the scheme's line and the field."""
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         data = yaml.safe_load(text)
         lines = _line_numbers(text)
+    except UnicodeDecodeError as exc:
+        raise RecordError(str(path), None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise RecordError(str(path), mark.line + 1 if mark else None, None, f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise RecordError(str(path), None, None, "invalid YAML: nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("schemes"), dict):
         raise RecordError(str(path), None, "schemes", "a templates file needs a 'schemes' mapping")
     extra = [k for k in data if k != "schemes" and not str(k).startswith("x-")]

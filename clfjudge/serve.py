@@ -1,24 +1,35 @@
 """HTTP serving for a judge: Starlette app + dynamic batching.
 
-Requests are validated, queued (bounded: 503 when full), merged by one batching task into judge calls of at
-most ``max_batch_size`` items or after ``max_wait_ms``, run in a worker thread (the judge is not re-entrant,
-so one call at a time), and answered; a request waiting longer than ``timeout_s`` gets 504. On shutdown the
-server stops accepting (503), drains what is queued, then stops the batcher.
+Requests are authenticated (optional API key), validated, queued (bounded: 503 when full), merged by one
+batching task into judge calls of at most ``max_batch_size`` items or after ``max_wait_ms``, run in a worker
+thread (the judge is not re-entrant, so one call at a time), and answered; a request waiting longer than
+``timeout_s`` gets 504. On shutdown the server stops accepting (503), drains what is queued, then stops the
+batcher.
+
+Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
+5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
+included, is a JSON object; an error is ``{"error": message}``.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .records import RecordError
+from .records import Loc, RecordError
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}
+# A JSON string, or an unterminated one up to the end: a pattern that cannot fail once it has started never
+# backtracks, so stripping strings is linear even for a body of 100k unclosed quotes.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 @dataclass(frozen=True)
@@ -30,12 +41,14 @@ class Limits:
     max_body_bytes: int = 1 << 20
     max_items: int = 64  # items per request
     max_text_chars: int = 32_000
+    max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]})
+    retry_after_s: int = 1  # the Retry-After of a 503
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
 
 
 @dataclass
@@ -134,20 +147,26 @@ class Batcher:
         self.stats.batch_size.observe(size)
         for symmetric in (False, True):  # one judge call per order mode
             group = [p for p in batch if p.symmetric is symmetric and not p.future.done()]
-            if not group:
-                continue
-            items = [item for p in group for item in p.items]
-            try:
-                results = await asyncio.to_thread(self.run, items, symmetric)
-            except Exception as exc:  # a failing judge call fails its requests, not the server
+            if group:
+                await self._call(group, symmetric)
+
+    async def _call(self, group: list[Pending], symmetric: bool) -> None:
+        items = [item for p in group for item in p.items]
+        try:
+            results = await asyncio.to_thread(self.run, items, symmetric)
+        except Exception as exc:  # a failing judge call fails its requests, not the server
+            if len(group) > 1:  # and one request must not fail the others merged with it: judge each alone
                 for p in group:
-                    p.future.set_exception(HTTPError(500, f"judge error: {exc}"))
-                continue
-            start = 0
-            for p in group:
-                if not p.future.done():
-                    p.future.set_result(results[start:start + len(p.items)])
-                start += len(p.items)
+                    await self._call([p], symmetric)
+                return
+            if not group[0].future.done():
+                group[0].future.set_exception(_judge_error(exc))
+            return
+        start = 0
+        for p in group:
+            if not p.future.done():
+                p.future.set_result(results[start:start + len(p.items)])
+            start += len(p.items)
 
     async def drain(self) -> None:
         while self.queued_items or self.inflight:
@@ -156,14 +175,70 @@ class Batcher:
             self.task.cancel()
 
 
-def validate(body: Any, fields: dict[str, bool], limits: Limits) -> tuple[list[dict[str, Any]], bool]:
+def _judge_error(exc: Exception) -> HTTPError:
+    if isinstance(exc, RecordError):  # an input the checks at validation let through: still the client's
+        return HTTPError(422, f"the judge cannot take this input: {exc.message}")
+    return HTTPError(500, f"judge error: {type(exc).__name__}: {exc}")
+
+
+def json_depth(text: str) -> int:
+    """How deep arrays and objects nest in a JSON text, counted without recursion (brackets inside strings
+    skipped): ``json`` recurses once per level, so a deep body must be refused before it is parsed."""
+    import numpy as np
+
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    return int(np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)).max())
+
+
+async def read_body(request, limits: Limits) -> bytes:
+    """The body, read no further than ``max_body_bytes`` (413 beyond, whether or not it declared its size)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise HTTPError(400, f"header 'Content-Length' is not a byte count: {declared[:40]!r}")
+        if int(declared) > limits.max_body_bytes:
+            raise HTTPError(413, f"body of {int(declared)} bytes, limit {limits.max_body_bytes}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_body_bytes:
+            raise HTTPError(413, f"body of over {limits.max_body_bytes} bytes, limit {limits.max_body_bytes}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(raw: bytes, limits: Limits) -> Any:
+    """The JSON value of a body; HTTPError(400) for bytes that are not UTF-8 or not JSON, or nest too deep."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPError(400, f"body is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    depth = json_depth(text)
+    if depth > limits.max_json_depth:
+        raise HTTPError(400, f"body nests {depth} levels deep, limit {limits.max_json_depth}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HTTPError(400, f"body is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer beyond Python's int-string limit
+        raise HTTPError(400, f"body is not valid JSON: {exc}") from None
+
+
+def validate(body: Any, fields: dict[str, bool], limits: Limits,
+             build: Callable[..., Any] | None = None) -> tuple[list[dict[str, Any]], bool]:
     """The request's items (one object, or {"items": [...]}) and its symmetric flag; HTTPError(422) names the
-    item and field."""
+    item and field. ``build(item, loc)`` (``as_pair`` / ``as_point``) applies the runtime's checks too."""
     if not isinstance(body, dict):
         raise HTTPError(422, f"body must be a JSON object, got {type(body).__name__}")
     symmetric = body.get("symmetric", False)
     if not isinstance(symmetric, bool):
         raise HTTPError(422, "field 'symmetric' must be true or false")
+    if "items" in body and set(body) - {"items", "symmetric"}:
+        raise HTTPError(422, f"unknown field(s) {sorted(set(body) - {'items', 'symmetric'})} beside 'items'; "
+                             "a batch is {\"items\": [...], \"symmetric\": false}")
     items = body["items"] if "items" in body else [body]
     if not isinstance(items, list) or not items:
         raise HTTPError(422, "field 'items' must be a non-empty list")
@@ -184,20 +259,36 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits) -> tuple[list[d
                 raise HTTPError(422, f"{where}: field '{name}' must be a string")
             if len(value) > limits.max_text_chars:
                 raise HTTPError(413, f"{where}: field '{name}' has {len(value)} characters, limit {limits.max_text_chars}")
-        unknown = set(item) - set(fields) - {"id"}
+        unknown = set(item) - set(fields) - {"id"} - ({"symmetric"} if "items" not in body else set())
         if unknown:
             raise HTTPError(422, f"{where}: unknown field(s) {sorted(unknown)}; expected {sorted(fields)}")
         clean.append({k: item[k] for k in fields if item.get(k) is not None})
+        if build is not None:
+            try:
+                build(clean[-1], Loc())
+            except RecordError as err:
+                raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
+                                else f"{where}: {err.message}") from None
     return clean, symmetric
 
 
-def create_app(judge, limits: Limits = Limits()):
+def bearer_key_ok(header: str | None, key: bytes) -> bool:
+    """Whether an Authorization header carries ``Bearer <key>`` (constant-time comparison)."""
+    scheme, _, token = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1", "replace"), key)
+
+
+def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     """A Starlette app serving ``judge`` (a clfjudge.runtime.Judge or anything with compare_batch/score_batch
-    and ``tasks``)."""
+    and ``tasks``). With ``api_key``, /compare, /score and /metrics need ``Authorization: Bearer <key>``;
+    /healthz stays open (load balancers probe it)."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
+
+    from .runtime import as_pair, as_point
 
     stats = Stats()
     tasks: Sequence[str] = sorted(judge.tasks)
@@ -205,38 +296,48 @@ def create_app(judge, limits: Limits = Limits()):
         "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],
         "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
     }
-    fields = {"compare": PAIR_FIELDS, "score": POINT_FIELDS}
+    # Each endpoint's item fields, and the runtime's own check of an item (an empty question, text that is not
+    # Unicode), run at validation so that a judge call does not fail on a client's input.
+    inputs = {"compare": (PAIR_FIELDS, as_pair), "score": (POINT_FIELDS, as_point)}
     batchers: dict[str, Batcher] = {}
     state = {"accepting": True}
+    key = api_key.encode("utf-8") if api_key else None
+
+    def check_key(request: Request) -> None:
+        if key is not None and not bearer_key_ok(request.headers.get("authorization"), key):
+            raise HTTPError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+                            {"WWW-Authenticate": 'Bearer realm="clfjudge"'})
+
+    def error_response(exc: HTTPError) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status == 503:
+            headers["Retry-After"] = str(limits.retry_after_s)
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
 
     def endpoint(task: str):
         async def handle(request: Request):
             start = time.monotonic()
             try:
+                check_key(request)
                 if task not in tasks:
                     raise HTTPError(404, f"this {judge.card.head} judge cannot {task}; it serves {', '.join('/' + t for t in tasks)}")
                 if not state["accepting"]:
                     raise HTTPError(503, "server is shutting down")
-                declared = int(request.headers.get("content-length") or 0)
-                if declared > limits.max_body_bytes:
-                    raise HTTPError(413, f"body of {declared} bytes, limit {limits.max_body_bytes}")
-                raw = await request.body()
-                if len(raw) > limits.max_body_bytes:
-                    raise HTTPError(413, f"body of {len(raw)} bytes, limit {limits.max_body_bytes}")
-                try:
-                    body = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise HTTPError(400, f"body is not valid JSON: {exc}") from None
-                items, symmetric = validate(body, fields[task], limits)
+                body = parse_body(await read_body(request, limits), limits)
+                fields, build = inputs[task]
+                items, symmetric = validate(body, fields, limits, build)
                 results = await batchers[task].submit(items, symmetric)
-                status, payload = 200, ({"results": results} if "items" in body else results[0])
+                response = JSONResponse({"results": results} if "items" in body else results[0])
             except HTTPError as exc:
-                status, payload = exc.status, {"error": exc.message}
-            except RecordError as exc:
-                status, payload = 422, {"error": str(exc)}
-            stats.requests[(task, status)] += 1
+                response = error_response(exc)
+            except ClientDisconnect:  # the client left mid-body: nobody reads the answer, and it is no server fault
+                response = JSONResponse({"error": "client disconnected"}, status_code=499)
+            except Exception:
+                stats.requests[(task, 500)] += 1  # answered (JSON) by the app's handler, and logged
+                raise
+            stats.requests[(task, response.status_code)] += 1
             stats.latency.observe(time.monotonic() - start)
-            return JSONResponse(payload, status_code=status)
+            return response
 
         return handle
 
@@ -246,8 +347,18 @@ def create_app(judge, limits: Limits = Limits()):
                              "backbone": card.backbone, "backend": getattr(judge, "backend_name", ""),
                              "tasks": list(tasks)})
 
-    async def metrics(_request: Request):
+    async def metrics(request: Request):
+        try:
+            check_key(request)
+        except HTTPError as exc:
+            return error_response(exc)
         return PlainTextResponse(stats.render(sum(b.queued_items for b in batchers.values())))
+
+    async def http_exception(_request: Request, exc: HTTPException):  # unknown path, wrong method
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    async def server_error(_request: Request, exc: Exception):
+        return JSONResponse({"error": f"internal server error ({type(exc).__name__})"}, status_code=500)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -262,6 +373,7 @@ def create_app(judge, limits: Limits = Limits()):
     routes = [Route("/compare", endpoint("compare"), methods=["POST"]),
               Route("/score", endpoint("score"), methods=["POST"]),
               Route("/healthz", healthz), Route("/metrics", metrics)]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_exception, Exception: server_error})
     app.state.stats = stats
     return app

@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
 from .heads import HEADS, Head, PairOutputs
 from .paths import REPO_ROOT
-from .records import PairRecord, Record
+from .records import PairRecord, Record, RecordError
 from .registry import Registry
 
 log = logging.getLogger(__name__)
@@ -119,13 +119,20 @@ class TrainConfig:
         """Build from raw values (YAML or --set strings), applying the named preset underneath."""
         data = dict(data)
         preset = data.get("preset")
-        merged = {**PRESETS.get(str(preset)), **data} if preset not in (None, "", "none", "null") else data
+        try:
+            merged = {**PRESETS.get(str(preset)), **data} if preset not in (None, "", "none", "null") else data
+        except KeyError as exc:
+            raise KeyError(f"{where}: preset: {exc.args[0]}") from None
         hints = get_type_hints(cls)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(f"{where}: unknown config key(s) {unknown}; known: {sorted(known)}")
-        return cls(**{k: _coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()})
+        values = {k: _coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()}
+        try:
+            return cls(**values)
+        except (ValueError, KeyError) as exc:  # the checks of __post_init__ (and the head registry): name the file
+            raise type(exc)(f"{where}: {exc.args[0]}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> "TrainConfig":
@@ -133,11 +140,15 @@ class TrainConfig:
 
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise RecordError(str(path), None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
         except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+            mark = getattr(exc, "problem_mark", None)
+            raise RecordError(str(path), mark.line + 1 if mark else None, None, f"not valid YAML: {exc}") from None
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping of config keys, got {type(data).__name__}")
+            raise RecordError(str(path), None, None,
+                              f"a recipe must be a mapping of config keys, got {type(data).__name__}")
         return cls.from_dict(apply_overrides(data, overrides), where=str(path))
 
     def with_overrides(self, overrides: Sequence[str]) -> "TrainConfig":

@@ -21,6 +21,8 @@ A record whose template alone leaves no room for the fields raises ``TruncationE
 """
 from __future__ import annotations
 
+import math
+import numbers
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
@@ -39,6 +41,13 @@ _BUDGET_KEY = {"question": "question", "answer": "answer", "answer_a": "answer",
                "rubric": "rubric", "reference": "reference"}
 
 
+def _is_number(x: Any) -> bool:
+    """A finite int or float (not a bool): what a length, a budget or a fraction can be."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return False
+    return isinstance(x, numbers.Integral) or math.isfinite(x)  # an int beyond float range is still a number
+
+
 class TruncationError(ValueError):
     """The record cannot be made to fit (the template alone is too long for ``max_length``)."""
 
@@ -50,15 +59,18 @@ class TruncationPolicy:
     head_fraction: float = 0.5  # share of a cut field's kept tokens taken from its head (the rest: tail)
 
     def __post_init__(self) -> None:
-        if int(self.max_length) != self.max_length or self.max_length < 1:
+        if not _is_number(self.max_length) or self.max_length != int(self.max_length) or self.max_length < 1:
             raise ValueError(f"TruncationPolicy: max_length must be a positive integer, got {self.max_length!r}")
+        if not isinstance(self.budgets, dict):
+            raise ValueError(f"TruncationPolicy: budgets must be a mapping of field -> tokens, got {self.budgets!r}")
         unknown = set(self.budgets) - set(BUDGET_KEYS)
         if unknown:
-            raise ValueError(f"TruncationPolicy: unknown budget field(s) {sorted(unknown)}; use {BUDGET_KEYS}")
-        bad = {k: v for k, v in self.budgets.items() if not v >= 1}
+            raise ValueError(f"TruncationPolicy: unknown budget field(s) {sorted(map(str, unknown))}; "
+                             f"use {BUDGET_KEYS}")
+        bad = {k: v for k, v in self.budgets.items() if not (_is_number(v) and v >= 1)}
         if bad:
             raise ValueError(f"TruncationPolicy: budgets are token counts >= 1, got {bad}")
-        if not 0.0 < self.head_fraction < 1.0:
+        if not (_is_number(self.head_fraction) and 0.0 < self.head_fraction < 1.0):
             raise ValueError(f"TruncationPolicy: head_fraction must be in (0, 1), got {self.head_fraction!r}")
 
     def budgets_for(self, fields: list[str], space: int) -> dict[str, int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zipfile
 
@@ -100,3 +101,48 @@ def test_invalid_utf8_is_located(tmp_path):
     with pytest.raises(RecordError) as err:
         list(iter_jsonl(path))
     assert err.value.line == 2 and "UTF-8" in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000, "nested too deeply"),
+    ("[" + "1" * 5000 + "]", "Exceeds the limit"),  # an int beyond Python's int-string limit (a ValueError)
+])
+def test_json_the_parser_refuses_is_a_located_error(tmp_path, text, message):
+    """Nesting beyond the recursion limit and huge integers are not JSONDecodeErrors; they are still bad lines."""
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"a": 1}\n' + text + "\n", encoding="utf-8")
+    with pytest.raises(RecordError) as err:
+        list(iter_jsonl(path))
+    assert err.value.line == 2 and message in str(err.value)
+    array = tmp_path / "a.json"
+    array.write_text('[{"a": 1}, ' + text + "]", encoding="utf-8")
+    with pytest.raises(RecordError) as err:
+        list(iter_json_array(array))
+    assert (err.value.line, err.value.index) == (1, 1) and "record 1" in str(err.value)
+
+
+def test_json_array_errors_name_the_record_index(tmp_path):
+    """A minified array is all on line 1: the element's index says which one is broken."""
+    path = tmp_path / "min.json"
+    path.write_text('[{"a": 1},{"a": 2},{"a": tru}]', encoding="utf-8")
+    with pytest.raises(RecordError) as err:
+        list(iter_json_array(path))
+    assert str(err.value).startswith(f"{path}:1: record 2: invalid JSON")
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zip"])
+def test_damaged_archives_name_their_file(tmp_path, suffix):
+    text = "".join(json.dumps({"q": str(i ** 7)}) + "\n" for i in range(300)).encode()
+    path = tmp_path / f"t.jsonl{suffix}"
+    if suffix == ".gz":
+        data = gzip.compress(text)
+    else:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("t.jsonl", text)
+        data = buffer.getvalue()
+    for damaged in (data[: len(data) // 2], data[:200] + bytes(b ^ 0xFF for b in data[200:220]) + data[220:]):
+        path.write_bytes(damaged)
+        with pytest.raises(RecordError) as err:
+            list(iter_jsonl(path))
+        assert err.value.file.startswith(str(path)) and "not a valid" in str(err.value)

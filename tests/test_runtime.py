@@ -2,8 +2,13 @@
 `clfjudge calibrate`, on tiny random judges, a small embedding judge and real PandaLM slices."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +78,25 @@ def test_load_picks_the_backend_from_the_directory(cls3_dir, onnx_dir, tmp_path)
     JudgeCard.load(cls3_dir).save(bare)
     with pytest.raises(FileNotFoundError, match="no model found"):
         Judge.load(bare)
+
+
+@pytest.mark.parametrize("damage, where, words", [
+    (lambda text: text.replace('"', "", 1), ":2:", "not valid JSON: Expecting property name"),
+    (lambda text: "[" + text + "]", ":?:", "a judge card is a JSON object, got list"),
+    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "head"}), ":?:",
+     "field 'head': is missing"),
+    (lambda text: json.dumps({**json.loads(text), "max_length": "512"}), ":?:", "field 'max_length': must be int"),
+    (lambda text: json.dumps({**json.loads(text), "runtime": []}), ":?:", "field 'runtime': must be dict"),
+])
+def test_a_corrupt_card_names_its_file(cls3_dir, tmp_path, damage, where, words):
+    card = tmp_path / "judge_card.json"
+    card.write_text(damage((cls3_dir / "judge_card.json").read_text()))
+    with pytest.raises(RecordError) as err:
+        Judge.load(tmp_path)
+    assert str(err.value).startswith(f"{card}{where}") and words in str(err.value)
+    card.write_bytes(b'{"head": "\xff"}')
+    with pytest.raises(RecordError, match=f"{card}:\\?: not a readable judge card"):
+        JudgeCard.load(tmp_path)
 
 
 def test_torch_and_onnx_judges_agree(cls3_dir, onnx_dir):
@@ -331,3 +355,168 @@ def test_score_cli_rejects_a_lone_surrogate_and_keeps_the_chunk(cls3_dir, tmp_pa
     assert (rejected["line"], rejected["field"]) == (2, "answer_b")
     assert "not valid Unicode" in rejected["error"]
     assert "scored 3, rejected 1" in capsys.readouterr().out
+
+
+# -- clfjudge score: a crash loses no line, --resume continues --------------------------------------------
+
+def _resumable_input(path: Path) -> Path:
+    """Good lines, bad lines, a blank line and two repeated ids, spread over chunks of 3 records."""
+    p = pairs(8)
+    lines = [p[0], p[1], "{not json", "", p[2], p[3], p[1], p[4], {"id": "x", "question": Q, "answer_a": "a"},
+             p[5], p[0], p[6], p[7]]
+    path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
+    return path
+
+
+def _score(judge_dir: Path, src: Path, out: Path, *extra: str) -> int:
+    return main(["score", str(judge_dir), "--input", str(src), "--output", str(out), "--chunk-size", "3", *extra])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cls3_dir, tmp_path_factory):
+    """(output bytes, rejected bytes, exit code, summary line) of a run that is not interrupted."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    src, out = _resumable_input(tmp / "in.jsonl"), tmp / "out.jsonl"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = _score(cls3_dir, src, out)
+    summary = stdout.getvalue().splitlines()[0]
+    assert summary.startswith("lines read 13: scored 10, rejected 2, blank 1, duplicate ids 2")
+    assert not (tmp / "out.jsonl.progress.json").exists()
+    return out.read_bytes(), (tmp / "out.jsonl.rejected.jsonl").read_bytes(), code, summary
+
+
+def _check_resumed(tmp_path: Path, cls3_dir: Path, uninterrupted, capsys) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    want_out, want_rejected, want_code, want_summary = uninterrupted
+    capsys.readouterr()
+    assert _score(cls3_dir, src, out, "--resume") == want_code
+    assert out.read_bytes() == want_out and (tmp_path / "out.jsonl.rejected.jsonl").read_bytes() == want_rejected
+    assert capsys.readouterr().out.splitlines()[0] == want_summary  # counts (duplicates too) span the two runs
+    assert not (tmp_path / "out.jsonl.progress.json").exists()
+
+
+@pytest.mark.parametrize("crash_at, accounted", [(1, 0), (2, 5), (4, 12)])
+def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp_path, monkeypatch, capsys,
+                                                                    uninterrupted, crash_at, accounted):
+    """The judge fails (not on an input) at its ``crash_at``-th chunk: the output holds the chunks before it,
+    the progress file and stderr say which lines are accounted for, and --resume gives an uninterrupted run's
+    lines exactly, without duplicating any."""
+    src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    original, calls = ModelJudge.raw_outputs, [0]
+
+    def failing(self, records):
+        calls[0] += 1
+        if calls[0] == crash_at:
+            raise RuntimeError("the accelerator fell off the bus")
+        return original(self, records)
+
+    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    with pytest.raises(RuntimeError, match="fell off"):
+        _score(cls3_dir, src, out)
+    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
+    assert progress["line"] == accounted
+    assert f"lines 1-{accounted} of {src} are accounted for" in capsys.readouterr().err
+    written = out.read_bytes()
+    assert uninterrupted[0].startswith(written) and written.endswith(b"\n") == bool(written)
+    assert progress["files"]["output"]["bytes"] == len(written)
+    _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
+
+
+def test_score_disk_failure_mid_write_is_cut_back_and_resumed(cls3_dir, tmp_path, monkeypatch, capsys,
+                                                              uninterrupted):
+    """The disk fills up halfway through writing the third chunk's lines: the half-written lines are cut off."""
+    from clfjudge.commands.score import Sink
+
+    src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    original, calls = Sink.write, [0]
+
+    def disk_full(self, data):
+        if self.path == out:
+            calls[0] += 1
+            if calls[0] == 3:
+                original(self, data[: len(data) // 2])
+                self.file.flush()
+                raise OSError(28, "No space left on device")
+        original(self, data)
+
+    monkeypatch.setattr(Sink, "write", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _score(cls3_dir, src, out)
+    monkeypatch.setattr(Sink, "write", original)
+    written = out.read_bytes()
+    assert written and uninterrupted[0].startswith(written) and written.endswith(b"\n")
+    assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 8
+    _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
+
+
+def test_score_killed_hard_resumes_from_its_last_checkpoint(cls3_dir, tmp_path, capsys, uninterrupted):
+    """SIGKILL (no handler runs) after the second chunk's lines reached the file but before its checkpoint: the
+    output is longer than the progress file says, and --resume cuts the unaccounted lines before going on."""
+    src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    script = f"""
+import os, signal, sys
+from clfjudge.cli import main
+from clfjudge.commands import score
+commit, calls = score.Sink.commit, [0]
+def dying(self):
+    if self.path.name == "out.jsonl":
+        calls[0] += 1
+        if calls[0] == 3:  # 1: the start, 2: after chunk 1, 3: after chunk 2
+            self.file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return commit(self)
+score.Sink.commit = dying
+sys.exit(main(["score", {str(cls3_dir)!r}, "--input", {str(src)!r}, "--output", {str(out)!r}, "--chunk-size", "3"]))
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[1], env=env,
+                          capture_output=True, timeout=300)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
+    assert progress["line"] == 5 and out.stat().st_size > progress["files"]["output"]["bytes"]
+    _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
+
+
+def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatch, capsys):
+    src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    assert _score(cls3_dir, src, out, "--resume") == 2
+    assert "no progress file" in capsys.readouterr().err
+    original, calls = ModelJudge.raw_outputs, [0]
+
+    def failing(self, records):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("out of memory")
+        return original(self, records)
+
+    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    with pytest.raises(RuntimeError):
+        _score(cls3_dir, src, out)
+    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    capsys.readouterr()
+    assert _score(cls3_dir, src, out, "--resume", "--symmetric") == 2
+    assert "symmetric was False, now True" in capsys.readouterr().err
+    written = out.read_bytes()
+    out.write_bytes(written.replace(b'"p0"', b'"P0"', 1))  # the accounted-for output was edited
+    assert _score(cls3_dir, src, out, "--resume") == 2
+    assert f"{out} differs from what the interrupted run recorded" in capsys.readouterr().err
+    out.write_bytes(written[:-5])
+    assert _score(cls3_dir, src, out, "--resume") == 2
+    assert f"{out} is shorter than what the interrupted run recorded" in capsys.readouterr().err
+    out.write_bytes(written)
+    src.write_text(src.read_text().replace("p0", "q0", 1))  # the input read so far changed
+    assert _score(cls3_dir, src, out, "--resume") == 2
+    assert "the input changed" in capsys.readouterr().err
+    src.write_text(src.read_text().replace("q0", "p0", 1))
+    assert _score(cls3_dir, src, out, "--resume") == 1  # as it was: it goes on
+
+
+def test_score_warns_about_duplicate_ids(cls3_dir, tmp_path, capsys):
+    src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    assert _score(cls3_dir, src, out) == 1
+    captured = capsys.readouterr()
+    assert "duplicate ids 2" in captured.out
+    assert "warning: 2 scored line(s) repeat an id already in the output, e.g. 'p1' (line 7), 'p0' (line 11)" \
+        in captured.err

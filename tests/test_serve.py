@@ -1,8 +1,10 @@
 """The HTTP server on tiny real judges: endpoints, validation, dynamic batching, back-pressure, shutdown."""
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -116,3 +118,240 @@ def test_shutdown_drains_the_queue(pair_judge):
         time.sleep(0.05)
     # leaving the block ran the shutdown: in-flight and queued requests were still answered
     assert [f.result().status_code for f in futures] == [200, 200, 200]
+
+
+# -- whose fault: 4xx naming the item and field for client mistakes, JSON errors everywhere ---------------
+
+def raw_json(body) -> bytes:
+    """A JSON body as a client may send it, lone surrogates included (as \\ud800 escapes)."""
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("content, status, words", [
+    (raw_json({**PAIR, "question": ""}), 422, "body: field 'question': is empty"),
+    (raw_json({"items": [PAIR, {**PAIR, "question": " \n\t"}]}), 422, "items[1]: field 'question': is empty"),
+    (raw_json({"items": [PAIR, {**PAIR, "answer_b": "ok \ud800 no"}]}), 422,
+     "items[1]: field 'answer_b': is not valid Unicode text"),
+    (raw_json({**PAIR, "rubric": "\udfff"}), 422, "body: field 'rubric': is not valid Unicode"),
+    ('{"question": "caf\xe9"}'.encode("latin-1"), 400, "not valid UTF-8"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "nests 100000 levels deep, limit 8"),
+    (raw_json({**PAIR, "id": [[[[[[[[["deep"]]]]]]]]]}), 400, "nests 10 levels deep"),
+    (raw_json({"items": [PAIR, "text"]}), 422, "items[1] must be an object"),
+    (raw_json({"items": [PAIR], "question": "q"}), 422, "unknown field(s) ['question'] beside 'items'"),
+    (b'{"question": ' + b"9" * 5000 + b"}", 400, "body is not valid JSON"),
+    (b"", 400, "body is not valid JSON"),
+])
+def test_client_mistakes_are_4xx_naming_item_and_field(pair_judge, content, status, words):
+    with TestClient(create_app(pair_judge)) as client:
+        got = client.post("/compare", content=content, headers={"content-type": "application/json"})
+        assert (got.status_code, got.headers["content-type"]) == (status, "application/json")
+        assert words in got.json()["error"]
+        assert client.post("/compare", json=PAIR).status_code == 200  # and the server is fine
+
+
+@pytest.mark.timeout(60)
+def test_the_depth_check_is_linear_on_unclosed_strings(pair_judge):
+    """A body of 400k escaped quotes inside an unclosed string: a string pattern that can fail and retry at each
+    quote takes hours on it (quadratic); this one answers at once."""
+    with TestClient(create_app(pair_judge)) as client:
+        got = client.post("/compare", content=b'{"question": "' + b'\\"' * 400_000)
+    assert got.status_code == 400 and "not valid JSON" in got.json()["error"]
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(pair_judge):
+    with TestClient(create_app(pair_judge)) as client:
+        got = client.post("/compare", json={**PAIR, "answer_a": "[[[[[[[[[[[[{{{{{{{{" + '\\"]]' * 5})
+        assert got.status_code == 200
+        assert client.post("/compare", json={**PAIR, "symmetric": True}).status_code == 200
+
+
+def test_every_error_is_json_and_unexpected_ones_are_500(pair_judge, monkeypatch):
+    app = create_app(pair_judge)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        missing = client.get("/nothing")
+        assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
+        wrong = client.get("/compare")
+        assert wrong.status_code == 405 and "error" in wrong.json() and wrong.headers["allow"] == "POST"
+        monkeypatch.setattr("clfjudge.serve.parse_body", lambda raw, limits: 1 / 0)
+        broken = client.post("/compare", json=PAIR)
+    assert broken.status_code == 500 and broken.json() == {"error": "internal server error (ZeroDivisionError)"}
+    assert app.state.stats.requests[("compare", 500)] == 1
+
+
+class PickyJudge(SlowJudge):
+    """Fails (a server fault, not an input error) on any batch holding the question "BOOM"."""
+
+    def compare_batch(self, items, symmetric=False):
+        if any(item["question"] == "BOOM" for item in items):
+            raise RuntimeError("the model fell over")
+        return super().compare_batch(items, symmetric)
+
+
+def test_a_failing_judge_call_fails_only_the_request_that_broke_it(pair_judge):
+    app = create_app(PickyJudge(pair_judge, 0.05), Limits(max_batch_size=16, max_wait_ms=100))
+    bodies = [PAIR, {**PAIR, "question": "BOOM"}, PAIR, PAIR]
+    with TestClient(app) as client, ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda body: client.post("/compare", json=body), bodies))
+    assert [r.status_code for r in got] == [200, 500, 200, 200]
+    assert got[1].json() == {"error": "judge error: RuntimeError: the model fell over"}
+    assert app.state.stats.batch_size.count < 4  # the four were merged, then judged apart
+
+
+def test_503_says_when_to_retry(pair_judge):
+    app = create_app(SlowJudge(pair_judge, 0.3), Limits(max_batch_size=1, max_wait_ms=0, max_queue=1,
+                                                        retry_after_s=2))
+    with TestClient(app) as client, ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda _: client.post("/compare", json=PAIR), range(6)))
+    full = [r for r in got if r.status_code == 503]
+    assert full and all(r.headers["retry-after"] == "2" and "queue full" in r.json()["error"] for r in full)
+
+
+# -- API key ------------------------------------------------------------------------------------------------
+
+def test_api_key_guards_judging_and_metrics_not_health(pair_judge):
+    with TestClient(create_app(pair_judge, api_key="s3cret")) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"},
+                        {"Authorization": "Bearer"}):
+            got = client.post("/compare", json=PAIR, headers=headers)
+            assert got.status_code == 401 and got.headers["www-authenticate"].startswith("Bearer")
+            assert "Authorization: Bearer" in got.json()["error"]
+            assert client.get("/metrics", headers=headers).status_code == 401
+        good = {"Authorization": "Bearer s3cret"}
+        assert client.post("/compare", json=PAIR, headers=good).status_code == 200
+        assert client.post("/compare", content=b"{bad", headers=good).status_code == 400  # key checked first
+        assert client.post("/compare", content=b"{bad").status_code == 401
+        assert client.get("/metrics", headers=good).status_code == 200
+        assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, capsys):
+    import uvicorn
+
+    from clfjudge.cli import main
+
+    started = {}
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(app=app, **kw))
+    monkeypatch.delenv("CLFJUDGE_API_KEY", raising=False)
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert "listening on 0.0.0.0 without an API key" in capsys.readouterr().err
+    assert main(["serve", "judge-dir", "--host", "127.0.0.1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    monkeypatch.setenv("CLFJUDGE_API_KEY", "from-env")
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    with TestClient(started["app"]) as client:
+        assert client.post("/compare", json=PAIR).status_code == 401
+        assert client.post("/compare", json=PAIR, headers={"Authorization": "Bearer from-env"}).status_code == 200
+    assert main(["serve", "judge-dir", "--api-key", " "]) == 2
+
+
+# -- a bounded overload of a real server on loopback -------------------------------------------------------
+
+def _serve_in_thread(app):
+    """A real uvicorn server on a free loopback port, in a thread; returns (server, thread, base url)."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started, "the server did not start"
+    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def _offer_load(url: str, rate: float, seconds: float) -> tuple[list, list]:
+    """Open-loop load: one /compare request every 1/rate s for ``seconds`` (whatever the answers take), and
+    /healthz polled throughout. Returns (status or exception per request, (status, body) per health poll)."""
+    import asyncio
+
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=20, limits=httpx.Limits(max_connections=500)) as client:
+        async def one():
+            try:
+                return (await client.post("/compare", json=PAIR)).status_code
+            except Exception as exc:  # a refused or dropped connection is what this test is looking for
+                return exc
+
+        async def health(stop: asyncio.Event):
+            polls = []
+            while not stop.is_set():
+                got = await client.get("/healthz")
+                polls.append((got.status_code, got.json()["status"]))
+                await asyncio.sleep(0.1)
+            return polls
+
+        stop = asyncio.Event()
+        poller = asyncio.create_task(health(stop))
+        loop = asyncio.get_running_loop()
+        start, tasks = loop.time(), []
+        while loop.time() - start < seconds:
+            tasks.append(asyncio.create_task(one()))
+            await asyncio.sleep(max(0.0, start + len(tasks) / rate - loop.time()))
+        answers = await asyncio.gather(*tasks)
+        stop.set()
+        return answers, await poller
+
+
+@pytest.mark.timeout(60)
+def test_overload_on_loopback_sheds_load_without_a_crash(pair_judge):
+    """A real server, offered 3x what its judge can do for 4 s: every request is answered 200, 503 (queue full,
+    with Retry-After) or 504, none is dropped, /healthz stays up, and the server then stops by itself. The
+    judge's delay stands in for a bigger model, so that its capacity is known and a test client can exceed it."""
+    import asyncio
+
+    judge = SlowJudge(pair_judge, 0.05)
+    batch = 2
+    took = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        judge.compare_batch([PAIR] * batch)
+        took.append(time.monotonic() - t0)
+    capacity = batch / sorted(took)[1]  # requests per second the judge can answer (one item each)
+    app = create_app(judge, Limits(max_batch_size=batch, max_wait_ms=2, max_queue=8, timeout_s=1.0))
+    server, thread, url = _serve_in_thread(app)
+    try:
+        answers, polls = asyncio.run(_offer_load(url, rate=3 * capacity, seconds=4.0))
+    finally:
+        server.should_exit = True
+        thread.join(15)
+    assert not thread.is_alive(), "the server did not stop"
+    crashes = [a for a in answers if not isinstance(a, int)]
+    assert not crashes, f"{len(crashes)} requests got no answer, e.g. {crashes[0]!r}"
+    codes = Counter(answers)
+    assert set(codes) <= {200, 503, 504} and codes[200] and codes[503], codes
+    assert codes[200] <= 1.5 * capacity * 4 + batch * 8  # shedding, not queueing without bound
+    assert sum(app.state.stats.requests.values()) == len(answers)  # every request answered and counted
+    assert polls and all(p == (200, "ok") for p in polls), polls
+
+
+def test_a_client_leaving_mid_body_is_not_a_server_error(pair_judge):
+    import asyncio
+
+    app = create_app(pair_judge)
+    sent = []
+
+    async def run():
+        messages = iter([{"type": "http.request", "body": b'{"question": ', "more_body": True},
+                         {"type": "http.disconnect"}])
+
+        async def receive():
+            return next(messages)
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/compare", "headers": [], "query_string": b"",
+                 "http_version": "1.1", "scheme": "http", "server": ("test", 80), "root_path": ""}
+        await app(scope, receive, send)
+
+    with TestClient(app):  # runs the lifespan
+        asyncio.run(run())
+    assert sent[0]["status"] == 499 and app.state.stats.requests == {("compare", 499): 1}

@@ -246,6 +246,24 @@ def test_every_format_has_a_malformed_case():
     assert modules == {SOURCES.get(spec.source).loader.__module__ for spec in MALFORMED}
 
 
+@pytest.mark.parametrize("spec", [s for s in MALFORMED if s.fmt == "json"], ids=lambda s: s.source)
+def test_json_array_sources_name_a_bad_record_by_index_and_id(spec, fixture_root, tmp_path):
+    """A JSON-array file written on one line (as many exports are): every record is on line 1, so the error
+    names the record's index in the array, and its own id where the format has one."""
+    target = tmp_path / Path(spec.file).name
+    source = SOURCES.get(spec.source)
+    rows = _read(fixture_root / spec.file, "json")
+    field, value = spec.bad
+    rows[1][field] = value
+    target.write_text(json.dumps(rows), encoding="utf-8")
+    with pytest.raises(RecordError) as err:
+        source.loader(target)
+    own_id = {"pandalm-test": "idx", "prometheus-mtbench": "idx"}.get(spec.source)
+    assert (err.value.line, err.value.index, err.value.field) == (1, 1, field)
+    where = f"{target}:1: record 1" + (f" (id {str(rows[1][own_id])!r})" if own_id else "")
+    assert str(err.value).startswith(f"{where}: field {field!r}")
+
+
 # --------------------------------------------------------------------------------------------------------
 # label semantics of each loader, on the fixtures
 

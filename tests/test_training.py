@@ -71,6 +71,25 @@ def test_unknown_key_and_bad_override_are_clear(tmp_path):
         TrainConfig.from_yaml(path, ["epochs=many"])
 
 
+@pytest.mark.parametrize("text, where, words", [
+    ("backbone: minilm\nsources: [pandalm-test\nlr: 1\n", ":3:", "not valid YAML"),
+    ("- backbone: minilm\n", ":?:", "a recipe must be a mapping of config keys, got list"),
+    ("backbone: minilm\nsources: [pandalm-test]\nswap_aug: 2\n", ": ", "swap_aug must be in [0, 1]"),
+    ("backbone: minilm\nsources: [pandalm-test]\nhead: forest\n", ": ", "unknown head 'forest'"),
+    ("backbone: minilm\nsources: [pandalm-test]\npreset: huge\n", ": preset: ", "unknown"),
+])
+def test_recipe_errors_name_the_file(tmp_path, text, where, words):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises((ValueError, KeyError)) as err:
+        TrainConfig.from_yaml(path)
+    message = err.value.args[0]
+    assert message.startswith(f"{path}{where}") and words in message
+    path.write_bytes(b"backbone: \xff\n")
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        TrainConfig.from_yaml(path)
+
+
 @needs_data
 def test_cli_train_on_a_real_slice(tiny_bert_dir, tmp_path):
     path = tmp_path / "r.yaml"

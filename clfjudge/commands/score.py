@@ -5,18 +5,28 @@ Input lines are JSON objects: pairs {"id", "question", "answer_a", "answer_b", "
 compare, answers {"id", "question", "answer", ...} for score. Each output line is the input id and the result.
 A bad line (invalid JSON, a missing or mistyped field, an input the judge cannot encode) is reported with its
 line number and field, written to the rejected file, and scoring goes on; the summary accounts for every line.
+
+No line is lost. After each chunk the output and rejected files are flushed to disk and OUTPUT.progress.json
+records the last input line fully accounted for, with the size and SHA-256 of the input read so far and of
+both files. A run that stops (the judge or the disk fails, the process is killed) leaves that progress file;
+``--resume`` checks that the input and the files still match it, cuts anything written after it (a chunk
+that was being written) and goes on from the next line, so the output equals an uninterrupted run's. A run
+that finishes removes it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
+import os
 import random
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
 
 from ..records import Loc, PairRecord, Record, RecordError
 
@@ -27,6 +37,8 @@ TASKS = ("auto", "compare", "score")
 # What a judge raises for an input it cannot take (tokenizers raise TypeError for text they cannot encode).
 INPUT_ERRORS = (ValueError, TypeError)
 SHOWN_REJECTIONS = 10
+SHOWN_DUPLICATES = 5
+PROGRESS_VERSION = 1
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
@@ -51,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare pairs or score answers (auto: from the judge; a reward judge can do both)")
     p.add_argument("--symmetric", action="store_true", help="judge both answer orders and average (compare)")
     p.add_argument("--chunk-size", type=int, default=512, help="lines held in memory at a time")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from OUTPUT.progress.json (same model, input and options)")
     _judge_options(p)
     p.set_defaults(func=run_score)
 
@@ -74,14 +88,33 @@ class Tally:
     scored: int = 0
     rejected: int = 0
     reasons: Counter = field(default_factory=Counter)
+    duplicates: int = 0  # scored lines whose id is already in the output
+    duplicate_examples: list[tuple[str, int]] = field(default_factory=list)  # (id, line)
 
     def summary(self) -> str:
         text = f"lines read {self.read}: scored {self.scored}, rejected {self.rejected}"
         if self.blank:
             text += f", blank {self.blank}"
+        if self.duplicates:
+            text += f", duplicate ids {self.duplicates}"
         if self.reasons:
             text += " (" + ", ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common()) + ")"
         return text
+
+    def duplicate_warning(self) -> str | None:
+        if not self.duplicates:
+            return None
+        shown = ", ".join(f"{i!r} (line {line})" for i, line in self.duplicate_examples)
+        return (f"warning: {self.duplicates} scored line(s) repeat an id already in the output, e.g. {shown}; "
+                "rows with the same id cannot be told apart by id")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "reasons": dict(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Tally":
+        return cls(**{**data, "reasons": Counter(data["reasons"]),
+                      "duplicate_examples": [tuple(x) for x in data["duplicate_examples"]]})
 
 
 def parse_line(text: str, loc: Loc, task: str) -> Record:
@@ -99,11 +132,123 @@ def parse_line(text: str, loc: Loc, task: str) -> Record:
     return as_pair(item, loc) if task == "compare" else as_point(item, loc)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, int]]:
-    """(line number, text, bytes) of each line."""
+class Sink:
+    """An output file written in chunks. ``commit`` makes what was written durable and returns the file's state
+    (bytes, SHA-256); ``rollback`` cuts the file back to the last commit. Resuming verifies the committed prefix
+    of an existing file against a recorded state and cuts what follows it."""
+
+    def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
+        self.path = path
+        if state is None:
+            self.file: BinaryIO = open(path, "wb")
+            self.hash = hashlib.sha256()
+        else:
+            if not path.is_file():
+                raise FileNotFoundError(f"--resume: {path} is missing; the interrupted run had written "
+                                        f"{state['bytes']} bytes to it: start over without --resume")
+            self.file = open(path, "r+b")
+            self.hash = _verified_prefix(self.file, state, path)
+            self.file.truncate(state["bytes"])  # a chunk written after the last commit is not accounted for
+            self.file.seek(state["bytes"])
+        self.size = self.file.tell()
+        self.committed = (self.size, self.hash.copy())
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+        self.hash.update(data)
+        self.size += len(data)
+
+    def commit(self) -> dict[str, Any]:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.committed = (self.size, self.hash.copy())
+        return {"path": str(self.path), "bytes": self.size, "sha256": self.hash.hexdigest()}
+
+    def rollback(self) -> None:
+        self.size, committed = self.committed
+        self.hash = committed.copy()
+        with contextlib.suppress(OSError, ValueError):  # best effort: --resume cuts the file back anyway
+            self.file.seek(self.size)
+            self.file.truncate(self.size)
+            self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> "hashlib._Hash":
+    """The SHA-256 of the first ``state["bytes"]`` bytes of ``f``; ValueError unless they are what was recorded."""
+    digest, left = hashlib.sha256(), state["bytes"]
+    while left > 0 and (block := f.read(min(left, 1 << 20))):
+        digest.update(block)
+        left -= len(block)
+    if left > 0 or digest.hexdigest() != state["sha256"]:
+        found = "is shorter than" if left > 0 else "differs from"
+        raise ValueError(f"--resume: {path} {found} what the interrupted run recorded ({state['bytes']} bytes, "
+                         f"sha256 {state['sha256'][:12]}...); it was changed since: start over without --resume")
+    return digest
+
+
+@dataclass
+class Progress:
+    """The resumable state of a run, written to OUTPUT.progress.json after each chunk (atomically)."""
+
+    path: Path
+    settings: dict[str, Any]  # what must not change between a run and its resumption
+    line: int = 0  # last input line accounted for
+    input_bytes: int = 0
+    input_sha256: str = hashlib.sha256().hexdigest()
+    files: dict[str, Any] = field(default_factory=dict)  # "output" / "rejected" -> Sink.commit() state
+    tally: dict[str, Any] = field(default_factory=dict)
+
+    def advance(self, line: int, input_bytes: int, input_sha256: str, files: dict[str, Any],
+                tally: dict[str, Any]) -> None:
+        """Record a new checkpoint: on disk first (atomically), then in memory, so both always agree."""
+        data = {"version": PROGRESS_VERSION, "settings": self.settings, "line": line, "input_bytes": input_bytes,
+                "input_sha256": input_sha256, "files": files, "tally": tally}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, self.path)
+        self.line, self.input_bytes, self.input_sha256, self.files, self.tally = (line, input_bytes, input_sha256,
+                                                                                  files, tally)
+
+    @classmethod
+    def load(cls, path: Path, settings: dict[str, Any]) -> "Progress":
+        if not path.is_file():
+            raise FileNotFoundError(f"--resume: no progress file {path} (nothing to resume: a finished run removes "
+                                    "it; run without --resume)")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("version") != PROGRESS_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {PROGRESS_VERSION}")
+            progress = cls(path, data["settings"], data["line"], data["input_bytes"], data["input_sha256"],
+                           data["files"], data["tally"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"--resume: {path} is not a progress file of clfjudge score ({exc})") from None
+        changed = {k: (v, settings.get(k)) for k, v in progress.settings.items() if settings.get(k) != v}
+        if changed:
+            what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(f"--resume: this run differs from the interrupted one ({what}); resume with the same "
+                             "model, input and options, or start over without --resume")
+        return progress
+
+
+def _lines(path: Path, start: int = 0, line: int = 0) -> Iterator[tuple[int, str, bytes]]:
+    """(line number, text, raw bytes) of each line from byte offset ``start`` (line ``line`` + 1 on)."""
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            yield number, raw.decode("utf-8", errors="replace"), len(raw)
+        f.seek(start)
+        for number, raw in enumerate(f, start=line + 1):
+            yield number, raw.decode("utf-8", errors="replace"), raw
+
+
+def _input_prefix_hash(path: Path, progress: Progress) -> "hashlib._Hash":
+    """The SHA-256 of the part of the input the interrupted run accounted for; ValueError if it changed."""
+    with open(path, "rb") as f:
+        try:
+            return _verified_prefix(f, {"bytes": progress.input_bytes, "sha256": progress.input_sha256}, path)
+        except ValueError:
+            raise ValueError(f"--resume: the first {progress.input_bytes} bytes of {path} are not those the "
+                             "interrupted run read; the input changed: start over without --resume") from None
 
 
 def _judge_chunk(judge: "Judge", task: str, records: Sequence[Record], symmetric: bool) -> list[dict[str, Any]]:
@@ -112,18 +257,19 @@ def _judge_chunk(judge: "Judge", task: str, records: Sequence[Record], symmetric
 
 
 def _score_chunk(judge: "Judge", task: str, chunk: list[tuple[int, Record]], symmetric: bool,
-                 source: str) -> tuple[list[dict[str, Any]], list[RecordError]]:
-    """Judge a chunk; if the judge rejects one of its inputs (e.g. one it cannot encode), retry line by line
-    so only the bad lines are rejected."""
+                 source: str) -> tuple[list[tuple[int, dict[str, Any]]], list[RecordError]]:
+    """(line, output row) of each scored line of a chunk, and the rejections; if the judge rejects one of its
+    inputs (e.g. one it cannot encode), retry line by line so only the bad lines are rejected."""
     try:
-        return _judge_chunk(judge, task, [r for _, r in chunk], symmetric), []
+        rows = _judge_chunk(judge, task, [r for _, r in chunk], symmetric)
+        return [(line, row) for (line, _), row in zip(chunk, rows)], []
     except INPUT_ERRORS:
         if len(chunk) == 1:
             raise
     out, errors = [], []
     for line, record in chunk:
         try:
-            out += _judge_chunk(judge, task, [record], symmetric)
+            out += [(line, row) for row in _judge_chunk(judge, task, [record], symmetric)]
         except INPUT_ERRORS as exc:
             errors.append(RecordError(source, line, None, f"the judge cannot take this input: {exc}"))
     return out, errors
@@ -134,13 +280,22 @@ def _reason(err: RecordError) -> str:
     return f"field {err.field!r}" if err.field else re.split(r"[(:]", err.message, maxsplit=1)[0].strip()
 
 
-def _reject(err: RecordError, tally: Tally, rejected_file, shown: list[int]) -> None:
+def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int]) -> None:
     tally.rejected += 1
     tally.reasons[_reason(err)] += 1
-    rejected_file.write(json.dumps({"line": err.line, "field": err.field, "error": err.message}) + "\n")
+    rejected_file.write((json.dumps({"line": err.line, "field": err.field, "error": err.message}) + "\n").encode())
     if shown[0] < SHOWN_REJECTIONS:
         print(f"rejected {err}", file=sys.stderr)
         shown[0] += 1
+
+
+def _seen_ids(path: Path, size: int) -> set[str]:
+    """The ids in the first ``size`` bytes of an output file (to count duplicates across a resumption)."""
+    seen: set[str] = set()
+    with open(path, "rb") as f:
+        while f.tell() < size:
+            seen.add(json.loads(f.readline())["id"])
+    return seen
 
 
 def run_score(args: argparse.Namespace) -> int:
@@ -153,50 +308,94 @@ def run_score(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"input {src} does not exist")
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
+    rejected_path = Path(args.rejected) if args.rejected else out.with_name(out.name + ".rejected.jsonl")
+    progress_path = out.with_name(out.name + ".progress.json")
+    # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
+    # byte an uninterrupted run's; other sizes can move scores by float noise only).
+    settings = {"model": str(Path(args.model).resolve()), "input": str(src.resolve()), "task": args.task,
+                "symmetric": args.symmetric, "rejected": str(rejected_path.resolve()), "backend": args.backend,
+                "variant": args.variant}
+    progress = Progress.load(progress_path, settings) if args.resume else Progress(progress_path, settings)
+    if not args.resume and progress_path.exists():
+        print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
+              file=sys.stderr)
     judge = Judge.load(args.model, backend=args.backend, provider=args.provider, variant=args.variant,
                        threads=args.threads, batch_size=args.batch_size)
     task = ("compare" if judge.card.kind == "pair" else "score") if args.task == "auto" else args.task
     judge.require(task)
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
-    rejected_path = Path(args.rejected) if args.rejected else out.with_name(out.name + ".rejected.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tally, shown = Tally(), [0]
+    if args.resume:
+        input_hash = _input_prefix_hash(src, progress)
+        sink, rejected = Sink(out, progress.files["output"]), Sink(rejected_path, progress.files["rejected"])
+        tally, seen = Tally.from_dict(progress.tally), _seen_ids(out, sink.size)
+        print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
+    else:
+        input_hash, sink, rejected, tally, seen = hashlib.sha256(), Sink(out), Sink(rejected_path), Tally(), set()
+    shown = [0]
 
-    with open(out, "w") as sink, open(rejected_path, "w") as rejected, \
-            tqdm(total=src.stat().st_size, unit="B", unit_scale=True, desc="scoring", file=sys.stderr) as bar:
-        chunk: list[tuple[int, Record]] = []
+    def checkpoint(line: int, offset: int) -> None:
+        """Everything up to ``line`` is on disk: record it (the files first, then the progress that names them)."""
+        files = {"output": sink.commit(), "rejected": rejected.commit()}
+        progress.advance(line, offset, input_hash.hexdigest(), files, tally.to_dict())
 
-        def flush() -> None:
-            results, errors = _score_chunk(judge, task, chunk, args.symmetric, str(src))
-            for row in results:
-                sink.write(json.dumps(row) + "\n")
-            tally.scored += len(results)
-            for err in errors:
-                _reject(err, tally, rejected, shown)
-            sink.flush()  # a crash later leaves every finished chunk on disk
-            rejected.flush()
-            chunk.clear()
+    def flush(chunk: list[tuple[int, Record]]) -> None:
+        results, errors = _score_chunk(judge, task, chunk, args.symmetric, str(src))
+        for line, row in results:
+            if row["id"] in seen:
+                tally.duplicates += 1
+                if len(tally.duplicate_examples) < SHOWN_DUPLICATES:
+                    tally.duplicate_examples.append((row["id"], line))
+            seen.add(row["id"])
+        sink.write("".join(json.dumps(row) + "\n" for _, row in results).encode())
+        tally.scored += len(results)
+        for err in errors:
+            _reject(err, tally, rejected, shown)
+        chunk.clear()
 
-        for number, text, size in _lines(src):
-            tally.read += 1
-            bar.update(size)
-            if not text.strip():
-                tally.blank += 1
-                continue
-            try:
-                chunk.append((number, parse_line(text, Loc(str(src), number), task)))
-            except RecordError as err:
-                _reject(err, tally, rejected, shown)
-            if len(chunk) >= args.chunk_size:
-                flush()
-        if chunk:
-            flush()
+    line, offset = progress.line, progress.input_bytes
+    try:
+        checkpoint(line, offset)
+        with tqdm(total=src.stat().st_size, initial=offset, unit="B", unit_scale=True, desc="scoring",
+                  file=sys.stderr) as bar:
+            chunk: list[tuple[int, Record]] = []
+            for line, text, raw in _lines(src, offset, line):
+                tally.read += 1
+                offset += len(raw)
+                input_hash.update(raw)
+                bar.update(len(raw))
+                if not text.strip():
+                    tally.blank += 1
+                    continue
+                try:
+                    chunk.append((line, parse_line(text, Loc(str(src), line), task)))
+                except RecordError as err:
+                    _reject(err, tally, rejected, shown)
+                if len(chunk) >= args.chunk_size:
+                    flush(chunk)
+                    checkpoint(line, offset)
+            if chunk:
+                flush(chunk)
+            checkpoint(line, offset)
+    except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
+        sink.rollback()
+        rejected.rollback()
+        print(f"clfjudge score: interrupted; lines 1-{progress.line} of {src} are accounted for in {out} and "
+              f"{rejected_path} (progress: {progress_path}); run the same command with --resume to go on",
+              file=sys.stderr)
+        raise
+    finally:
+        sink.close()
+        rejected.close()
+    progress_path.unlink()
 
     if tally.rejected > SHOWN_REJECTIONS:
         print(f"... {tally.rejected - SHOWN_REJECTIONS} more rejections in {rejected_path}", file=sys.stderr)
     if not tally.rejected:
         rejected_path.unlink()
+    if tally.duplicate_warning():
+        print(tally.duplicate_warning(), file=sys.stderr)
     print(tally.summary())
     print(f"results: {out}" + (f"; rejected lines: {rejected_path}" if tally.rejected else ""))
     return 1 if tally.rejected else 0

@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
+import sys
+
+API_KEY_ENV = "CLFJUDGE_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +26,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     p.add_argument("--max-items", type=int, default=d.max_items, help="items per request")
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text field")
+    p.add_argument("--max-json-depth", type=int, default=d.max_json_depth, help="nesting of a JSON body")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /compare, /score and /metrics (default: "
+                        f"${API_KEY_ENV}; the variable keeps the key out of the process list)")
     p.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,10 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime import Judge
     from ..serve import Limits, create_app
 
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if api_key is not None and not api_key.strip():
+        raise ValueError("--api-key is empty")
+    if api_key is None and not is_loopback(args.host):
+        print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
+              f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
     judge = Judge.load(args.model, backend=args.backend, threads=args.threads, batch_size=args.max_batch_size)
     limits = Limits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                     timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
-                    max_text_chars=args.max_text_chars)
-    uvicorn.run(create_app(judge, limits), host=args.host, port=args.port, log_level="warning",
+                    max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
+    uvicorn.run(create_app(judge, limits, api_key=api_key), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=int(args.timeout_s) + 1)
     return 0

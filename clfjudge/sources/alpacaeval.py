@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..readers import iter_json_array
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Verdict
 from .base import SOURCES, Source
-from .common import SPLIT, Collector, Fields, data_files, relative_name
+from .common import SPLIT, Collector, Fields, array_records, data_files, relative_name
 
 GPT4, GPT4_TURBO = "alpacaeval-gpt4", "alpacaeval-gpt4turbo"
 _CONFIGS = {
@@ -50,8 +49,8 @@ def _loader(name: str):
         for file in files:
             generator, config = file.parent.parent.name, file.parent.name
             key = generator if len(configs) == 1 else f"{generator}/{config}"
-            for index, (line, obj) in enumerate(iter_json_array(file)):
-                f = Fields(obj, Loc(str(file), line))
+            for index, loc, obj in array_records(file):
+                f = Fields(obj, loc)
                 texts = dict(question=f.text("instruction"), answer_a=f.text("output_1"), answer_b=f.text("output_2"))
                 if f.get("preference") is None:
                     out.exclude("preference is null (the annotator gave no judgement)")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar
 
+from ..readers import iter_json_array
 from ..records import Loc, LoadResult, PairRecord, PointRecord, Record
 
 SPLIT = "split"  # meta key naming a source's split (hh-rlhf subset, ultrafeedback train/eval, ...)
@@ -42,7 +43,7 @@ class Fields:
         value = self.get(name)
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float range
             number = math.nan
         if not math.isfinite(number):
             raise self.loc.error(name, f"is not a finite number: {value!r}")
@@ -52,6 +53,8 @@ class Fields:
         """The mapped value of a label field; anything outside ``mapping`` is an error naming the field."""
         value = self.get(name)
         try:
+            if isinstance(value, bool) and not any(isinstance(k, bool) for k in mapping):
+                raise KeyError(value)  # JSON false / true is not the label 0 / 1, though Python says False == 0
             return mapping[value]
         except (KeyError, TypeError):
             allowed = ", ".join(repr(k) for k in mapping)
@@ -97,6 +100,25 @@ class Collector:
         if self._empty_answers:
             notes.append(f"{self._empty_answers} record(s) keep an empty answer (the model produced no text)")
         return LoadResult(self.records, Counter(self.excluded), notes)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite JSON number (not a bool, not an integer beyond float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def array_records(path: Path, id_field: str | None = None) -> Iterator[tuple[int, Loc, Any]]:
+    """(index, location, element) of each element of a JSON-array data file. The location names the element's
+    index and, when it has one, its own id (``id_field``) beside the line: a minified array is all on line 1."""
+    for index, (line, obj) in enumerate(iter_json_array(path)):
+        own = obj.get(id_field) if id_field and isinstance(obj, dict) else None
+        yield index, Loc(str(path), line, index, None if own is None else str(own)), obj
 
 
 def data_files(path: Path, pattern: str) -> list[Path]:

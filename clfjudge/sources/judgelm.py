@@ -17,7 +17,7 @@ from pathlib import Path
 from ..readers import iter_jsonl
 from ..records import Loc, LoadResult
 from .base import SOURCES, Source
-from .common import Collector, Fields
+from .common import Collector, Fields, finite_number
 
 NAME = "judgelm-val"
 QUESTIONS, JUDGEMENTS = "judgelm_val_5k.jsonl", "judgelm_val_5k_gpt4.jsonl"
@@ -26,17 +26,24 @@ _FAILED = (-1.0, -1.0)
 
 def _score_pair(f: Fields) -> tuple[float, float]:
     score = f.get("score")
-    if (not isinstance(score, list) or len(score) != 2
-            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in score)):
-        raise f.loc.error("score", f"must be a pair of numbers [s1, s2], got {score!r}")
-    return float(score[0]), float(score[1])
+    pair = [finite_number(s) for s in score] if isinstance(score, list) else []
+    if len(pair) != 2 or None in pair:
+        raise f.loc.error("score", f"must be a pair of numbers [s1, s2], got {score!r:.200}")
+    return pair[0], pair[1]
+
+
+def _question_id(f: Fields) -> object:
+    qid = f.get("question_id")
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise f.loc.error("question_id", f"must be a string or an integer, got {qid!r:.80}")
+    return qid
 
 
 def _judgements(path: Path) -> dict[object, tuple[Fields, tuple[float, float]]]:
     by_question: dict[object, tuple[Fields, tuple[float, float]]] = {}
     for line, obj in iter_jsonl(path):
         f = Fields(obj, Loc(str(path), line))
-        qid = f.get("question_id")
+        qid = _question_id(f)
         if qid in by_question:
             raise f.loc.error("question_id", f"second judgement for question {qid!r}")
         by_question[qid] = (f, _score_pair(f))
@@ -49,7 +56,7 @@ def load(path: Path) -> LoadResult:
     matched = 0
     for line, obj in iter_jsonl(path / QUESTIONS):
         f = Fields(obj, Loc(str(path / QUESTIONS), line))
-        qid = f.get("question_id")
+        qid = _question_id(f)
         if qid not in judgements:
             raise f.loc.error("question_id", f"{qid!r} has no GPT-4 judgement in {path / JUDGEMENTS}")
         judged, score = judgements[qid]

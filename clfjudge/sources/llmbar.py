@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..readers import iter_json_array
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Verdict
 from .base import SOURCES, Source
-from .common import Collector, Fields
+from .common import Collector, Fields, array_records
 
 _LABEL = {1: Verdict.A, 2: Verdict.B}
 SETS = {  # source name -> (directory under llmbar/Dataset, role)
@@ -35,8 +34,8 @@ SETS = {  # source name -> (directory under llmbar/Dataset, role)
 def _loader(name: str):
     def load(path: Path) -> LoadResult:
         out = Collector(name)
-        for index, (line, obj) in enumerate(iter_json_array(path)):
-            f = Fields(obj, Loc(str(path), line))
+        for index, loc, obj in array_records(path):
+            f = Fields(obj, loc)
             out.pair(
                 f.loc,
                 id=f"{name}:{index}",

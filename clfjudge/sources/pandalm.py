@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..readers import iter_json_array
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Verdict
 from .base import SOURCES, Source
-from .common import Collector, Fields
+from .common import Collector, Fields, array_records
 
 NAME = "pandalm-test"
 _VOTE = {0: Verdict.TIE, 1: Verdict.A, 2: Verdict.B}
@@ -40,8 +39,8 @@ def _response(fields: Fields, name: str) -> tuple[str, bool]:
 def load(path: Path) -> LoadResult:
     out = Collector(NAME)
     no_majority = study_random = coerced = 0
-    for line, obj in iter_json_array(path):
-        f = Fields(obj, Loc(str(path), line))
+    for _, loc, obj in array_records(path, "idx"):
+        f = Fields(obj, loc)
         votes = [f.choice(f"annotator{i}", _VOTE) for i in (1, 2, 3)]
         no_majority += len(set(votes)) == 3
         study_random += votes[0] == votes[2] != votes[1]

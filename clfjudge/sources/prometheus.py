@@ -23,10 +23,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..readers import iter_json_array
-from ..records import Loc, LoadResult
+from ..records import LoadResult
 from .base import SOURCES, Source
-from .common import Collector, Fields
+from .common import Collector, Fields, array_records, finite_number
 
 _PROMPT = re.compile(
     r"###The instruction to evaluate:\n(?P<question>.*?)\n\n###Response to evaluate:\n(?P<answer>.*?)\n\n"
@@ -80,19 +79,19 @@ def _gpt4_samples(f: Fields) -> list[float]:
     if isinstance(samples, str):  # some copies store the list as a string, e.g. "[3, 2, 3]"
         try:
             samples = json.loads(samples)
-        except json.JSONDecodeError:
-            raise f.loc.error("gpt4_score", f"is not a list of scores: {samples!r}") from None
-    if (not isinstance(samples, list) or not samples
-            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in samples)):
-        raise f.loc.error("gpt4_score", f"must be a non-empty list of numbers, got {samples!r}")
-    return [float(s) for s in samples]
+        except (ValueError, RecursionError):
+            raise f.loc.error("gpt4_score", f"is not a list of scores: {samples!r:.200}") from None
+    numbers = [finite_number(s) for s in samples] if isinstance(samples, list) else []
+    if not numbers or None in numbers:
+        raise f.loc.error("gpt4_score", f"must be a non-empty list of numbers, got {samples!r:.200}")
+    return numbers
 
 
 def _bench_loader(name: str):
     def load(path: Path) -> LoadResult:
         out = Collector(name)
-        for line, obj in iter_json_array(path):
-            f = Fields(obj, Loc(str(path), line))
+        for _, loc, obj in array_records(path, "idx"):
+            f = Fields(obj, loc)
             prompt, samples = parse_absolute_prompt(f), _gpt4_samples(f)
             model = f.text("response_source")
             out.point(
@@ -111,8 +110,8 @@ def _bench_loader(name: str):
 def _feedback_bench_loader(name: str):
     def load(path: Path) -> LoadResult:
         out = Collector(name)
-        for index, (line, obj) in enumerate(iter_json_array(path)):
-            f = Fields(obj, Loc(str(path), line))
+        for index, loc, obj in array_records(path):
+            f = Fields(obj, loc)
             prompt = prompt_from_fields(f) if f.has("orig_instruction") else parse_absolute_prompt(f)
             label = "gpt4_score" if f.has("gpt4_score") or not f.has("orig_score") else "orig_score"
             out.point(
