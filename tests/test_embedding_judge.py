@@ -394,3 +394,22 @@ def test_a_planted_pickle_is_not_executed_by_default(tmp_path, pair_judge):
     # the flag says the caller trusts the directory: then (and only then) the pickle runs
     load_head(judge_dir, card["runtime"], trust_pickle=True)
     assert marker.exists()
+
+
+def test_cli_refuses_a_pickled_head_unless_trusted(pair_judge, tmp_path, capsys):
+    from clfjudge.cli import main
+
+    judge_dir = pair_judge.save(tmp_path / "judge")
+    import joblib
+
+    joblib.dump(load_head(judge_dir, {"sklearn_model": "head.safetensors", "format": "safetensors-linear"}),
+                judge_dir / "head.joblib")
+    card = json.loads((judge_dir / "judge_card.json").read_text())
+    card["runtime"].update(sklearn_model="head.joblib", format="joblib")
+    (judge_dir / "judge_card.json").write_text(json.dumps(card))
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"question": "q?", "answer_a": "a", "answer_b": "b"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out)]) == 2
+    assert "--trust-pickle" in capsys.readouterr().err
+    assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out), "--trust-pickle"]) == 0

@@ -57,14 +57,15 @@ def _cache_path(out: Path, spec: str, set_name: str) -> Path:
     return out / "cache" / f"{slug}-{set_name}.json"
 
 
-def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: bool) -> tuple[list[str], dict]:
+def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: bool,
+                trust_pickle: bool = False) -> tuple[list[str], dict]:
     """judge name -> set -> Predictions or the reason it does not apply. Cached per (judge, set, record ids)."""
     from tqdm.auto import tqdm
 
     names, preds = [], {}
     bar = tqdm(total=len(judge_specs) * len(sets), desc="audit: predictions", disable=not progress)
     for spec in judge_specs:
-        judge = build_judge(spec)
+        judge = build_judge(spec, trust_pickle=trust_pickle)
         names.append(judge.name)
         preds[judge.name] = {}
         for s in sets:
@@ -89,7 +90,8 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
 
 def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None, limit: int | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
-              extra_sets: Mapping[str, Sequence[PairRecord]] | None = None) -> dict[str, Any]:
+              extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
+              trust_pickle: bool = False) -> dict[str, Any]:
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -100,7 +102,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
     test_sets, records, missing = load_sets(sets, limit, extra=extra_sets)
-    names, preds = predict_all(specs, test_sets, records, out_dir, progress)
+    names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle)
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),

@@ -151,11 +151,11 @@ class DirectoryJudge(AuditJudge):
     scale) and compare, equal -> tie.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, trust_pickle: bool = False) -> None:
         from ..runtime import Judge
 
         self.directory = Path(directory)
-        self.judge = Judge.load(self.directory)
+        self.judge = Judge.load(self.directory, trust_pickle=trust_pickle)
         card = self.judge.card
         variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
         self.name = f"{self.directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
@@ -265,11 +265,11 @@ JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
 JUDGE_KINDS.register("gen", GenerativeAuditJudge)
 
 
-def build_judge(spec: str) -> AuditJudge:
+def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:
     prefix, _, rest = spec.partition(":")
     if prefix in JUDGE_KINDS and (rest or prefix == "semscore"):
         return JUDGE_KINDS.get(prefix)(rest)
     if not Path(spec).is_dir():
         raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
                                 f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
-    return DirectoryJudge(spec)
+    return DirectoryJudge(spec, trust_pickle=trust_pickle)

@@ -4,19 +4,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import add_trust_pickle
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit", help="cross-scheme, LLMBar, position/length bias, agreement, SemScore; report.md + metrics.json",
         description="A JUDGE is a judge directory (PyTorch / ONNX / embedding), released:pandalm-7b | "
                     "released:gpt-3.5-turbo | released:auto-j-13b, semscore, or baseline:longer | baseline:majority "
-                    "(the baselines are always added).")
+                    "| baseline:shorter (the baselines are always added).")
     p.add_argument("judges", nargs="+", metavar="JUDGE")
     p.add_argument("--out", type=Path, required=True, help="output directory (report.md, metrics.json, PNGs, cache)")
     p.add_argument("--suites", nargs="+", help="suites to run (default: all)")
     p.add_argument("--sets", nargs="+", help="test sets to use (default: every one available)")
     p.add_argument("--limit", type=int, help="seeded sample of at most N records per set")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
+    add_trust_pickle(p)
     p.set_defaults(func=run)
 
 
@@ -24,6 +27,6 @@ def run(args: argparse.Namespace) -> int:
     from ..audit import run_audit
 
     run_audit(args.judges, args.out, suites=args.suites, limit=args.limit, bootstrap=args.bootstrap,
-              sets=args.sets)
+              sets=args.sets, trust_pickle=args.trust_pickle)
     print(f"report: {args.out / 'report.md'}; metrics: {args.out / 'metrics.json'}")
     return 0

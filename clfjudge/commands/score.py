@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
 
+from . import add_trust_pickle
 from ..records import Loc, PairRecord, Record, RecordError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
                                                    "(default: the card's primary)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
     p.add_argument("--batch-size", type=int, default=16, help="records per forward pass")
+    add_trust_pickle(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -320,7 +322,7 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     judge = Judge.load(args.model, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size)
+                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
     task = ("compare" if judge.card.kind == "pair" else "score") if args.task == "auto" else args.task
     judge.require(task)
     if args.symmetric and task != "compare":
@@ -424,7 +426,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..training import parse_source
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size)
+                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
     name, limit = parse_source(args.source)
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "

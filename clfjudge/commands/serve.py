@@ -6,6 +6,8 @@ import ipaddress
 import os
 import sys
 
+from . import add_trust_pickle
+
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
 
@@ -19,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn"])
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
+    add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="how long a batch waits to fill")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="queued items before 503")
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if api_key is None and not is_loopback(args.host):
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
-    judge = Judge.load(args.model, backend=args.backend, threads=args.threads, batch_size=args.max_batch_size)
+    judge = Judge.load(args.model, backend=args.backend, threads=args.threads, batch_size=args.max_batch_size,
+                       trust_pickle=args.trust_pickle)
     limits = Limits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                     timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                     max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
