@@ -334,6 +334,57 @@ KINDS: dict[str, JudgeKind] = {
 }
 
 
+WEIGHTINGS = ("length", "source")
+
+
+def training_weights(records: Sequence[Record], weighting: Sequence[str]) -> np.ndarray:
+    """Per-record weights (mean 1). "source": every source carries the same total weight, whatever its size.
+    "length" (pairs): within each source, the pairs the longer answer wins and those the shorter one wins
+    carry the same total weight (ties and equal lengths keep theirs), so "longer wins" is worth nothing in
+    training and the head has to learn what else separates the answers."""
+    unknown = sorted(set(weighting) - set(WEIGHTINGS))
+    if unknown:
+        raise ValueError(f"unknown weighting(s) {unknown}; known: {list(WEIGHTINGS)}")
+    w = np.ones(len(records))
+    sources = np.array([r.source for r in records])
+    if "length" in weighting:
+        side = np.array([_length_side(r) for r in records])
+        for source in np.unique(sources):
+            longer, shorter = (sources == source) & (side == 1), (sources == source) & (side == -1)
+            if longer.any() and shorter.any():
+                total = longer.sum() + shorter.sum()
+                w[longer] *= total / (2 * longer.sum())
+                w[shorter] *= total / (2 * shorter.sum())
+    if "source" in weighting:
+        for source in np.unique(sources):
+            mask = sources == source
+            w[mask] *= len(records) / (len(np.unique(sources)) * w[mask].sum())
+    return w * len(w) / w.sum()
+
+
+def _length_side(record: Record) -> int:
+    """+1: the gold winner is the longer answer, -1: the shorter one, 0: a tie, equal lengths or a point."""
+    if not isinstance(record, PairRecord) or record.verdict is Verdict.TIE:
+        return 0
+    diff = len(record.answer_a) - len(record.answer_b)
+    if diff == 0:
+        return 0
+    return 1 if (diff > 0) == (record.verdict is Verdict.A) else -1
+
+
+def _fit(estimator, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None):
+    """Fit with per-row weights routed to the final estimator (inside a pipeline or a grid search)."""
+    if sample_weight is None:
+        return estimator.fit(x, y)
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import Pipeline
+
+    inner = estimator.estimator if isinstance(estimator, GridSearchCV) else estimator
+    if isinstance(inner, Pipeline):
+        return estimator.fit(x, y, **{f"{inner.steps[-1][0]}__sample_weight": sample_weight})
+    return estimator.fit(x, y, sample_weight=sample_weight)
+
+
 def verdicts_from_proba(proba: np.ndarray) -> list[Verdict]:
     """Argmax over (P(A), P(TIE), P(B)); P(A) == P(B) gives TIE, so a judge that cannot tell the answers
     apart stays position-consistent."""
@@ -353,13 +404,17 @@ class EmbeddingJudge:
     verdicts. ``kind="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
     ``features``: feature group names (see ``PAIR_FEATURES`` / ``POINT_FEATURES``), length groups excluded;
     ``use_length`` adds the length groups. ``embedder``: share one ``TextEmbedder`` across judges (folds)
-    so texts are encoded once; it must use the same encoder spec.
+    so texts are encoded once; it must use the same encoder spec. ``weighting``: training weights
+    (``training_weights``: "length" balances longer- and shorter-answer wins, "source" the sources);
+    ``length_at_prediction``: the factor on the length features' coefficients after fitting (0: length is
+    fitted beside the rest, then removed from the decision).
     """
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, head: str | None = None, kind: str = "pair",
                  features: Sequence[str] | None = None, use_length: bool = True,
                  head_params: dict[str, Any] | None = None, seed: int = 0,
-                 embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None) -> None:
+                 embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None,
+                 weighting: Sequence[str] = (), length_at_prediction: float = 1.0) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown judge kind {kind!r}; known: {sorted(KINDS)}")
         spec = KINDS[kind]
@@ -377,6 +432,11 @@ class EmbeddingJudge:
         self.use_length = use_length
         self.head_params = dict(head_params or {})
         self.seed = seed
+        self.weighting = tuple(weighting)
+        training_weights([], self.weighting)  # fail early on an unknown weighting
+        if length_at_prediction != 1.0 and not use_length:
+            raise ValueError("length_at_prediction scales the length features: it needs use_length=True")
+        self.length_at_prediction = float(length_at_prediction)
         if embedder is not None and embedder.encoder != encoder:
             raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
         self.encoder = encoder
@@ -443,6 +503,7 @@ class EmbeddingJudge:
         """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
         registry = KINDS[self.kind].features
         blocks = [registry.get(g).compute(view) for g in self.groups]
+        self.widths_ = [b.shape[1] for b in blocks]
         weights = np.concatenate([np.full(b.shape[1], 1 / np.sqrt(b.shape[1])) for b in blocks])
         return np.hstack(blocks).astype(np.float64), weights
 
@@ -475,9 +536,17 @@ class EmbeddingJudge:
         groups = group_ids(records)
         if self.kind == "pair":
             groups = np.concatenate([groups, groups])  # the swapped copy of a pair stays with it
-        self.fitted_ = build(self.head_params, self.seed, weights, groups).fit(x, y)  # as scikit-learn fitted it
+        sample_weight = None
+        if self.weighting:
+            sample_weight = training_weights(records, self.weighting)
+            if self.kind == "pair":
+                sample_weight = np.concatenate([sample_weight, sample_weight])
+        # as scikit-learn fitted it
+        self.fitted_ = _fit(build(self.head_params, self.seed, weights, groups), x, y, sample_weight)
         # a linear head is kept as its arrays: what is saved, loaded and exported is exactly what predicts here
         self.model_ = LinearHead.from_estimator(self.fitted_) or self.fitted_
+        if self.length_at_prediction != 1.0:
+            self._scale_length_columns()
         self.training_ = {
             "n_records": len(records),
             "n_rows": int(x.shape[0]),
@@ -489,6 +558,17 @@ class EmbeddingJudge:
         if hasattr(self.fitted_, "best_params_"):
             self.training_["chosen_C"] = self.fitted_.best_params_["logisticregression__C"]
         return self
+
+    def _scale_length_columns(self) -> None:
+        """Multiply the length groups' coefficients by ``length_at_prediction``: length is fitted beside the
+        other features (so they are not asked to explain it) and then shrunk or removed from the decision."""
+        if not isinstance(self.model_, LinearHead):
+            raise ValueError(f"length_at_prediction needs a linear head, not {self.head!r}")
+        start = 0
+        for group, width in zip(self.groups, self.widths_):
+            if group in KINDS[self.kind].length_features:
+                self.model_.coef[:, start:start + width] *= self.length_at_prediction
+            start += width
 
     def _require_fitted(self) -> None:
         if self.model_ is None:
@@ -553,7 +633,8 @@ class EmbeddingJudge:
                                   "text"},
             score_scale=list(self.scale_) if self.scale_ else None,
             training={**self.training_, "head": self.head, "head_params": self.head_params,
-                      "features": list(self.groups), "seed": self.seed, **(training or {})},
+                      "features": list(self.groups), "seed": self.seed, "weighting": list(self.weighting),
+                      "length_at_prediction": self.length_at_prediction, **(training or {})},
             validation=dict(validation or {}),
             runtime={**stored, "head": self.head,
                      "head_params": self.head_params, "features": list(self.features),
@@ -577,7 +658,9 @@ class EmbeddingJudge:
         rt = card.runtime
         judge = cls(encoder=card.backbone, head=rt["head"], kind=card.kind, features=rt["features"],
                     use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"],
-                    embedder=embedder if embedder is not None else embedder_for_card(card))
+                    embedder=embedder if embedder is not None else embedder_for_card(card),
+                    weighting=card.training.get("weighting", ()),  # already applied to the stored coefficients:
+                    length_at_prediction=card.training.get("length_at_prediction", 1.0))  # on record only
         if judge.embedder.config() != embedder_config(card):
             raise ValueError(f"{directory}: the judge was trained with embedder {embedder_config(card)}, the given "
                              f"embedder is {judge.embedder.config()}")

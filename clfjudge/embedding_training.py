@@ -27,6 +27,9 @@ OPTIONS = {
     "features": "feature groups (embedding_judge.PAIR_FEATURES / POINT_FEATURES); default the judge's",
     "use_length": "add the length feature groups; default true",
     "head_params": "scikit-learn parameters of the head; default {C: auto} for logreg",
+    "weighting": "training weights: [length] balances longer- and shorter-answer wins per source, [source] the "
+                 "sources (embedding_judge.training_weights); default none",
+    "length_at_prediction": "factor on the fitted length coefficients at prediction (0: removed); default 1",
     "layer": "decoder backbones: the layer whose states are pooled; default the middle one",
     "max_prompt_tokens": "decoder backbones: prompt (template + question) budget",
     "max_answer_tokens": "decoder backbones: answer budget",
@@ -76,6 +79,7 @@ def judge_from_config(cfg: "TrainConfig") -> "EmbeddingJudge":
         encoder=cfg.backbone, head=head, kind=kind, features=options.get("features"),
         use_length=bool(options.get("use_length", True)),
         head_params=options.get("head_params", {"C": "auto"} if logreg else None), seed=cfg.seed,
+        weighting=options.get("weighting", ()), length_at_prediction=float(options.get("length_at_prediction", 1.0)),
         embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None)
 
 

@@ -413,3 +413,36 @@ def test_cli_refuses_a_pickled_head_unless_trusted(pair_judge, tmp_path, capsys)
     assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out)]) == 2
     assert "--trust-pickle" in capsys.readouterr().err
     assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out), "--trust-pickle"]) == 0
+
+
+def test_training_weights_balance_length_and_sources():
+    from clfjudge.embedding_judge import training_weights
+
+    def pair(i, source, longer_wins):
+        a, b = ("a long answer", "short") if i % 2 else ("short", "a long answer")
+        verdict = ("A" if i % 2 else "B") if longer_wins else ("B" if i % 2 else "A")
+        return PairRecord.build(LOC, id=f"w{i}", question="q", answer_a=a, answer_b=b, verdict=verdict,
+                                source=source)
+
+    records = [pair(i, "big", i < 6) for i in range(8)] + [pair(i, "small", True) for i in range(8, 10)]
+    w = training_weights(records, ["length"])
+    assert w[:6].sum() == pytest.approx(w[6:8].sum())  # longer wins = shorter wins within "big"
+    np.testing.assert_allclose(w[8:], w[8])  # "small" has no shorter-wins pair to balance against
+    w = training_weights(records, ["source"])
+    assert w[:8].sum() == pytest.approx(w[8:].sum())
+    assert w.mean() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unknown weighting"):
+        training_weights(records, ["age"])
+
+
+def test_length_at_prediction_removes_the_length_coefficients(embedder):
+    pairs = _pairs(FACTS[:18])
+    full = EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(pairs)
+    removed = EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}, length_at_prediction=0.0).fit(pairs)
+    np.testing.assert_array_equal(removed.fitted_.predict_proba(np.zeros((1, removed.model_.n_features_in_))),
+                                  full.fitted_.predict_proba(np.zeros((1, full.model_.n_features_in_))))
+    length_columns = sum(w for g, w in zip(removed.groups, removed.widths_) if g.startswith("length"))
+    assert length_columns == 8 and not removed.model_.coef[:, -length_columns:].any()
+    assert full.model_.coef[:, -length_columns:].any()
+    with pytest.raises(ValueError, match="needs use_length=True"):
+        EmbeddingJudge(embedder=embedder, use_length=False, length_at_prediction=0.0)
