@@ -26,6 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .embedding_cache import Cached
+
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
 PRECISIONS = ("fp32", "bf16", "auto")
@@ -73,14 +75,16 @@ class DecoderEmbedder:
     layer on PandaLM in bench/embedding_judge_cv.py). The prompt (chat template + question) keeps its first and
     last ``max_prompt_tokens / 2`` tokens; answers keep their first ``max_answer_tokens`` tokens plus EOS.
     ``stats``: also compute the answers' token statistics (runs the whole model and its LM head).
-    ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``)."""
+    ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
+    ``cache_dir``: keep vectors on disk between runs (``embedding_cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
 
     kind = "decoder"
 
     def __init__(self, encoder: str, *, layer: int | None = None,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False, precision: str = "fp32",
-                 batch_size: int = 8, device: str = "cpu", show_progress: bool = False) -> None:
+                 batch_size: int = 8, device: str = "cpu", show_progress: bool = False,
+                 cache_dir: str | Path | None = None) -> None:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
@@ -100,6 +104,7 @@ class DecoderEmbedder:
         self._captured = None
         self._depth: int | None = None
         self._cache: dict[str, np.ndarray] = {}
+        self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     # -- identity --------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -289,6 +294,7 @@ class DecoderEmbedder:
     def _lookup(self, keys: list[str], build, with_stats: bool = False) -> np.ndarray:
         """Cached rows of ``keys``; missing ones are read (``build(i)`` -> prefix ids, body ids): the body's
         normalised vector, followed by its ``STAT_NAMES`` when ``with_stats``."""
+        self._disk.load(self.cache_id, self._cache)
         missing = {k: i for i, k in enumerate(keys) if k not in self._cache}
         if missing:
             self._load()
@@ -301,6 +307,7 @@ class DecoderEmbedder:
                 stats = np.stack([token_stats(c, u) for c, u in zip(cond, uncond)])
                 vectors = np.hstack([vectors, stats])
             self._cache.update(zip(missing, vectors))
+            self._disk.store(list(missing), vectors)
         return np.stack([self._cache[k] for k in keys])
 
     # -- public ----------------------------------------------------------------------------------------

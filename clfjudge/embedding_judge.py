@@ -20,6 +20,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 
 from .card import JudgeCard
+from .embedding_cache import Cached
 from .features import log_length_difference, log_lengths, row_cosine
 from .linear_head import LinearHead
 from .records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
@@ -73,13 +74,14 @@ class TextEmbedder:
     kind = "sentence"
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
-                 show_progress: bool = False) -> None:
+                 show_progress: bool = False, cache_dir: str | Path | None = None) -> None:
         self.encoder = encoder
         self.batch_size = batch_size
         self.device = device
         self.show_progress = show_progress
         self._model = None
         self._cache: dict[str, np.ndarray] = {}
+        self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -110,12 +112,14 @@ class TextEmbedder:
         if not texts:
             raise ValueError("embed() needs at least one text")
         keys = [_text_key(t) for t in texts]
+        self._disk.load(self.cache_id, self._cache)
         missing = {k: t for k, t in zip(keys, texts) if k not in self._cache}
         if missing:
-            vectors = self.model.encode(list(missing.values()), batch_size=self.batch_size,
-                                        normalize_embeddings=True, convert_to_numpy=True,
-                                        show_progress_bar=self.show_progress)
-            self._cache.update(zip(missing, np.asarray(vectors, dtype=np.float32)))
+            vectors = np.asarray(self.model.encode(list(missing.values()), batch_size=self.batch_size,
+                                                   normalize_embeddings=True, convert_to_numpy=True,
+                                                   show_progress_bar=self.show_progress), dtype=np.float32)
+            self._cache.update(zip(missing, vectors))
+            self._disk.store(list(missing), vectors)
         return np.stack([self._cache[k] for k in keys])
 
     def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:

@@ -214,3 +214,16 @@ def test_bf16_reading_agrees_with_fp32(llama_dir):
     assert (cosine > 0.99).all()
     with pytest.raises(ValueError, match="precision must be one of"):
         DecoderEmbedder(str(llama_dir), precision="fp8")
+
+
+def test_disk_cache_serves_a_second_embedder(llama_dir, tmp_path, monkeypatch):
+    questions, answers = ["What is an apple?", "Why?"], ["A fruit.", "Because."]
+    first = DecoderEmbedder(str(llama_dir), layer=2, cache_dir=tmp_path)
+    vectors = first.embed_answers(questions, answers)
+    monkeypatch.setenv("CLFJUDGE_EMBEDDING_CACHE", str(tmp_path))
+    second = DecoderEmbedder(str(llama_dir), layer=2)  # the environment names the same directory
+    np.testing.assert_array_equal(second.embed_answers(questions, answers), vectors)
+    assert second._model is None  # nothing was read again
+    other = DecoderEmbedder(str(llama_dir), layer=1)  # another identity: its own shard directory
+    assert other.embed_answers(questions[:1], answers[:1]).shape == (1, 32) and other._model is not None
+    assert len(list(tmp_path.iterdir())) == 2

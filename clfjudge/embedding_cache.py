@@ -1,0 +1,73 @@
+"""Embeddings cached on disk between runs: ``$CLFJUDGE_EMBEDDING_CACHE/<embedder identity>/shard-*.npz``.
+
+Reading thousands of answers with a frozen decoder costs minutes of CPU; the vectors depend only on the
+embedder's identity (``cache_id``: model, layer, budgets, statistics, precision) and the text. An embedder with a
+cache directory loads every shard of its identity on first use and appends one shard per batch of new vectors
+(written to a temporary name and renamed, so a killed run leaves no half-written shard). Shards are plain
+arrays (``allow_pickle=False``); the identity is checked on load.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+ENV = "CLFJUDGE_EMBEDDING_CACHE"
+
+
+def cache_root(explicit: str | Path | None = None) -> Path | None:
+    value = explicit if explicit is not None else os.environ.get(ENV)
+    return Path(value) if value else None
+
+
+class DiskCache:
+    def __init__(self, root: Path, cache_id: str) -> None:
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cache_id)[:80]
+        self.cache_id = cache_id
+        self.directory = Path(root) / f"{slug}-{hashlib.blake2b(cache_id.encode(), digest_size=6).hexdigest()}"
+
+    def load_into(self, cache: dict[str, np.ndarray]) -> int:
+        """Add every stored vector to ``cache``; returns how many were added."""
+        before = len(cache)
+        for shard in sorted(self.directory.glob("shard-*.npz")):
+            with np.load(shard, allow_pickle=False) as data:
+                if str(data["encoder"]) != self.cache_id:
+                    raise ValueError(f"{shard}: embedding cache of {str(data['encoder'])!r}, not {self.cache_id!r}")
+                cache.update(zip(data["keys"].tolist(), data["vectors"]))
+        return len(cache) - before
+
+    def append(self, keys: list[str], vectors: np.ndarray) -> Path | None:
+        if not keys:
+            return None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.blake2b("".join(keys).encode(), digest_size=8).hexdigest()
+        path = self.directory / f"shard-{digest}.npz"
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            np.savez(f, keys=np.array(keys, dtype="U32"), vectors=np.asarray(vectors), encoder=np.array(self.cache_id))
+        tmp.replace(path)
+        return path
+
+
+class Cached:
+    """What an embedder needs from the disk cache: ``load`` once before its first lookup (if a cache directory
+    is set), ``store`` what it computed."""
+
+    def __init__(self, cache_dir: str | Path | None) -> None:
+        self.cache_dir = cache_dir
+        self._disk: DiskCache | None = None
+        self._opened = False
+
+    def load(self, cache_id: str, memory: dict[str, np.ndarray]) -> None:
+        if not self._opened:
+            self._opened = True
+            root = cache_root(self.cache_dir)
+            if root is not None:
+                self._disk = DiskCache(root, cache_id)
+                self._disk.load_into(memory)
+
+    def store(self, keys: list[str], vectors: np.ndarray) -> None:
+        if self._disk is not None:
+            self._disk.append(keys, vectors)
