@@ -189,25 +189,41 @@ class DecoderEmbedder:
             return torch.autocast("cuda" if self.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _template(self, question: str) -> list[int]:
+    # -- tokens (a subclass running another backend overrides _ids, _eos and template_parts) ----------------
+    def _ids(self, text: str) -> list[int]:
+        return self._tokenizer(text, add_special_tokens=False).input_ids
+
+    @property
+    def _eos(self) -> int:
+        return self._tokenizer.eos_token_id
+
+    def _render(self, question: str) -> str:
         tok = self._tokenizer
         if tok.chat_template:
-            text = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+            return tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                            add_generation_prompt=True)
-        else:
-            text = f"{question}\n\n"
-        return tok(text, add_special_tokens=False).input_ids
+        return f"{question}\n\n"
+
+    def template_parts(self) -> tuple[str, str]:
+        """(text before, text after) the question in the rendered prompt: what an exported reader renders."""
+        self._load()
+        sentinel = "\uE000clfjudge-question\uE000"  # a private-use character no template produces
+        before, found, after = self._render(sentinel).partition(sentinel)
+        if not found:
+            raise ValueError(f"{self.encoder}: the chat template does not insert the question verbatim")
+        return before, after
+
+    def _template(self, question: str) -> list[int]:
+        return self._ids(self._render(question))
 
     def _prompt_ids(self, question: str) -> list[int]:
         return truncate_middle(self._template(question), self.max_prompt_tokens)
 
     def _answer_ids(self, answer: str) -> list[int]:
-        ids = self._tokenizer(answer, add_special_tokens=False).input_ids[:self.max_answer_tokens]
-        return ids + [self._tokenizer.eos_token_id]
+        return self._ids(answer)[:self.max_answer_tokens] + [self._eos]
 
     def _text_ids(self, text: str) -> list[int]:
-        ids = self._tokenizer(text, add_special_tokens=False).input_ids[:self.max_seq_length - 1]
-        return ids + [self._tokenizer.eos_token_id]
+        return self._ids(text)[:self.max_seq_length - 1] + [self._eos]
 
     def _log_probs(self, states, targets):
         """Log-probability of each target token given the final states just before it (float32)."""
@@ -238,7 +254,7 @@ class DecoderEmbedder:
         log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(items) if with_log_probs else None
         # padding sits after every real token and is never pooled: any in-vocabulary id will do (a pad token that
         # load_tokenizer had to add would be outside the frozen model's embedding table)
-        pad = self._tokenizer.eos_token_id
+        pad = self._eos
         with torch.inference_mode(), self._autocast():
             for batch in self._batches(order, f"reading with {self.encoder} layer {self.layer}"):
                 width = max(len(items[i][0]) + len(items[i][1]) for i in batch)
@@ -268,7 +284,7 @@ class DecoderEmbedder:
 
         order = sorted(range(len(bodies)), key=lambda i: len(bodies[i]))
         out: list[np.ndarray] = [np.zeros(0)] * len(bodies)
-        pad = self._tokenizer.eos_token_id
+        pad = self._eos
         with torch.inference_mode(), self._autocast():
             for batch in self._batches(order, f"reading {len(bodies)} answers after a shared prompt"):
                 head = self._model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)

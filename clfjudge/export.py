@@ -72,9 +72,12 @@ class Thresholds:
     min_agreement: float | None = None  # fraction of identical decisions
     max_metric_delta: float | None = None  # |metric(ONNX) - metric(PyTorch)|, metric as a fraction (0.01 = 1 point)
     boundary_eps: float | None = None  # records whose PyTorch decision is this close to flipping are not compared
+    min_cosine: float | None = None  # embedding judges: the smallest cosine of an ONNX feature vector with PyTorch's
 
     def failures(self, measured: Mapping[str, float]) -> list[str]:
         out = []
+        if self.min_cosine is not None and "min_cosine" in measured and not measured["min_cosine"] >= self.min_cosine:
+            out.append(f"feature cosine {measured['min_cosine']:.6f} < min_cosine {self.min_cosine:g}")
         if self.max_abs_diff is not None and not measured["max_abs_diff"] <= self.max_abs_diff:
             out.append(f"max |logit diff| {measured['max_abs_diff']:.3g} > max_abs_diff {self.max_abs_diff:g}")
         if self.min_agreement is not None and not measured["agreement"] >= self.min_agreement:
@@ -444,6 +447,11 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc)."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
+    if card.head == "embedding":
+        from .export_embedding import export_embedding_judge
+
+        return export_embedding_judge(judge_dir, out, int8=int8, isa=isa, source=source, n_records=n_records,
+                                      parity=parity, int8_config=int8_config)
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")

@@ -340,9 +340,10 @@ class SklearnJudge(Judge):
 # -- loaders ----------------------------------------------------------------------------------------------
 
 def detect_backend(directory: Path, card: JudgeCard) -> str:
-    """sklearn for embedding judges; onnx when the directory holds an export; torch for HF weights."""
+    """sklearn for embedding judges (onnx once exported); onnx when the directory holds an export; torch for HF
+    weights."""
     if card.head == "embedding":
-        return "sklearn"
+        return "onnx" if card.runtime.get("backend") == "onnx" else "sklearn"
     if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
         return "onnx"
     if any((directory / name).exists() for name in TORCH_WEIGHTS):
@@ -382,6 +383,19 @@ def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str
 
 def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                batch_size: int, trust_pickle: bool = False) -> Judge:
+    if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
+        from .embedding_judge import EmbeddingJudge, embedder_config
+        from .onnx_reader import OnnxDecoderReader
+
+        if "reader" not in card.runtime:
+            raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
+                             "clfjudge export first, or load it with backend='sklearn'")
+        reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
+                                   provider=provider, threads=threads, batch_size=batch_size)
+        judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
+                             batch_size)
+        judge.backend_name = f"onnx ({reader.variant})"
+        return judge
     backend = OnnxBackend(onnx_model_path(directory, card, variant), provider, threads)
     return ModelJudge(card, load_tokenizer(directory), backend, batch_size)
 

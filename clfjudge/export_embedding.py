@@ -1,0 +1,195 @@
+"""``clfjudge export`` for embedding judges whose encoder is a frozen decoder.
+
+One graph per judge, ``reader.onnx``: token ids -> the decoder cut at the layer the judge reads (without token
+statistics the layers above it are not in the graph) -> that layer's states mean-pooled over the answer span
+(pooling weights are an input) and, with token statistics, the log-probability of every answer token (the
+positions that predict them and their ids are inputs, so the LM head runs on answer tokens only). The
+linear head stays plain arrays (head.safetensors) applied in NumPy, and the PMI statistics are NumPy too, so
+the exported judge runs with onnxruntime + tokenizers alone (``onnx_reader.OnnxDecoderReader``).
+
+Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
+on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
+accuracy (export/parity.yaml; a variant that fails is refused and nothing is written).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .card import JudgeCard
+from .records import PairRecord
+
+REPORT_NAME = "parity_report.json"
+
+
+def reader_graph(embedder):
+    """The loaded ``DecoderEmbedder``'s model as a module with the reader graph's inputs and outputs."""
+    import torch
+
+    embedder._load()
+    model, lm_head, softcap, stats = embedder._model, embedder._lm_head, embedder._softcap, embedder.stats
+
+    class Reader(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model, self.lm_head = model, lm_head
+
+        def forward(self, input_ids, attention_mask, pool, positions=None, targets=None):
+            final = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            pooled = torch.einsum("bt,btd->bd", pool, embedder._captured)  # the hooked layer's states
+            if not stats:
+                return pooled
+            chosen = torch.gather(final, 1, positions.unsqueeze(-1).expand(-1, -1, final.shape[-1]))
+            logits = self.lm_head(chosen)
+            if softcap:
+                logits = torch.tanh(logits / softcap) * softcap
+            log_probs = torch.log_softmax(logits, dim=-1)
+            return pooled, torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
+
+    return Reader().eval()
+
+
+def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    """Write the reader graph of ``embedder`` (fp32, eager attention) to ``path``."""
+    import onnx
+    import torch
+
+    from .onnx_reader import graph_feed
+
+    embedder._load()
+    if hasattr(embedder._model, "set_attn_implementation"):
+        embedder._model.set_attn_implementation("eager")  # no SDPA NaN guard in the graph (export.py)
+    names = ["input_ids", "attention_mask", "pool", *(("positions", "targets") if embedder.stats else ())]
+    feed = graph_feed(list(sample), embedder._eos)
+    args = tuple(torch.from_numpy(feed[k]) for k in names)
+    axes = {k: {0: "batch", 1: "sequence" if k in ("input_ids", "attention_mask", "pool") else "span"}
+            for k in names}
+    outputs = ["pooled", *(("log_probs",) if embedder.stats else ())]
+    axes.update({"pooled": {0: "batch"}, "log_probs": {0: "batch", 1: "span"}})
+    with torch.inference_mode():
+        torch.onnx.export(reader_graph(embedder), args, str(path), input_names=names, output_names=outputs,
+                          dynamic_axes={k: v for k, v in axes.items() if k in names + outputs}, dynamo=False,
+                          opset_version=17)
+    proto = onnx.load(str(path), load_external_data=False)
+    return {"inputs": names, "outputs": outputs, "exporter": "legacy", "opset": 17,
+            "nodes": len(proto.graph.node)}
+
+
+def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> dict[str, Any]:
+    """Features (pooled vectors, token statistics), probabilities, decisions and accuracy of ``candidate``
+    against ``reference`` on the same pairs (both answer orders, as the judge decides)."""
+    from .metrics import pairwise_metrics
+
+    questions = [r.question for r in records] * 2
+    answers = [r.answer_a for r in records] + [r.answer_b for r in records]
+    ref_vec, vec = reference.embedder.embed_answers(questions, answers), candidate.embedder.embed_answers(questions,
+                                                                                                          answers)
+    cosine = (ref_vec * vec).sum(axis=1) / (np.linalg.norm(ref_vec, axis=1) * np.linalg.norm(vec, axis=1))
+    ref_p, p = reference.predict_proba(records), candidate.predict_proba(records)
+    keep = np.ones(len(records), dtype=bool)
+    if thresholds.boundary_eps:
+        gaps = np.minimum(np.abs(ref_p[:, 0] - ref_p[:, 2]), np.abs(ref_p[:, 1] - ref_p[:, [0, 2]].max(axis=1)))
+        keep = gaps > thresholds.boundary_eps
+    from .embedding_judge import verdicts_from_proba
+
+    ref_v, v = verdicts_from_proba(ref_p[keep]), verdicts_from_proba(p[keep])
+    gold = [r.verdict for r, k in zip(records, keep) if k]
+    measured = {"min_cosine": float(cosine.min()), "max_abs_diff": float(np.abs(p - ref_p).max()),
+                "agreement": float(np.mean([a == b for a, b in zip(ref_v, v)])), "metric": "accuracy",
+                "metric_reference": pairwise_metrics(gold, ref_v).accuracy,
+                "metric_onnx": pairwise_metrics(gold, v).accuracy, "on_boundary": int((~keep).sum())}
+    measured["metric_delta"] = measured["metric_onnx"] - measured["metric_reference"]
+    if reference.embedder.stats:
+        measured["max_stat_diff"] = float(np.abs(reference.embedder.answer_stats(questions, answers)
+                                                 - candidate.embedder.answer_stats(questions, answers)).max())
+    return measured
+
+
+def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
+                           isa: str = "auto", source: str | None = None, n_records: int | None = None,
+                           parity=None, int8_config=None, trust_pickle: bool = False):
+    from .decoder_embedder import DecoderEmbedder
+    from .embedding_judge import EmbeddingJudge, embedder_config
+    from .embedding_training import EmbeddingDataHead
+    from .export import (INT8_CONFIG, ExportResult, ParityConfig, ParityError, _check_out_dir, _parity_message,
+                         int8_settings, quantize_onnx, validation_records)
+    from .onnx_reader import READER_FILES, OnnxDecoderReader
+
+    judge_dir, out = Path(judge_dir), Path(out_dir)
+    card = JudgeCard.load(judge_dir)
+    config = embedder_config(card)
+    if config["kind"] != "decoder":
+        raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers decoder embedders; this judge reads "
+                         f"with a {config['kind']} encoder (serve it with the sklearn backend)")
+    if card.kind != "pair":
+        raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers pair judges, not {card.kind}")
+    _check_out_dir(out)
+    parity = parity or ParityConfig.load()
+    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
+    options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats")}
+    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size)
+    reference = EmbeddingJudge.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
+    embedder._load()
+    before, after = embedder.template_parts()
+    reader = {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
+              "eos_token_id": embedder._eos, "template": [before, after]}
+    for r in records:  # the exported reader renders prompts from the template's halves: they must agree
+        if embedder._ids(embedder._render(r.question)) != embedder._ids(before + r.question + after):
+            raise ValueError(f"{judge_dir}: the chat template changes the question {r.id!r}; cannot export")
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        sample = [(embedder._prompt_ids(r.question), embedder._answer_ids(r.answer_a)) for r in records[:2]]
+        exported = export_reader(embedder, tmp / READER_FILES["fp32"], sample)
+        files = {READER_FILES["fp32"]: {"precision": "fp32"}}
+        if int8:
+            settings = int8_settings(isa, int8_config or INT8_CONFIG)
+            files[READER_FILES["int8"]] = {"precision": "int8", "from": READER_FILES["fp32"],
+                                          **quantize_onnx(tmp / READER_FILES["fp32"], tmp / READER_FILES["int8"],
+                                                          settings)}
+        shutil.copy(judge_dir / card.runtime["sklearn_model"], tmp / card.runtime["sklearn_model"])
+        embedder._tokenizer.save_pretrained(tmp)
+        primary = "int8" if int8 else "fp32"
+        variants = {}
+        for name, meta in files.items():
+            thresholds = parity.for_precision(meta["precision"])
+            onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config,
+                                            variant=meta["precision"], batch_size=parity.batch_size)
+            candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
+            measured = _parity(reference, candidate, records, thresholds)
+            failures = thresholds.failures(measured)
+            variants[name] = {"precision": meta["precision"], **measured, "thresholds": asdict(thresholds),
+                              "failures": failures, "passed": not failures}
+            meta["bytes"] = (tmp / name).stat().st_size
+        report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
+                  "primary": READER_FILES[primary], "variants": variants,
+                  "passed": all(v["passed"] for v in variants.values())}
+        if not report["passed"]:
+            raise ParityError(_parity_message(report), report)
+        (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+        card.runtime = {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files,
+                                                                      **exported},
+                        "onnx": {"primary": READER_FILES[primary],
+                                 "parity": {"report": REPORT_NAME, "source": validation["source"],
+                                            "n": validation["n"],
+                                            **{n: {k: v[k] for k in ("min_cosine", "max_abs_diff", "agreement",
+                                                                     "metric_delta", "on_boundary")}
+                                               for n, v in variants.items()}},
+                                 "exported_from": str(judge_dir.resolve())}}
+        card.save(tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportResult(out, READER_FILES[primary], report)

@@ -1,0 +1,110 @@
+"""The decoder reader of an embedding judge run by onnxruntime: no PyTorch, no transformers.
+
+``clfjudge export`` writes the frozen decoder as one graph (``reader.onnx``: token ids -> the chosen layer's
+states mean-pooled over the answer span, and with token statistics the log-probability of every answer token);
+this reader is a ``DecoderEmbedder`` whose token ids come from the ``tokenizers`` library (tokenizer.json)
+and the chat template's two rendered halves stored in the judge card, and whose forward pass is that graph.
+Everything else — truncation, caching, PMI statistics, the head — is the PyTorch judge's own code.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .decoder_embedder import DecoderEmbedder
+
+READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
+GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
+
+
+class OnnxDecoderReader(DecoderEmbedder):
+    """``directory``: an exported embedding judge; ``reader``: the card's ``runtime.reader`` entry."""
+
+    def __init__(self, directory: str | Path, reader: dict[str, Any], config: dict[str, Any], *,
+                 variant: str | None = None, provider: str = "cpu", threads: int | None = None,
+                 batch_size: int = 8, cache_dir: str | Path | None = None) -> None:
+        super().__init__(reader["encoder"], layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
+                         max_answer_tokens=config["max_answer_tokens"], stats=config.get("stats", False),
+                         batch_size=batch_size, cache_dir=cache_dir)
+        self._depth = reader["depth"]
+        self.directory = Path(directory)
+        self.variant = variant or reader["primary"]
+        self.precision = f"onnx-{self.variant}"  # part of the cache identity: int8 readings are not fp32 ones
+        self._reader = reader
+        self._provider, self._threads = provider, threads
+        self._session = None
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from .runtime import PROVIDERS
+
+        options = ort.SessionOptions()
+        if self._threads:
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+        path = self.directory / READER_FILES.get(self.variant, self.variant)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
+        self._session = ort.InferenceSession(str(path), options, providers=PROVIDERS[self._provider])
+        self._tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
+
+    def _ids(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    @property
+    def _eos(self) -> int:
+        return int(self._reader["eos_token_id"])
+
+    def _render(self, question: str) -> str:
+        before, after = self._reader["template"]
+        return f"{before}{question}{after}"
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self._reader["hidden_size"])
+
+    def _read(self, items, with_log_probs):
+        order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
+        out = np.zeros((len(items), self.hidden_size), dtype=np.float32)
+        log_probs = [np.zeros(0)] * len(items) if with_log_probs else None
+        for batch in self._batches(order, f"reading with {self.encoder} layer {self.layer} (onnx {self.variant})"):
+            feed = graph_feed([items[i] for i in batch], self._eos)
+            outputs = self._session.run(None, {k: feed[k] for k in self._inputs})
+            out[batch] = outputs[0]
+            if log_probs is not None:
+                token_log_probs = outputs[1]
+                for row, i in enumerate(batch):
+                    log_probs[i] = token_log_probs[row, :len(items[i][1])].astype(np.float32)
+        return out, log_probs
+
+    def _read_shared(self, prefix, bodies):
+        """The unconditional pass: the shared prefix is a dozen template tokens, read with every answer."""
+        return self._read([(prefix, body) for body in bodies], True)[1]
+
+
+def graph_feed(items: list[tuple[list[int], list[int]]], pad: int) -> dict[str, np.ndarray]:
+    """Right-padded inputs of the reader graph for (prefix ids, body ids) items: the body's pooling weights,
+    and for every body token the position whose state predicts it and its id."""
+    width = max(len(p) + len(b) for p, b in items)
+    span = max(len(b) for _, b in items)
+    n = len(items)
+    ids = np.full((n, width), pad, dtype=np.int64)
+    mask = np.zeros((n, width), dtype=np.int64)
+    pool = np.zeros((n, width), dtype=np.float32)
+    positions = np.zeros((n, span), dtype=np.int64)
+    targets = np.zeros((n, span), dtype=np.int64)
+    for row, (prefix, body) in enumerate(items):
+        ids[row, :len(prefix) + len(body)] = prefix + body
+        mask[row, :len(prefix) + len(body)] = 1
+        pool[row, len(prefix):len(prefix) + len(body)] = 1 / len(body)
+        positions[row, :len(body)] = np.arange(len(prefix) - 1, len(prefix) + len(body) - 1).clip(min=0)
+        targets[row, :len(body)] = body
+    return {"input_ids": ids, "attention_mask": mask, "pool": pool, "positions": positions, "targets": targets}
