@@ -8,7 +8,7 @@ held-out questions (its ``test_fraction``) give the held-out slices of Chatbot A
 case-study sets are the dev suite the recipe's knobs are read off (never reported as held out); the LOSO
 variants add one human test set to the pool and are read only on the other.
 
-Embeddings are cached on disk (``$CLFJUDGE_EMBEDDING_CACHE``, default ``.cache/embeddings``) and audit
+Embeddings are cached on disk (``$CLFJUDGE_EMBEDDING_CACHE``, default ``~/.cache/clfjudge/embeddings``) and audit
 predictions per judge, so a re-run costs seconds. Writes bench/results/generalization_<date>.{md,json}.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/generalization.py [--variants NAME ...] [--recipe PATH]
@@ -107,7 +107,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "generalization")
     p.add_argument("--bootstrap", type=int, default=2000)
     args = p.parse_args()
-    os.environ.setdefault("CLFJUDGE_EMBEDDING_CACHE", str(REPO / ".cache" / "embeddings"))
+    from clfjudge.embedding_cache import ENV, default_root
+
+    os.environ.setdefault(ENV, str(default_root()))
 
     from clfjudge.audit import run_audit
     from clfjudge.training import TrainConfig

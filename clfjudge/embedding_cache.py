@@ -17,6 +17,11 @@ import numpy as np
 ENV = "CLFJUDGE_EMBEDDING_CACHE"
 
 
+def default_root() -> Path:
+    """Where ``clfjudge run`` and the benches keep embeddings unless $CLFJUDGE_EMBEDDING_CACHE says otherwise."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clfjudge" / "embeddings"
+
+
 def cache_root(explicit: str | Path | None = None) -> Path | None:
     value = explicit if explicit is not None else os.environ.get(ENV)
     return Path(value) if value else None

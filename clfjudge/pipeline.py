@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -151,7 +152,10 @@ def _headline(validation: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    from .embedding_cache import ENV, default_root
+
     config.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault(ENV, str(default_root()))  # a re-run reads no answer twice
     state = RunState(config, PROFILES.get(config.profile))
     names = list(config.steps or ORDER)
     for name in names:
