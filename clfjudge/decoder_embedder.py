@@ -31,6 +31,9 @@ from .embedding_cache import Cached
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
 PRECISIONS = ("fp32", "bf16", "auto")
+# Answers sharing a prompt are read after one cached prompt when there are at least this many (best-of-n):
+# below it, batching answers of different prompts together is faster than small per-prompt batches.
+SHARED_PREFIX_MIN = 4
 # Per-answer token statistics (stats=True), in this order. PMI = conditional - unconditional log-probability.
 STAT_NAMES = ("pmi_mean", "pmi_positive_fraction", "pmi_median", "pmi_first32", "cond_mean", "uncond_mean",
               "log_tokens")
@@ -95,6 +98,7 @@ class DecoderEmbedder:
         self.stats = bool(stats)
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
+        self.shared_prefix_min = SHARED_PREFIX_MIN
         self.device = device
         self.show_progress = show_progress
         self._model = None
@@ -120,11 +124,8 @@ class DecoderEmbedder:
 
     @property
     def hidden_size(self) -> int:
-        from transformers import AutoConfig
-
-        from .backbones import resolve_backbone
-
-        return AutoConfig.from_pretrained(resolve_backbone(self.encoder).path_or_id).get_text_config().hidden_size
+        self._load()
+        return self._model.config.hidden_size
 
     def _resolved_layer(self) -> int:
         """The layer to pool, checked against the model's depth (read from its config, no weights loaded)."""
@@ -277,13 +278,16 @@ class DecoderEmbedder:
                         log_probs[i] = self._log_probs(states[row, span], target).float().cpu().numpy()
         return out, log_probs
 
-    def _read_shared(self, prefix: list[int], bodies: list[list[int]]) -> list[np.ndarray]:
-        """Log-probabilities of each body's tokens after one shared ``prefix``: the prefix is read once per batch
-        and its key/value cache reused for every body (same numbers as reading prefix + body whole)."""
+    def _read_shared(self, prefix: list[int], bodies: list[list[int]],
+                     with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """``_read`` of many bodies after one shared ``prefix`` (best-of-n candidates, GRPO groups, the empty turn
+        of the unconditional pass): the prefix is read once per batch and its key/value cache reused for every
+        body. Same numbers as reading prefix + body whole, up to float rounding."""
         import torch
 
         order = sorted(range(len(bodies)), key=lambda i: len(bodies[i]))
-        out: list[np.ndarray] = [np.zeros(0)] * len(bodies)
+        vectors = np.zeros((len(bodies), self._model.config.hidden_size), dtype=np.float32)
+        log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(bodies) if with_log_probs else None
         pad = self._eos
         with torch.inference_mode(), self._autocast():
             for batch in self._batches(order, f"reading {len(bodies)} answers after a shared prompt"):
@@ -294,18 +298,44 @@ class DecoderEmbedder:
                 ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), len(prefix) + width), dtype=torch.long)
                 mask[:, :len(prefix)] = 1
+                pool = torch.zeros((len(batch), width), dtype=torch.float32)
                 for row, i in enumerate(batch):
                     ids[row, :len(bodies[i])] = torch.tensor(bodies[i])
                     mask[row, len(prefix):len(prefix) + len(bodies[i])] = 1
+                    pool[row, :len(bodies[i])] = 1 / len(bodies[i])
                 states = self._model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                      past_key_values=cache, use_cache=True).last_hidden_state
+                vectors[batch] = torch.einsum("bt,btd->bd", pool, self._captured.float().cpu()).float().numpy()
+                if log_probs is None:
+                    continue
                 first = head.last_hidden_state[0, -1]  # predicts every body's first token
                 for row, i in enumerate(batch):
                     n = len(bodies[i])
                     predictors = torch.cat([first[None], states[row, :n - 1]])
                     target = torch.tensor(bodies[i], device=states.device)
-                    out[i] = self._log_probs(predictors, target).float().cpu().numpy()
-        return out
+                    log_probs[i] = self._log_probs(predictors, target).float().cpu().numpy()
+        return vectors, log_probs
+
+    def _read_all(self, items: list[tuple[list[int], list[int]]],
+                  with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """``_read`` of every item; items whose prompt is shared by at least ``shared_prefix_min`` others are read
+        with the prompt's key/value cache shared (``_read_shared``)."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (prefix, _) in enumerate(items):
+            groups.setdefault(tuple(prefix), []).append(i)
+        shared = [g for p, g in groups.items() if p and len(g) >= self.shared_prefix_min]
+        rest = sorted(set(range(len(items))) - {i for g in shared for i in g})
+        vectors = np.zeros((len(items), self.hidden_size), dtype=np.float32)
+        log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(items) if with_log_probs else None
+        parts = [(rest, self._read([items[i] for i in rest], with_log_probs))] if rest else []
+        parts += [(g, self._read_shared(list(items[g[0]][0]), [items[i][1] for i in g], with_log_probs))
+                  for g in shared]
+        for index, (vecs, lps) in parts:
+            vectors[index] = vecs
+            for j, i in enumerate(index):
+                if log_probs is not None:
+                    log_probs[i] = lps[j]
+        return vectors, log_probs
 
     def _lookup(self, keys: list[str], build, with_stats: bool = False) -> np.ndarray:
         """Cached rows of ``keys``; missing ones are read (``build(i)`` -> prefix ids, body ids): the body's
@@ -315,11 +345,11 @@ class DecoderEmbedder:
         if missing:
             self._load()
             items = [build(i) for i in missing.values()]
-            vectors, cond = self._read(items, with_stats)
+            vectors, cond = self._read_all(items, with_stats)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.where(norms > 0, norms, 1)
             if cond is not None:  # statistics of what follows each prefix, against an empty user turn
-                uncond = self._read_shared(self._template(""), [body for _, body in items])
+                uncond = self._read_shared(self._template(""), [body for _, body in items], True)[1]
                 stats = np.stack([token_stats(c, u) for c, u in zip(cond, uncond)])
                 vectors = np.hstack([vectors, stats])
             self._cache.update(zip(missing, vectors))

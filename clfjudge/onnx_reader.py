@@ -85,9 +85,9 @@ class OnnxDecoderReader(DecoderEmbedder):
                     log_probs[i] = token_log_probs[row, :len(items[i][1])].astype(np.float32)
         return out, log_probs
 
-    def _read_shared(self, prefix, bodies):
-        """The unconditional pass: the shared prefix is a dozen template tokens, read with every answer."""
-        return self._read([(prefix, body) for body in bodies], True)[1]
+    def _read_shared(self, prefix, bodies, with_log_probs):
+        """No key/value cache inputs in the graph: a shared prompt is read with every answer."""
+        return self._read([(prefix, body) for body in bodies], with_log_probs)
 
 
 def graph_feed(items: list[tuple[list[int], list[int]]], pad: int) -> dict[str, np.ndarray]:

@@ -227,3 +227,19 @@ def test_disk_cache_serves_a_second_embedder(llama_dir, tmp_path, monkeypatch):
     other = DecoderEmbedder(str(llama_dir), layer=1)  # another identity: its own shard directory
     assert other.embed_answers(questions[:1], answers[:1]).shape == (1, 32) and other._model is not None
     assert len(list(tmp_path.iterdir())) == 2
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_answers_sharing_a_prompt_reuse_its_cache_with_the_same_numbers(chat_llama_dir, stats):
+    """Best-of-n: eight candidates of one question read after one cached prompt = each read whole."""
+    path = str(chat_llama_dir)
+    candidates = [f"Candidate {i}: " + "the apple is a fruit " * (i + 1) for i in range(8)]
+    questions = ["What is an apple, in one or two sentences?"] * 8
+    shared = DecoderEmbedder(path, layer=1, stats=stats, batch_size=3)
+    whole = DecoderEmbedder(path, layer=1, stats=stats, batch_size=3)
+    whole.shared_prefix_min = 10 ** 9  # never share
+    np.testing.assert_allclose(shared.embed_answers(questions, candidates),
+                               whole.embed_answers(questions, candidates), atol=1e-4)
+    if stats:
+        np.testing.assert_allclose(shared.answer_stats(questions, candidates),
+                                   whole.answer_stats(questions, candidates), atol=1e-4)
