@@ -208,6 +208,9 @@ class FeatureGroup:
     needs_reference: bool = False
     needs_question: bool = False  # reads the questions' own vectors (a text read alone costs a forward pass)
     needs_stats: bool = False  # reads the answers' token statistics (DecoderEmbedder(stats=True))
+    # antisymmetric groups that are a difference f(A) - f(B): f on one answer (a PointView), so a judge made of
+    # such groups scores each answer on its own (``EmbeddingJudge.rewards``)
+    one_side: Callable[[Any], np.ndarray] | None = None
 
 
 def _col(x: np.ndarray) -> np.ndarray:
@@ -215,19 +218,22 @@ def _col(x: np.ndarray) -> np.ndarray:
 
 
 PAIR_FEATURES: Registry[FeatureGroup] = Registry("pair feature group")
-PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti"))
-PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti", needs_question=True))
+PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti", one_side=lambda v: v.a))
+PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti", needs_question=True,
+                                              one_side=lambda v: v.q * v.a))
 PAIR_FEATURES.register("abs_diff", FeatureGroup(lambda v: np.abs(v.a - v.b), "sym"))
 PAIR_FEATURES.register("prod", FeatureGroup(lambda v: v.a * v.b, "sym"))
 PAIR_FEATURES.register("cos_diff", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a) - row_cosine(v.q, v.b)), "anti",
-                                                needs_question=True))
+                                                needs_question=True, one_side=lambda v: _col(row_cosine(v.q, v.a))))
 PAIR_FEATURES.register("cos_sym", FeatureGroup(
     lambda v: np.stack([row_cosine(v.a, v.b), row_cosine(v.q, v.a) + row_cosine(v.q, v.b),
                         np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym", needs_question=True))
 # How much more likely each answer is after its question than after an empty turn (PMI), and its fluency:
 # the difference of the two answers' token statistics (decoder_embedder.STAT_NAMES).
-PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True))
-PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti"))
+PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True,
+                                                   one_side=lambda v: v.a_stats))
+PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti",
+                                                   one_side=lambda v: log_lengths(v.a_text)))
 PAIR_FEATURES.register("length_sym", FeatureGroup(
     lambda v: np.hstack([np.abs(log_length_difference(v.a_text, v.b_text)),
                          log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym"))
@@ -427,8 +433,9 @@ class EmbeddingJudge:
         spec.heads.get(self.head)  # fail early on an unknown head
         self.features = tuple(features if features is not None else spec.default_features)
         in_features = [f for f in self.features if f in spec.length_features]
-        if in_features:
-            raise ValueError(f"length groups {in_features} are switched by use_length, not listed in features")
+        if in_features and use_length:
+            raise ValueError(f"length groups {in_features} are switched by use_length, not listed in features "
+                             "(list them only with use_length=False, to pick some of them)")
         if not self.features and not use_length:
             raise ValueError("no features: give feature groups or use_length=True")
         for name in self.features:
@@ -438,8 +445,9 @@ class EmbeddingJudge:
         self.seed = seed
         self.weighting = tuple(weighting)
         training_weights([], self.weighting)  # fail early on an unknown weighting
-        if length_at_prediction != 1.0 and not use_length:
-            raise ValueError("length_at_prediction scales the length features: it needs use_length=True")
+        if length_at_prediction != 1.0 and not any(g in spec.length_features for g in self.groups):
+            raise ValueError("length_at_prediction scales the length features: it needs use_length=True (or a "
+                             "length group in features)")
         self.length_at_prediction = float(length_at_prediction)
         if embedder is not None and embedder.encoder != encoder:
             raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
@@ -573,6 +581,41 @@ class EmbeddingJudge:
             if group in KINDS[self.kind].length_features:
                 self.model_.coef[:, start:start + width] *= self.length_at_prediction
             start += width
+
+    @property
+    def decomposable(self) -> bool:
+        """A pair judge of the form r(A) - r(B): every feature group a difference of one-answer terms and a
+        linear head. It scores each answer on its own (``rewards``): best-of-n reads n answers, not n^2 pairs."""
+        registry = KINDS[self.kind].features
+        return (self.kind == "pair" and isinstance(self.model_, LinearHead)
+                and all(registry.get(g).one_side is not None for g in self.groups))
+
+    def rewards(self, points: Sequence[PointRecord]) -> np.ndarray:
+        """r(question, answer) of a decomposable pair judge: its log-odds of A over B is r(A) - r(B) (+ the
+        head's intercepts, which are zero by the symmetric training), so rewards rank answers as the judge
+        would in every pair."""
+        self._require_fitted()
+        if not self.decomposable:
+            raise ValueError(f"this judge compares pairs through non-difference feature groups {list(self.groups)}; "
+                             "only a judge of difference groups (diff, token_stats, length_diff, q_diff, cos_diff) "
+                             "and a linear head scores answers on its own")
+        points = list(points)
+        if not points:
+            return np.zeros(0)
+        q_text, a_text = [p.question for p in points], [p.answer for p in points]
+        view = PointView(self.embedder.embed(q_text) if self._needs("needs_question") else None,
+                         self.embedder.embed_answers(q_text, a_text), q_text, a_text, None,
+                         self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None)
+        registry = KINDS[self.kind].features
+        x = np.hstack([registry.get(g).one_side(view) for g in self.groups]).astype(np.float64)
+        head = self.model_
+        rows = {int(c): np.zeros(head.coef.shape[1]) for c in head.classes_}
+        if head.coef.shape[0] == 1:  # binary: the sigmoid's logit belongs to classes_[1], classes_[0] is 0
+            rows[int(head.classes_[1])] = head.coef[0]
+        else:
+            rows.update({int(c): head.coef[j] for j, c in enumerate(head.classes_)})
+        direction = rows[CLASS_OF_VERDICT[Verdict.A]] - rows[CLASS_OF_VERDICT[Verdict.B]]
+        return (x / head.scale * head.weights) @ direction
 
     def _require_fitted(self) -> None:
         if self.model_ is None:

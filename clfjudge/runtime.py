@@ -314,13 +314,17 @@ class SklearnJudge(Judge):
     position_invariant = True  # EmbeddingJudge.predict_proba already averages both answer orders
 
     def __init__(self, card: JudgeCard, judge: "EmbeddingJudge", batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        super().__init__(card, ("compare",) if judge.kind == "pair" else ("score",), batch_size)
+        # a pair judge of difference features also scores one answer: its reward r(question, answer)
+        tasks = ("compare", "score") if judge.decomposable else ("compare",) if judge.kind == "pair" else ("score",)
+        super().__init__(card, tasks, batch_size)
         self.judge = judge
         self.judge.embedder.batch_size = batch_size
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding_judge import PROBA_COLUMNS
 
+        if self.judge.kind == "pair" and records and isinstance(records[0], PointRecord):
+            return self.judge.rewards(records).reshape(-1, 1)
         if self.judge.kind == "point":
             return np.asarray(self.judge.predict(records), dtype=np.float64).reshape(-1, 1)
         proba = self.judge.predict_proba(records)

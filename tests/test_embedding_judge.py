@@ -446,3 +446,27 @@ def test_length_at_prediction_removes_the_length_coefficients(embedder):
     assert full.model_.coef[:, -length_columns:].any()
     with pytest.raises(ValueError, match="needs use_length=True"):
         EmbeddingJudge(embedder=embedder, use_length=False, length_at_prediction=0.0)
+
+
+def test_a_judge_of_difference_features_scores_each_answer(embedder):
+    """features diff + length_diff and a linear head: P(A) > P(B) exactly when r(A) > r(B), and the runtime
+    offers score (the reward) beside compare."""
+    from clfjudge.card import JudgeCard
+    from clfjudge.runtime import SklearnJudge
+
+    judge = EmbeddingJudge(embedder=embedder, features=("diff", "length_diff"), use_length=False,
+                           head_params={"C": 1.0}).fit(_pairs(FACTS[:18]))
+    assert judge.decomposable
+    test = _pairs(FACTS[18:], start=18)
+    r_a = judge.rewards([PointRecord.build(LOC, question=p.question, answer=p.answer_a, unlabelled=True)
+                         for p in test])
+    r_b = judge.rewards([PointRecord.build(LOC, question=p.question, answer=p.answer_b, unlabelled=True)
+                         for p in test])
+    proba = judge.predict_proba(test)
+    np.testing.assert_array_equal(np.sign(proba[:, 0] - proba[:, 2]), np.sign(r_a - r_b))
+    runtime = SklearnJudge(JudgeCard(head="embedding", kind="pair", backbone="minilm", scheme="embedding",
+                                     max_length=256), judge)
+    assert runtime.tasks == {"compare", "score"}
+    scores = runtime.score_batch([{"question": p.question, "answer": p.answer_a} for p in test])
+    np.testing.assert_allclose([s.value for s in scores], r_a)
+    assert not EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18])).decomposable
