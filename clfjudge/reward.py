@@ -11,7 +11,6 @@ How a judge becomes a reward:
 """
 from __future__ import annotations
 
-from itertools import combinations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -66,20 +65,6 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None,
 
 
 def best_of_n(judge: Judge | str | Path, question: str, candidates: Sequence[str]) -> tuple[int, list[float]]:
-    """The best candidate's index and every candidate's score. Score-capable judges score each candidate;
-    a pairwise judge plays every pair in both orders and scores a candidate by its mean P(win) - P(loss)."""
-    judge = _load(judge)
-    if not candidates:
-        raise ValueError("best_of_n needs at least one candidate")
-    if "score" in judge.tasks:
-        scores = [s.value for s in judge.score_batch([{"question": question, "answer": c} for c in candidates])]
-    else:
-        pairs = list(combinations(range(len(candidates)), 2))
-        results = judge.compare_batch([{"question": question, "answer_a": candidates[i], "answer_b": candidates[k]}
-                                       for i, k in pairs], symmetric=True)
-        total = np.zeros(len(candidates))
-        for (i, k), c in zip(pairs, results):
-            total[i] += c.p_a - c.p_b
-            total[k] += c.p_b - c.p_a
-        scores = list(total / max(len(candidates) - 1, 1))
-    return int(np.argmax(scores)), [float(s) for s in scores]
+    """The best candidate's index and every candidate's score (``Judge.rank``)."""
+    scores = _load(judge).rank(question, list(candidates))
+    return int(np.argmax(scores)), scores

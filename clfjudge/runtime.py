@@ -247,6 +247,25 @@ class Judge:
         item = {"question": question, "answer": answer, "rubric": rubric, "reference": reference}
         return self.score_batch([item])[0]
 
+    def rank(self, question: str, answers: Sequence[str]) -> list[float]:
+        """One score per answer, higher = better: a judge that scores answers scores each once (a decoder judge
+        reads the question once for all of them); a pairwise judge plays every pair in both orders and scores
+        an answer by its mean P(win) - P(loss)."""
+        if not answers:
+            raise ValueError("rank needs at least one answer")
+        if "score" in self.tasks:
+            return [s.value for s in self.score_batch([{"question": question, "answer": a} for a in answers])]
+        from itertools import combinations
+
+        pairs = list(combinations(range(len(answers)), 2))
+        results = self.compare_batch([{"question": question, "answer_a": answers[i], "answer_b": answers[k]}
+                                      for i, k in pairs], symmetric=True)
+        total = np.zeros(len(answers))
+        for (i, k), c in zip(pairs, results):
+            total[i] += c.p_a - c.p_b
+            total[k] += c.p_b - c.p_a
+        return [float(t) for t in total / max(len(answers) - 1, 1)]
+
 
 # What each fine-tuned head can do: a reward head also scores one answer (its reward).
 HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",)}
