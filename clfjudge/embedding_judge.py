@@ -736,14 +736,16 @@ def embedder_for_card(card: JudgeCard, **options):
 
 
 def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *, max_similarity: float = 0.9,
-                        seed: int = 0) -> list[PairRecord]:
-    """LLMBar-style hard negatives built from training pairs only (LLMBar "Neighbor": a fluent answer to a
-    similar but different instruction is the worse answer).
+                        seed: int = 0, limit: int | None = None, candidates: int = 1) -> list[PairRecord]:
+    """LLMBar-style hard negatives built from training pairs only (LLMBar "Neighbor"; RRM's off-instruction
+    augmentation): a fluent answer to a similar but different instruction is the worse answer.
 
-    For every question of ``records`` with a preferred (non-tie) answer: the nearest other question by
-    embedding cosine, below ``max_similarity`` so near-duplicates are skipped, gives the rejected answer (one
-    of its preferred answers); the chosen answer is one of the question's own preferred answers. Both are
-    drawn the same way, so length does not give the label away. Answer order and draws are seeded.
+    For every question of ``records`` with a preferred (non-tie) answer (at most ``limit`` questions, a seeded
+    sample): the chosen answer is one of its own preferred answers; the rejected one is a preferred answer of one
+    of its ``candidates`` nearest other questions by embedding cosine (below ``max_similarity``, so
+    near-duplicates are skipped). With one candidate both are drawn the same way, so length does not give the
+    label away on average; with more, the rejected answer is the one closest in length to the chosen answer, so
+    it does not pair by pair either. Answer order and draws are seeded.
     """
     import random
 
@@ -758,12 +760,21 @@ def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *
     emb = embedder.embed(questions)
     similarity = emb @ emb.T
     similarity[(similarity >= max_similarity) | np.eye(len(questions), dtype=bool)] = -np.inf
+    chosen_questions = range(len(questions))
+    if limit is not None and limit < len(questions):
+        chosen_questions = sorted(rng.sample(range(len(questions)), limit))
     out = []
-    for i, question in enumerate(questions):
-        j = int(np.argmax(similarity[i]))
-        if not np.isfinite(similarity[i, j]):
+    for i in chosen_questions:
+        question = questions[i]
+        near = [int(j) for j in np.argsort(-similarity[i])[:candidates] if np.isfinite(similarity[i, j])]
+        if not near:
             continue  # every other question is a near-duplicate of this one
-        good, bad = rng.choice(preferred[question]), rng.choice(preferred[questions[j]])
+        good = rng.choice(preferred[question])
+        if candidates == 1:
+            j, bad = near[0], rng.choice(preferred[questions[near[0]]])
+        else:
+            j, bad = min(((j, a) for j in near for a in preferred[questions[j]]),
+                         key=lambda o: abs(np.log1p(len(o[1])) - np.log1p(len(good))))
         a, b, verdict = (good, bad, Verdict.A) if rng.random() < 0.5 else (bad, good, Verdict.B)
         out.append(PairRecord(id=f"neighbour-negative:{i}", question=question, answer_a=a, answer_b=b,
                               verdict=verdict, source="neighbour-negatives",

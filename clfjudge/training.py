@@ -56,6 +56,8 @@ class TrainConfig:
     # LLMBar-style hard negatives from the training split (embedding_judge.neighbour_negatives): copies added
     neighbour_negatives: int = 0
     neighbour_encoder: str = "minilm"  # the sentence encoder that finds each question's nearest neighbour
+    neighbour_limit: int | None = None  # at most this many training questions get a hard negative (sampled)
+    neighbour_candidates: int = 1  # > 1: the rejected answer is the one closest in length among these neighbours
     randomize_order: bool = False  # swap a seeded random half of the train sources' pairs before any split
     ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
     max_length: int = 512
@@ -379,7 +381,8 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
     pairs = [r for r in train if isinstance(r, PairRecord)]
     embedder = TextEmbedder(cfg.neighbour_encoder)
     return [replace(r, id=f"{r.id}:{copy}") for copy in range(cfg.neighbour_negatives)
-            for r in neighbour_negatives(pairs, embedder, seed=cfg.seed + copy)]
+            for r in neighbour_negatives(pairs, embedder, seed=cfg.seed + copy, limit=cfg.neighbour_limit,
+                                         candidates=cfg.neighbour_candidates)]
 
 
 def build_splits(cfg: TrainConfig, head: Head) -> Splits:

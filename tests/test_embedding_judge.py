@@ -470,3 +470,13 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     scores = runtime.score_batch([{"question": p.question, "answer": p.answer_a} for p in test])
     np.testing.assert_allclose([s.value for s in scores], r_a)
     assert not EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18])).decomposable
+
+
+def test_neighbour_negatives_can_be_capped_and_length_matched(embedder):
+    pairs = _pairs(FACTS[:18])
+    capped = neighbour_negatives(pairs, embedder, limit=5, candidates=3)
+    assert len(capped) == 5
+    for r in capped:
+        good, bad = (r.answer_a, r.answer_b) if r.verdict is Verdict.A else (r.answer_b, r.answer_a)
+        own = {p.answer_a if p.verdict is Verdict.A else p.answer_b for p in pairs if p.question == r.question}
+        assert good in own and bad not in own and r.meta["neighbour_question"] != r.question
