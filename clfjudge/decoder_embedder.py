@@ -66,18 +66,20 @@ def resolve_precision(precision: str, device: str = "cpu") -> str:
     return "bf16" if ("amx_bf16" in flags or "avx512_bf16" in flags) else "fp32"
 
 
-def token_stats(cond: np.ndarray, uncond: np.ndarray) -> np.ndarray:
-    """``STAT_NAMES`` of one answer from its tokens' conditional and unconditional log-probabilities."""
+def token_stats(cond: np.ndarray, uncond: np.ndarray, n_tokens: int | None = None) -> np.ndarray:
+    """``STAT_NAMES`` of one answer from its (first) tokens' conditional and unconditional log-probabilities;
+    ``n_tokens``: the answer's length in tokens (default: the tokens scored)."""
     pmi = cond - uncond
     return np.array([pmi.mean(), (pmi > 0).mean(), np.median(pmi), pmi[:32].mean(), cond.mean(), uncond.mean(),
-                     np.log(len(pmi))], dtype=np.float32)
+                     np.log(n_tokens or len(pmi))], dtype=np.float32)
 
 
 class DecoderEmbedder:
     """``layer``: which decoder layer's output is pooled (1-based; default the middle one, which beat the last
     layer on PandaLM in bench/embedding_judge_cv.py). The prompt (chat template + question) keeps its first and
     last ``max_prompt_tokens / 2`` tokens; answers keep their first ``max_answer_tokens`` tokens plus EOS.
-    ``stats``: also compute the answers' token statistics (runs the whole model and its LM head).
+    ``stats``: also compute the answers' token statistics (runs the whole model and its LM head), over each
+    answer's first ``stats_tokens`` tokens (None: all of them; bench/results: 64-128 tokens judge as well as all).
     ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
     ``cache_dir``: keep vectors on disk between runs (``embedding_cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
 
@@ -85,7 +87,8 @@ class DecoderEmbedder:
 
     def __init__(self, encoder: str, *, layer: int | None = None,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
-                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False, precision: str = "fp32",
+                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False,
+                 stats_tokens: int | None = None, precision: str = "fp32",
                  batch_size: int = 8, device: str = "cpu", show_progress: bool = False,
                  cache_dir: str | Path | None = None) -> None:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
@@ -96,6 +99,9 @@ class DecoderEmbedder:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_answer_tokens = max_answer_tokens
         self.stats = bool(stats)
+        if stats_tokens is not None and stats_tokens < 1:
+            raise ValueError(f"stats_tokens must be a positive number of tokens or None, got {stats_tokens}")
+        self.stats_tokens = stats_tokens
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
         self.shared_prefix_min = SHARED_PREFIX_MIN
@@ -114,13 +120,15 @@ class DecoderEmbedder:
     def config(self) -> dict[str, Any]:
         """What the judge card stores so a loaded judge reads exactly as the trained one did (precision is a
         runtime choice, recorded beside it: bf16 and fp32 readings agree to ~1e-4)."""
-        return {"kind": self.kind, "layer": self._resolved_layer(), "max_prompt_tokens": self.max_prompt_tokens,
-                "max_answer_tokens": self.max_answer_tokens, "stats": self.stats}
+        config = {"kind": self.kind, "layer": self._resolved_layer(), "max_prompt_tokens": self.max_prompt_tokens,
+                  "max_answer_tokens": self.max_answer_tokens, "stats": self.stats}
+        return {**config, "stats_tokens": self.stats_tokens} if self.stats_tokens else config
 
     @property
     def cache_id(self) -> str:
         return (f"{self.encoder}|layer={self._resolved_layer()}|prompt={self.max_prompt_tokens}"
-                f"|answer={self.max_answer_tokens}|stats={int(self.stats)}|{self.precision}")
+                f"|answer={self.max_answer_tokens}|stats={int(self.stats)}"
+                f"{f'@{self.stats_tokens}' if self.stats_tokens else ''}|{self.precision}")
 
     @property
     def hidden_size(self) -> int:
@@ -235,6 +243,11 @@ class DecoderEmbedder:
             logits = torch.tanh(logits / self._softcap) * self._softcap
         return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
 
+    def _scored(self, body: list[int]) -> list[int]:
+        """The tokens whose statistics are computed: the first ``stats_tokens`` (a causal model's log-probability
+        of a token does not depend on what follows it, so this is exact for them, and cheaper)."""
+        return body if self.stats_tokens is None else body[:self.stats_tokens]
+
     def _batches(self, order: list[int], desc: str):
         batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         if self.show_progress:
@@ -273,8 +286,9 @@ class DecoderEmbedder:
                     states = final.last_hidden_state
                     for row, i in enumerate(batch):
                         prefix, body = items[i]
-                        span = slice(len(prefix) - 1, len(prefix) + len(body) - 1)  # states that predict the body
-                        target = torch.tensor(body, device=states.device)
+                        scored = self._scored(body)
+                        span = slice(len(prefix) - 1, len(prefix) + len(scored) - 1)  # states that predict them
+                        target = torch.tensor(scored, device=states.device)
                         log_probs[i] = self._log_probs(states[row, span], target).float().cpu().numpy()
         return out, log_probs
 
@@ -310,9 +324,9 @@ class DecoderEmbedder:
                     continue
                 first = head.last_hidden_state[0, -1]  # predicts every body's first token
                 for row, i in enumerate(batch):
-                    n = len(bodies[i])
-                    predictors = torch.cat([first[None], states[row, :n - 1]])
-                    target = torch.tensor(bodies[i], device=states.device)
+                    scored = self._scored(bodies[i])
+                    predictors = torch.cat([first[None], states[row, :len(scored) - 1]])
+                    target = torch.tensor(scored, device=states.device)
                     log_probs[i] = self._log_probs(predictors, target).float().cpu().numpy()
         return vectors, log_probs
 
@@ -349,8 +363,8 @@ class DecoderEmbedder:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.where(norms > 0, norms, 1)
             if cond is not None:  # statistics of what follows each prefix, against an empty user turn
-                uncond = self._read_shared(self._template(""), [body for _, body in items], True)[1]
-                stats = np.stack([token_stats(c, u) for c, u in zip(cond, uncond)])
+                uncond = self._read_shared(self._template(""), [self._scored(body) for _, body in items], True)[1]
+                stats = np.stack([token_stats(c, u, len(body)) for c, u, (_, body) in zip(cond, uncond, items)])
                 vectors = np.hstack([vectors, stats])
             self._cache.update(zip(missing, vectors))
             self._disk.store(list(missing), vectors)

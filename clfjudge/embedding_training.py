@@ -34,10 +34,12 @@ OPTIONS = {
     "max_prompt_tokens": "decoder backbones: prompt (template + question) budget",
     "max_answer_tokens": "decoder backbones: answer budget",
     "stats": "decoder backbones: also compute token statistics (PMI with the question; feature group token_stats)",
+    "stats_tokens": "decoder backbones: token statistics over each answer's first N tokens (default all)",
     "precision": "decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / AVX512-BF16)",
     "batch_size": "embedding batch size",
 }
-EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "precision", "batch_size")
+EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision",
+                    "batch_size")
 
 
 class EmbeddingDataHead(Head):

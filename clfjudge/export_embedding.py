@@ -68,7 +68,7 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
     if hasattr(embedder._model, "set_attn_implementation"):
         embedder._model.set_attn_implementation("eager")  # no SDPA NaN guard in the graph (export.py)
     names = ["input_ids", "attention_mask", "pool", *(("positions", "targets") if embedder.stats else ())]
-    feed = graph_feed(list(sample), embedder._eos)
+    feed = graph_feed(list(sample), embedder._eos, embedder.stats_tokens)
     args = tuple(torch.from_numpy(feed[k]) for k in names)
     axes = {k: {0: "batch", 1: "sequence" if k in ("input_ids", "attention_mask", "pool") else "span"}
             for k in names}
@@ -134,7 +134,8 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     _check_out_dir(out)
     parity = parity or ParityConfig.load()
     records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
-    options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats")}
+    options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens")
+               if k in config}
     embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size)
     reference = EmbeddingJudge.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()

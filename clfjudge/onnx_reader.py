@@ -27,7 +27,7 @@ class OnnxDecoderReader(DecoderEmbedder):
                  batch_size: int = 8, cache_dir: str | Path | None = None) -> None:
         super().__init__(reader["encoder"], layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
                          max_answer_tokens=config["max_answer_tokens"], stats=config.get("stats", False),
-                         batch_size=batch_size, cache_dir=cache_dir)
+                         stats_tokens=config.get("stats_tokens"), batch_size=batch_size, cache_dir=cache_dir)
         self._depth = reader["depth"]
         self.directory = Path(directory)
         self.variant = variant or reader["primary"]
@@ -76,13 +76,13 @@ class OnnxDecoderReader(DecoderEmbedder):
         out = np.zeros((len(items), self.hidden_size), dtype=np.float32)
         log_probs = [np.zeros(0)] * len(items) if with_log_probs else None
         for batch in self._batches(order, f"reading with {self.encoder} layer {self.layer} (onnx {self.variant})"):
-            feed = graph_feed([items[i] for i in batch], self._eos)
+            feed = graph_feed([items[i] for i in batch], self._eos, self.stats_tokens)
             outputs = self._session.run(None, {k: feed[k] for k in self._inputs})
             out[batch] = outputs[0]
             if log_probs is not None:
                 token_log_probs = outputs[1]
                 for row, i in enumerate(batch):
-                    log_probs[i] = token_log_probs[row, :len(items[i][1])].astype(np.float32)
+                    log_probs[i] = token_log_probs[row, :len(self._scored(items[i][1]))].astype(np.float32)
         return out, log_probs
 
     def _read_shared(self, prefix, bodies, with_log_probs):
@@ -90,21 +90,23 @@ class OnnxDecoderReader(DecoderEmbedder):
         return self._read([(prefix, body) for body in bodies], with_log_probs)
 
 
-def graph_feed(items: list[tuple[list[int], list[int]]], pad: int) -> dict[str, np.ndarray]:
+def graph_feed(items: list[tuple[list[int], list[int]]], pad: int,
+               scored: int | None = None) -> dict[str, np.ndarray]:
     """Right-padded inputs of the reader graph for (prefix ids, body ids) items: the body's pooling weights,
-    and for every body token the position whose state predicts it and its id."""
+    and for each of the first ``scored`` body tokens (None: all) the position whose state predicts it and its id."""
     width = max(len(p) + len(b) for p, b in items)
-    span = max(len(b) for _, b in items)
+    items_scored = [b if scored is None else b[:scored] for _, b in items]
+    span = max(len(b) for b in items_scored)
     n = len(items)
     ids = np.full((n, width), pad, dtype=np.int64)
     mask = np.zeros((n, width), dtype=np.int64)
     pool = np.zeros((n, width), dtype=np.float32)
     positions = np.zeros((n, span), dtype=np.int64)
     targets = np.zeros((n, span), dtype=np.int64)
-    for row, (prefix, body) in enumerate(items):
+    for row, ((prefix, body), head) in enumerate(zip(items, items_scored)):
         ids[row, :len(prefix) + len(body)] = prefix + body
         mask[row, :len(prefix) + len(body)] = 1
         pool[row, len(prefix):len(prefix) + len(body)] = 1 / len(body)
-        positions[row, :len(body)] = np.arange(len(prefix) - 1, len(prefix) + len(body) - 1).clip(min=0)
-        targets[row, :len(body)] = body
+        positions[row, :len(head)] = np.arange(len(prefix) - 1, len(prefix) + len(head) - 1).clip(min=0)
+        targets[row, :len(head)] = head
     return {"input_ids": ids, "attention_mask": mask, "pool": pool, "positions": positions, "targets": targets}

@@ -243,3 +243,21 @@ def test_answers_sharing_a_prompt_reuse_its_cache_with_the_same_numbers(chat_lla
     if stats:
         np.testing.assert_allclose(shared.answer_stats(questions, candidates),
                                    whole.answer_stats(questions, candidates), atol=1e-4)
+
+
+def test_stats_over_the_first_tokens_are_exact(chat_llama_dir):
+    from clfjudge.decoder_embedder import STAT_NAMES
+
+    path = str(chat_llama_dir)
+    short = DecoderEmbedder(path, layer=1, stats=True, stats_tokens=3)
+    assert short.config()["stats_tokens"] == 3 and "@3" in short.cache_id
+    question, answer = "What is an apple?", "A red fruit that grows on trees, often eaten raw or in pies."
+    row = short.answer_stats([question], [answer])[0]
+    short._load()
+    body = short._answer_ids(answer)
+    cond = _log_probs_from_scratch(short, short._prompt_ids(question), body)[:3]
+    uncond = _log_probs_from_scratch(short, short._template(""), body)[:3]
+    np.testing.assert_allclose(row[STAT_NAMES.index("pmi_mean")], (cond - uncond).mean(), atol=1e-4)
+    np.testing.assert_allclose(row[STAT_NAMES.index("log_tokens")], np.log(len(body)), atol=1e-6)  # whole answer
+    with pytest.raises(ValueError, match="stats_tokens must be a positive"):
+        DecoderEmbedder(path, stats=True, stats_tokens=0)

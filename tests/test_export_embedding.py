@@ -24,7 +24,7 @@ def judge_dir(tmp_path_factory):
     config = json.loads((backbone / "tokenizer_config.json").read_text())
     (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
     judge = EmbeddingJudge(encoder=str(backbone), features=("diff", "token_stats"), head_params={"C": 1.0},
-                           embedder_options={"layer": 1}).fit(_pairs(24))
+                           embedder_options={"layer": 1, "stats_tokens": 4}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
 
