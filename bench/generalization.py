@@ -42,16 +42,18 @@ class Variant:
 
 FEATURES = "embedding.features"
 VARIANTS = {
-    "length": Variant("length features only (a learned length rule)", (f"{FEATURES}=[]",)),
-    "emb": Variant("middle-layer embedding + length (the session-9 recipe, on the pool)",
-                   (f"{FEATURES}=[diff,abs_diff]",)),
-    "stats": Variant("token statistics (PMI with the question) + length", (f"{FEATURES}=[token_stats]",)),
-    "emb+stats": Variant("embedding + token statistics + length", ()),
-    "emb+stats, length-balanced": Variant("... trained with longer- and shorter-answer wins weighted equally",
+    "length": Variant("length difference only (a learned length rule)", (f"{FEATURES}=[length_diff]",)),
+    "emb": Variant("middle-layer embedding + length (the session-9 features, on the pool)",
+                   (f"{FEATURES}=[diff,length_diff]",)),
+    "stats": Variant("token statistics (PMI with the question, fluency) + length", (f"{FEATURES}=[token_stats,length_diff]",)),
+    "emb+stats": Variant("embedding + token statistics + length (the recipe as written)", ()),
+    "emb+stats, length-balanced": Variant("... longer- and shorter-answer wins weighted equally in training",
                                           ("embedding.weighting=[length]",)),
     "emb+stats, source-balanced": Variant("... every pool source weighted equally", ("embedding.weighting=[source]",)),
     "emb+stats, length removed": Variant("... length fitted, then removed from the decision",
                                          ("embedding.length_at_prediction=0.0",)),
+    "emb+stats, hard negatives": Variant("... + 800 length-matched off-instruction negatives mined from the pool",
+                                         ("neighbour_negatives=1", "neighbour_limit=800", "neighbour_candidates=5")),
 }
 
 

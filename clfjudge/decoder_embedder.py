@@ -31,9 +31,9 @@ from .embedding_cache import Cached
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
 PRECISIONS = ("fp32", "bf16", "auto")
-# Answers sharing a prompt are read after one cached prompt when there are at least this many (best-of-n):
-# below it, batching answers of different prompts together is faster than small per-prompt batches.
-SHARED_PREFIX_MIN = 4
+# Answers sharing a prompt are read after one cached prompt when there are at least this many (measured: +12% on
+# Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n: bench/results/decoder_speed_*).
+SHARED_PREFIX_MIN = 2
 # Per-answer token statistics (stats=True), in this order. PMI = conditional - unconditional log-probability.
 STAT_NAMES = ("pmi_mean", "pmi_positive_fraction", "pmi_median", "pmi_first32", "cond_mean", "uncond_mean",
               "log_tokens")

@@ -145,6 +145,7 @@ class Int8Settings:
     reduce_range: bool = False
     op_types: tuple[str, ...] = ("MatMul", "Gemm")
     fp32_inputs_from: tuple[str, ...] = ()  # weight products whose input an op of these types makes stay fp32
+    fp32_name_patterns: tuple[str, ...] = ()  # nodes whose name contains one of these stay fp32 (e.g. down_proj)
 
 
 def cpu_isa() -> str:
@@ -172,7 +173,7 @@ def int8_settings(isa: str = "auto", path: str | Path = INT8_CONFIG) -> Int8Sett
     if name not in table:
         raise ValueError(f"{path}: no int8 settings for ISA {name!r} (has {sorted(table)})")
     values = dict(table[name] or {})
-    for key in ("op_types", "fp32_inputs_from"):
+    for key in ("op_types", "fp32_inputs_from", "fp32_name_patterns"):
         if key in values:
             values[key] = tuple(values[key])
     known = {f.name for f in fields(Int8Settings)} - {"isa"}
@@ -407,6 +408,8 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
     prepared = dst.with_name(dst.stem + ".prepared.onnx")
     onnx.save(model, str(prepared), save_as_external_data=external)
     excluded = fp32_nodes(model, settings.fp32_inputs_from)
+    excluded += [n.name for n in model.graph.node if n.name not in excluded
+                 and any(p in n.name for p in settings.fp32_name_patterns)]
     try:
         quantize_dynamic(str(prepared), str(dst), weight_type=QuantType[settings.weight_type],
                          per_channel=settings.per_channel, reduce_range=settings.reduce_range,
