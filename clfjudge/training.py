@@ -170,10 +170,22 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             current = data.get(top) or {}
             if not isinstance(current, dict):
                 raise ValueError(f"--set {item!r}: {top} is not a mapping")
-            data[top] = {**current, sub: value}
+            # an entry of a free-form mapping (embedding: ...) has no declared type to coerce to: read it as YAML
+            data[top] = {**current, sub: _yaml_value(value)}
         else:
             data[key] = value
     return data
+
+
+def _yaml_value(value: Any) -> Any:
+    import yaml
+
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
 
 
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
