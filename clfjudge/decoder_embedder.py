@@ -102,6 +102,7 @@ class DecoderEmbedder:
         if stats_tokens is not None and stats_tokens < 1:
             raise ValueError(f"stats_tokens must be a positive number of tokens or None, got {stats_tokens}")
         self.stats_tokens = stats_tokens
+        self.precision_spec = precision  # as asked ("auto" is resolved per machine)
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
         self.shared_prefix_min = SHARED_PREFIX_MIN

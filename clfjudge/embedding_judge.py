@@ -686,7 +686,9 @@ class EmbeddingJudge:
             runtime={**stored, "head": self.head,
                      "head_params": self.head_params, "features": list(self.features),
                      "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True,
-                     "embedder": self.embedder.config()},
+                     "embedder": self.embedder.config(),
+                     # how the features were computed (a runtime choice, not part of the reading's identity)
+                     "precision": getattr(self.embedder, "precision_spec", None)},
         )
         card.save(directory)
         return directory
@@ -731,8 +733,13 @@ def embedder_config(card: JudgeCard) -> dict[str, Any]:
 
 
 def embedder_for_card(card: JudgeCard, **options):
-    """The embedder a saved embedding judge was trained with; ``options``: batch_size, device, ..."""
-    return make_embedder(card.backbone, **embedder_config(card), **options)
+    """The embedder a saved embedding judge was trained with; ``options``: batch_size, device, precision, ...
+    A decoder reads in the precision the judge was trained with ("auto": bf16 where the CPU has AMX /
+    AVX512-BF16), unless ``options`` say otherwise."""
+    config = embedder_config(card)
+    if config["kind"] == "decoder" and card.runtime.get("precision") and "precision" not in options:
+        options = {**options, "precision": card.runtime["precision"]}
+    return make_embedder(card.backbone, **config, **options)
 
 
 def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *, max_similarity: float = 0.9,

@@ -261,3 +261,12 @@ def test_stats_over_the_first_tokens_are_exact(chat_llama_dir):
     np.testing.assert_allclose(row[STAT_NAMES.index("log_tokens")], np.log(len(body)), atol=1e-6)  # whole answer
     with pytest.raises(ValueError, match="stats_tokens must be a positive"):
         DecoderEmbedder(path, stats=True, stats_tokens=0)
+
+
+def test_a_loaded_judge_reads_in_the_precision_it_was_trained_with(llama_dir, tmp_path):
+    judge = EmbeddingJudge(encoder=str(llama_dir), features=("diff",), head_params={"C": 1.0},
+                           embedder_options={"layer": 1, "precision": "bf16"}).fit(_pairs(12))
+    judge.save(tmp_path / "judge")
+    assert JudgeCard.load(tmp_path / "judge").runtime["precision"] == "bf16"
+    assert EmbeddingJudge.load(tmp_path / "judge").embedder.precision == "bf16"
+    assert embedder_for_card(JudgeCard.load(tmp_path / "judge"), precision="fp32").precision == "fp32"
