@@ -155,6 +155,8 @@ MALFORMED = [
               "json", "instruction", ("preference", 2.5)),
     Malformed("arena-bias", "arena-55k-unifiedbias/test_data/left_win.csv", "csv", "response_b",
               ("winner_model_a", "2")),
+    Malformed("arena-votes", "arena-55k-unifiedbias/test_data/left_win.csv", "csv", "prompt",
+              ("winner_model_b", "yes")),
     Malformed("hh-rlhf", "hh-rlhf/data/harmless-base/test.jsonl.gz", "jsonl.gz", "rejected", ("chosen", 5)),
     Malformed("llmeval2", LLMEVAL2_ZIP, "zip", "response1", ("human", "model3")),
     Malformed("ultrafeedback", "ultrafeedback-sample/data/processed/train_clean.jsonl", "jsonl", "chosen",
