@@ -106,7 +106,7 @@ def main() -> int:
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
     p.add_argument("--variants", nargs="+", help="variant names (default: all, and the LOSO rows of the last)")
     p.add_argument("--loso", default="emb+stats", help="the variant whose leave-one-source-out rows are run")
-    p.add_argument("--out", type=Path, default=RESULTS / "generalization")
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "generalization")  # judges + prediction cache
     p.add_argument("--bootstrap", type=int, default=2000)
     args = p.parse_args()
     from clfjudge.embedding_cache import ENV, default_root
