@@ -294,3 +294,19 @@ def test_longer_answer_wins():
     recs = [pair("long answer", "short", A), pair("x", "xy", A), pair("same", "size", A)]
     assert longer_answer_wins(recs) == [A, B, T]
     assert set(BASELINES.names()) == {"majority-class", "longer-answer-wins"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_class_counts_match_sklearn_with_absent_classes_and_failures(seed):
+    """The audit's fast per-class P/R/F1 equals sklearn's (labels fixed to A / TIE / B, zero_division=0)."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    from clfjudge.metrics import FAILED, LABELS, _per_class_prf
+
+    rng = np.random.default_rng(seed)
+    gold = rng.choice([1, -1] if seed % 2 else [1, 0, -1], 50)  # no ties in gold on odd seeds
+    pred = rng.choice([1, -1, FAILED], 50)  # never TIE: its precision is 0 by zero_division
+    ours = _per_class_prf(gold, pred)
+    theirs = precision_recall_fscore_support(gold, pred, labels=LABELS, average=None, zero_division=0)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b)
