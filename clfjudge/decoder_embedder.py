@@ -34,6 +34,7 @@ PRECISIONS = ("fp32", "bf16", "auto")
 # Answers sharing a prompt are read after one cached prompt when there are at least this many (measured: +12% on
 # Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n: bench/results/decoder_speed_*).
 SHARED_PREFIX_MIN = 2
+STORE_EVERY = 256  # texts read between two writes to the disk cache
 # Per-answer token statistics (stats=True), in this order. PMI = conditional - unconditional log-probability.
 STAT_NAMES = ("pmi_mean", "pmi_positive_fraction", "pmi_median", "pmi_first32", "cond_mean", "uncond_mean",
               "log_tokens")
@@ -106,6 +107,7 @@ class DecoderEmbedder:
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
         self.shared_prefix_min = SHARED_PREFIX_MIN
+        self.store_every = STORE_EVERY
         self.device = device
         self.show_progress = show_progress
         self._model = None
@@ -359,7 +361,17 @@ class DecoderEmbedder:
         missing = {k: i for i, k in enumerate(keys) if k not in self._cache}
         if missing:
             self._load()
-            items = [build(i) for i in missing.values()]
+        # read in blocks stored as they finish, so an interrupted run keeps what it read; answers that share a
+        # prompt are kept in one block so they still share its key/value cache
+        built = {k: build(i) for k, i in missing.items()}
+        pending = sorted(built, key=lambda k: built[k][0])
+        start = 0
+        while start < len(pending):
+            end = min(start + self.store_every, len(pending))
+            while end < len(pending) and built[pending[end]][0] == built[pending[end - 1]][0]:
+                end += 1
+            block, start = pending[start:end], end
+            items = [built[k] for k in block]
             vectors, cond = self._read_all(items, with_stats)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors = vectors / np.where(norms > 0, norms, 1)
@@ -367,8 +379,8 @@ class DecoderEmbedder:
                 uncond = self._read_shared(self._template(""), [self._scored(body) for _, body in items], True)[1]
                 stats = np.stack([token_stats(c, u, len(body)) for c, u, (_, body) in zip(cond, uncond, items)])
                 vectors = np.hstack([vectors, stats])
-            self._cache.update(zip(missing, vectors))
-            self._disk.store(list(missing), vectors)
+            self._cache.update(zip(block, vectors))
+            self._disk.store(list(block), vectors)
         return np.stack([self._cache[k] for k in keys])
 
     # -- public ----------------------------------------------------------------------------------------

@@ -270,3 +270,21 @@ def test_a_loaded_judge_reads_in_the_precision_it_was_trained_with(llama_dir, tm
     assert JudgeCard.load(tmp_path / "judge").runtime["precision"] == "bf16"
     assert EmbeddingJudge.load(tmp_path / "judge").embedder.precision == "bf16"
     assert embedder_for_card(JudgeCard.load(tmp_path / "judge"), precision="fp32").precision == "fp32"
+
+
+def test_reading_is_stored_block_by_block_keeping_shared_prompts_together(chat_llama_dir, tmp_path):
+    """A long read writes each finished block to the disk cache (an interrupted run keeps it); answers of one
+    question stay in one block; the rows equal a read in one block."""
+    path = str(chat_llama_dir)
+    questions = [f"Question {q}: what is fruit number {q}?" for q in range(3) for _ in range(3)]
+    answers = [f"Answer {i}: " + "a fruit " * (i + 1) for i in range(9)]
+    blocks = DecoderEmbedder(path, layer=1, stats=True, cache_dir=tmp_path)
+    blocks.store_every = 2
+    calls = []
+    read_all = blocks._read_all
+    blocks._read_all = lambda items, lp: calls.append([tuple(p) for p, _ in items]) or read_all(items, lp)
+    rows = blocks._answers(questions, answers)
+    assert len(calls) == 3 and all(len(set(c)) == 1 and len(c) == 3 for c in calls)  # one question per block
+    assert len(list(next(tmp_path.iterdir()).iterdir())) >= 3  # one shard per block
+    one = DecoderEmbedder(path, layer=1, stats=True)
+    np.testing.assert_allclose(rows, one._answers(questions, answers), atol=1e-5)
