@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine (see README):
-#   make main   set up, then run the main job on the embedded default (MiniLM + ../shared/data)
+#   make main   set up, then run the main job on the embedded default (frozen SmolLM2 reader + ../shared/data)
 #   make test   set up, then run the test suite
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
