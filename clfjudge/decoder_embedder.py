@@ -171,6 +171,9 @@ class DecoderEmbedder:
     def _load(self) -> None:
         if self._model is not None:
             return
+        from .memory import return_freed_buffers
+
+        return_freed_buffers()  # answers of varying lengths otherwise fragment the heap (clfjudge/memory.py)
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 

@@ -2,6 +2,7 @@
 the embedding judge on top of it, and the judge's C="auto" head."""
 from __future__ import annotations
 
+import os
 import json
 
 import numpy as np
@@ -288,3 +289,19 @@ def test_reading_is_stored_block_by_block_keeping_shared_prompts_together(chat_l
     assert len(list(next(tmp_path.iterdir()).iterdir())) >= 3  # one shard per block
     one = DecoderEmbedder(path, layer=1, stats=True)
     np.testing.assert_allclose(rows, one._answers(questions, answers), atol=1e-5)
+
+
+def test_reading_fixes_the_malloc_mmap_threshold_once():
+    """Large freed buffers go back to the system (clfjudge/memory.py): set on glibc Linux, once, unless the user
+    set MALLOC_MMAP_THRESHOLD_ themselves."""
+    import subprocess
+    import sys
+
+    code = ("import clfjudge.memory as m, sys; first = m.return_freed_buffers(); "
+            "assert m.return_freed_buffers() is False; print(first)")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == ("True" if sys.platform.startswith("linux") else "False")
+    env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "False"
