@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import random
 import statistics
 import sys
@@ -164,15 +165,19 @@ def token_counts(judge_dir: Path, pairs, groups) -> dict[str, Any]:
 
     answers = {(p.question, a) for p in pairs for a in (p.answer_a, p.answer_b)}
     return {"config": embedder._model.config, "layers": embedder._depth if embedder.stats else embedder.layer,
-            "stats": embedder.stats, "empty_prompt": empty, "pair_readings": [reading(q, a) for q, a in answers],
+            "stats": embedder.stats, "stats_tokens": embedder.stats_tokens, "empty_prompt": empty, "pair_readings": [reading(q, a) for q, a in answers],
             "group_readings": [reading(q, a) for q, group in groups for a in group]}
 
 
 def flops_of(counts: dict[str, Any], readings: list[tuple[int, int]]) -> float:
     cfg, layers, stats = counts["config"], counts["layers"], counts["stats"]
-    total = sum(reading_flops(cfg, p, a, layers, a if stats else 0) for p, a in readings)
-    if stats:  # the unconditional pass: the empty turn, then the answer
-        total += sum(reading_flops(cfg, counts["empty_prompt"], a, layers, a) for _, a in readings)
+
+    def scored(a: int) -> int:  # the tokens whose statistics are computed
+        return min(a, counts["stats_tokens"] or a)
+
+    total = sum(reading_flops(cfg, p, a, layers, scored(a) if stats else 0) for p, a in readings)
+    if stats:  # the unconditional pass: the empty turn, then the scored tokens of the answer
+        total += sum(reading_flops(cfg, counts["empty_prompt"], scored(a), layers, scored(a)) for _, a in readings)
     return total
 
 
@@ -200,6 +205,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
+    from clfjudge.embedding_cache import ENV
+
+    os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
 
     from clfjudge import sources
     from clfjudge.export import ParityConfig, export_judge
