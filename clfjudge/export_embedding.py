@@ -136,7 +136,9 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
     options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens")
                if k in config}
-    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size)
+    # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
+    # broken graph pass
+    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size, cache_dir="")
     reference = EmbeddingJudge.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()
     before, after = embedder.template_parts()
@@ -163,7 +165,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         for name, meta in files.items():
             thresholds = parity.for_precision(meta["precision"])
             onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config,
-                                            variant=meta["precision"], batch_size=parity.batch_size)
+                                            variant=meta["precision"], batch_size=parity.batch_size, cache_dir="")
             candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
             measured = _parity(reference, candidate, records, thresholds)
             failures = thresholds.failures(measured)

@@ -71,3 +71,13 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     assert result.primary == "reader_quantized.onnx"
     assert Judge.load(tmp_path / "int8").backend_name == "onnx (int8)"
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
+
+
+def test_the_gate_reads_afresh_whatever_the_embedding_cache_holds(judge_dir, tmp_path, monkeypatch):
+    """Vectors cached by an earlier run are never what the gate compares: a broken graph could pass on them."""
+    from clfjudge.embedding_cache import ENV
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(ENV, str(cache))
+    export_judge(judge_dir, tmp_path / "onnx", n_records=8, parity=_parity())
+    assert not cache.exists() or not any(cache.rglob("shard-*"))
