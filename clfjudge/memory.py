@@ -6,7 +6,8 @@ first large free, so those buffers then come from the heap, whose pages the smal
 grew by ~15 MiB per answer read in one go (3,000 answers of the main job: killed at 24 GiB). A fixed 8 MiB mmap
 threshold gives each large buffer (activations, LM-head logits) its own mapping, returned to the system when freed
 (SmolLM2 with token statistics, bf16, 2 threads: 4.8 -> 1.2 GiB resident after 256 answers in blocks of 128, same
-speed; glibc's initial 128 KiB, fixed, saved as much memory but read 2x slower). Set once per process; a no-op off glibc or when MALLOC_MMAP_THRESHOLD_ is set.
+speed; glibc's initial 128 KiB, fixed, saved as much memory but read 2x slower).
+Set once per process; a no-op off glibc or when MALLOC_MMAP_THRESHOLD_ is set.
 """
 from __future__ import annotations
 
