@@ -28,10 +28,15 @@ def _resolve_model_path(spec: str) -> str:
 class SemScore:
     """Embeds texts once per call (unique texts only) and returns cosine similarities."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu") -> None:
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu",
+                 precision: str = "auto") -> None:
+        from .decoder_embedder import resolve_precision
+
         self.model_spec = model
         self.batch_size = batch_size
         self.device = device
+        # bf16 autocast on AMX / AVX512-BF16 CPUs and GPUs: ~3x fp32 for MPNet, cosines within ~1e-3
+        self.precision = resolve_precision(precision, device)
         self._encoder = None
 
     @property
@@ -47,12 +52,25 @@ class SemScore:
         if len(responses) != len(references):
             raise ValueError(f"{len(responses)} responses but {len(references)} references")
         unique = list(dict.fromkeys([*responses, *references]))
-        emb = self.encoder.encode(unique, batch_size=self.batch_size, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=show_progress)
+        emb = self.embed(unique, show_progress)
         index = {text: i for i, text in enumerate(unique)}
         a = emb[[index[t] for t in responses]]
         b = emb[[index[t] for t in references]]
         return np.sum(a * b, axis=1)
+
+    def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
+        """L2-normalised float32 embeddings of ``texts``."""
+        import contextlib
+
+        import torch
+
+        autocast = (torch.autocast("cuda" if self.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+                    if self.precision == "bf16" else contextlib.nullcontext())
+        with autocast:
+            emb = self.encoder.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
+                                      show_progress_bar=show_progress)
+        emb = emb.float().cpu().numpy()  # normalised in float32, not in bf16
+        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
 
     def score_records(self, records: Sequence[PointRecord], show_progress: bool = False) -> np.ndarray:
         missing = [r.id for r in records if not r.reference]

@@ -139,3 +139,24 @@ def test_a_judge_changed_in_place_is_not_read_from_the_cache(tmp_path):
     (judge / "judge_card.json").write_text('{"created": "2"}')
     assert _cache_path(tmp_path, str(judge), "pandalm-test") != before
     assert _cache_path(tmp_path, "semscore", "x") == _cache_path(tmp_path, "semscore", "x")
+
+
+def test_a_set_limit_caps_one_set_and_limit_the_rest():
+    from clfjudge.audit import load_sets
+
+    _, records, _ = load_sets(["pandalm-test", "autoj-test"], 50, set_limits={"autoj-test": 20})
+    assert (len(records["pandalm-test"]), len(records["autoj-test"])) == (50, 20)
+    _, again, _ = load_sets(["autoj-test"], None, set_limits={"autoj-test": 20})
+    assert [r.id for r in again["autoj-test"]] == [r.id for r in records["autoj-test"]]  # seeded by set, not limit
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
+def test_semscore_in_bf16_matches_fp32():
+    from clfjudge.semscore import SemScore
+
+    answers = ["Paris is the capital of France.", "The mitochondria is the powerhouse of the cell.", "42"]
+    refs = ["The capital of France is Paris.", "Cells get energy from mitochondria.", "forty-two"]
+    fp32 = SemScore(precision="fp32").similarity(answers, refs)
+    bf16 = SemScore(precision="bf16").similarity(answers, refs)
+    assert fp32[0] > fp32[2] and abs(fp32 - bf16).max() < 1e-2

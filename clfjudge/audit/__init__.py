@@ -21,9 +21,10 @@ BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
 
 
 def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
-              extra: Mapping[str, Sequence[PairRecord]] | None = None):
+              extra: Mapping[str, Sequence[PairRecord]] | None = None,
+              set_limits: Mapping[str, int] | None = None):
     """The audit's test sets (and ``extra``: more named pair sets, e.g. a training pool's held-out slices, scored
-    with the selection protocol)."""
+    with the selection protocol), each a seeded sample of at most ``set_limits[name]`` (else ``limit``) records."""
     from ..sources import SOURCES
 
     sets, records, missing = [], {}, []
@@ -38,8 +39,9 @@ def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
             missing.append(s.name)
             continue
         recs = source.load(source.path()).records
-        if limit is not None and len(recs) > limit:
-            keep = sorted(random.Random(f"{seed}:{s.name}").sample(range(len(recs)), limit))
+        cap = (set_limits or {}).get(s.name, limit)
+        if cap is not None and len(recs) > cap:
+            keep = sorted(random.Random(f"{seed}:{s.name}").sample(range(len(recs)), cap))
             recs = [recs[i] for i in keep]
         sets.append(s)
         records[s.name] = recs
@@ -91,7 +93,7 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
 def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None, limit: int | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
               extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
-              trust_pickle: bool = False) -> dict[str, Any]:
+              trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None) -> dict[str, Any]:
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -101,13 +103,13 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
-    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets)
+    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
     names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle)
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),
         "sets": {s.name: {"kind": s.kind, "protocol": s.protocol, "n": len(records[s.name])} for s in test_sets},
-        "sets_not_available": missing, "limit": limit, "bootstrap": bootstrap,
+        "sets_not_available": missing, "limit": limit, "set_limits": dict(set_limits or {}), "bootstrap": bootstrap,
         "suites": {name: SUITES[name](data) for name in chosen},
     }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")

@@ -136,8 +136,9 @@ class SemScoreJudge(AuditJudge):
             raise NotApplicable("needs a reference answer, this set has none")
         if kind == "point":
             return Predictions(scores=[float(s) for s in self.semscore.score_records(records)])
-        sim_a = self.semscore.similarity([r.answer_a for r in records], [r.reference for r in records])
-        sim_b = self.semscore.similarity([r.answer_b for r in records], [r.reference for r in records])
+        both = self.semscore.similarity([*(r.answer_a for r in records), *(r.answer_b for r in records)],
+                                        [r.reference for r in records] * 2)  # one call: each reference read once
+        sim_a, sim_b = both[:len(records)], both[len(records):]
         forward = [Verdict.from_scores(a, b) for a, b in zip(sim_a, sim_b)]
         return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=list(map(float, sim_a - sim_b)),
                            transform="grade each answer, compare")

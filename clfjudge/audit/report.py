@@ -234,6 +234,9 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
         lines.append("Not available here (no files): " + ", ".join(m["sets_not_available"]) + ".")
     if m["limit"]:
         lines.append(f"Each set is a seeded sample of at most {m['limit']} records.")
+    if m.get("set_limits"):
+        caps = ", ".join(f"{name} {cap}" for name, cap in sorted(m["set_limits"].items()))
+        lines.append(f"Smaller seeded samples: {caps}.")
     lines.append("")
     sections = {"scoreboard": lambda: scoreboard_section(m), "cross-scheme": lambda: cross_scheme_section(m),
                 "position": lambda: bias_section(m, out_dir),
