@@ -35,6 +35,7 @@ PRECISIONS = ("fp32", "bf16", "auto")
 # Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n: bench/results/decoder_speed_*).
 SHARED_PREFIX_MIN = 2
 STORE_EVERY = 256  # texts read between two writes to the disk cache
+PROGRESS_MIN = 256  # a read of this many texts shows a progress bar even when show_progress is off
 # Per-answer token statistics (stats=True), in this order. PMI = conditional - unconditional log-probability.
 STAT_NAMES = ("pmi_mean", "pmi_positive_fraction", "pmi_median", "pmi_first32", "cond_mean", "uncond_mean",
               "log_tokens")
@@ -254,13 +255,8 @@ class DecoderEmbedder:
         of a token does not depend on what follows it, so this is exact for them, and cheaper)."""
         return body if self.stats_tokens is None else body[:self.stats_tokens]
 
-    def _batches(self, order: list[int], desc: str):
-        batches = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
-        if self.show_progress:
-            from tqdm.auto import tqdm
-
-            return tqdm(batches, desc=desc, unit="batch", postfix={"answers": len(order)})
-        return batches
+    def _batches(self, order: list[int]):
+        return [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
 
     def _read(self, items: list[tuple[list[int], list[int]]],
               with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
@@ -276,7 +272,7 @@ class DecoderEmbedder:
         # load_tokenizer had to add would be outside the frozen model's embedding table)
         pad = self._eos
         with torch.inference_mode(), self._autocast():
-            for batch in self._batches(order, f"reading with {self.encoder} layer {self.layer}"):
+            for batch in self._batches(order):
                 width = max(len(items[i][0]) + len(items[i][1]) for i in batch)
                 ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -310,7 +306,7 @@ class DecoderEmbedder:
         log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(bodies) if with_log_probs else None
         pad = self._eos
         with torch.inference_mode(), self._autocast():
-            for batch in self._batches(order, f"reading {len(bodies)} answers after a shared prompt"):
+            for batch in self._batches(order):
                 head = self._model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
                 cache = head.past_key_values
                 cache.batch_repeat_interleave(len(batch))
@@ -368,6 +364,7 @@ class DecoderEmbedder:
         # prompt are kept in one block so they still share its key/value cache
         built = {k: build(i) for k, i in missing.items()}
         pending = sorted(built, key=lambda k: built[k][0])
+        bar = self._progress(len(pending))
         start = 0
         while start < len(pending):
             end = min(start + self.store_every, len(pending))
@@ -384,7 +381,18 @@ class DecoderEmbedder:
                 vectors = np.hstack([vectors, stats])
             self._cache.update(zip(block, vectors))
             self._disk.store(list(block), vectors)
+            bar.update(len(block))
+            bar.set_postfix(tokens=f"{sum(len(p) + len(b) for p, b in items):,}", refresh=False)
+        bar.close()
         return np.stack([self._cache[k] for k in keys])
+
+    def _progress(self, total: int):
+        """One bar per read (count, answers/s, time left), block by block: on when asked, and on any read long
+        enough to wait for (a training pool, an audit set), in a log as well as on a terminal."""
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, unit="answer", desc=f"reading with {self.encoder} layer {self.layer} ({self.precision})",
+                    disable=not (self.show_progress or total >= PROGRESS_MIN), mininterval=10)
 
     # -- public ----------------------------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:

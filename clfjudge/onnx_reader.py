@@ -75,7 +75,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
         out = np.zeros((len(items), self.hidden_size), dtype=np.float32)
         log_probs = [np.zeros(0)] * len(items) if with_log_probs else None
-        for batch in self._batches(order, f"reading with {self.encoder} layer {self.layer} (onnx {self.variant})"):
+        for batch in self._batches(order):
             feed = graph_feed([items[i] for i in batch], self._eos, self.stats_tokens)
             outputs = self._session.run(None, {k: feed[k] for k in self._inputs})
             out[batch] = outputs[0]
