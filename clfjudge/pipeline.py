@@ -36,7 +36,7 @@ class Profile:
     audit_set_limits: tuple[tuple[str, int], ...] = ()  # (set, cap) where a set needs a smaller sample than audit_limit
     bootstrap: int = 1000
     parity_records: int | None = None
-    parity_overrides: tuple[str, ...] = ()  # export/parity.yaml thresholds changed for this profile
+    parity_overrides: tuple[str, ...] = ()  # clfjudge/configs/parity.yaml thresholds changed for this profile
 
 
 PROFILES: Registry[Profile] = Registry("run profile")
@@ -52,7 +52,7 @@ PROFILES.register("quick", Profile(
                      "early_stopping_patience=0", "max_length=256"),
     audit_limit=40, bootstrap=100, parity_records=32,
     # an 8-step judge has near-zero margins, so int8 noise tips some of its 32 decisions: the gate still runs
-    # and reports, with looser int8 bounds (the full profile keeps export/parity.yaml's 99% / 1 point)
+    # and reports, with looser int8 bounds (the full profile keeps clfjudge/configs/parity.yaml's 99% / 1 point)
     parity_overrides=("int8.min_agreement=0.9", "int8.max_metric_delta=0.1")))
 
 
