@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .paths import REPO_ROOT
+from .configs import config_path
 from .registry import Registry
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_RECIPE = REPO_ROOT / "train" / "cpu" / "main-smollm2.yaml"
+DEFAULT_RECIPE = config_path("recipes/main-smollm2.yaml")
 # Judges audited beside the trained one: the released judges' prediction files and the reference metric.
 REFERENCE_JUDGES = ("released:pandalm-7b", "released:gpt-3.5-turbo", "released:auto-j-13b", "semscore")
 
