@@ -7,11 +7,11 @@ parity with PyTorch.
    is the fallback when dynamo fails for an architecture, and the card records which one ran and why;
 2. ``--optimize``: onnxruntime's transformer optimizer for BERT-like encoders, else onnxruntime's own offline
    graph optimization -> model_optimized.onnx;
-3. ``--int8``: ``quantize_dynamic`` with the CPU ISA's settings (export/int8.yaml) -> model_quantized.onnx;
+3. ``--int8``: ``quantize_dynamic`` with the CPU ISA's settings (clfjudge/configs/int8.yaml) -> model_quantized.onnx;
 4. the parity gate: a seeded slice of real labelled records (the card's evaluation / training sources, else
-   export/parity.yaml's defaults), encoded by the judge's own encoder and run in padded, length-bucketed
+   clfjudge/configs/parity.yaml's defaults), encoded by the judge's own encoder and run in padded, length-bucketed
    batches through PyTorch and through every ONNX file; max |logit diff|, decision agreement and the metric
-   delta (accuracy for pair judges, Pearson for point judges) are checked against export/parity.yaml. Any
+   delta (accuracy for pair judges, Pearson for point judges) are checked against clfjudge/configs/parity.yaml. Any
    failure removes the temporary output and raises ``ParityError`` naming the threshold and the numbers;
 5. on success the directory is moved into place: the ONNX files (named as optimum's ORTModel* expect),
    config.json, the tokenizer files, judge_card.json (runtime section: files, primary file, exporter,
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .card import JudgeCard
+from .configs import config_path
 from .encoding import MODEL_INPUTS
 from .heads import HEADS, Head
-from .paths import REPO_ROOT
 from .records import Record
 from .registry import Registry
 from .runtime import (HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend,
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARITY_CONFIG = REPO_ROOT / "export" / "parity.yaml"
-INT8_CONFIG = REPO_ROOT / "export" / "int8.yaml"
+PARITY_CONFIG = config_path("parity.yaml")
+INT8_CONFIG = config_path("int8.yaml")
 REPORT_NAME = "parity_report.json"
 # Above this many bytes of weights the ONNX protobuf (2 GB limit) keeps its tensors in a side file.
 EXTERNAL_DATA_BYTES = 1_500_000_000
@@ -137,7 +137,7 @@ class ParityConfig:
 
 @dataclass(frozen=True)
 class Int8Settings:
-    """``quantize_dynamic`` settings for one CPU instruction set (see export/int8.yaml)."""
+    """``quantize_dynamic`` settings for one CPU instruction set (see clfjudge/configs/int8.yaml)."""
 
     isa: str
     weight_type: str = "QInt8"

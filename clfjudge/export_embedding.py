@@ -9,7 +9,7 @@ the exported judge runs with onnxruntime + tokenizers alone (``onnx_reader.OnnxD
 
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
-accuracy (export/parity.yaml; a variant that fails is refused and nothing is written).
+accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written).
 """
 from __future__ import annotations
 

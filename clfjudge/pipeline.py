@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .paths import REPO_ROOT
+from .configs import config_path
 from .registry import Registry
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_RECIPE = REPO_ROOT / "train" / "cpu" / "main-smollm2.yaml"
+DEFAULT_RECIPE = config_path("recipes/main-smollm2.yaml")
 # Judges audited beside the trained one: the released judges' prediction files and the reference metric.
 REFERENCE_JUDGES = ("released:pandalm-7b", "released:gpt-3.5-turbo", "released:auto-j-13b", "semscore")
 
@@ -36,7 +36,7 @@ class Profile:
     audit_set_limits: tuple[tuple[str, int], ...] = ()  # (set, cap) where a set needs a smaller sample than audit_limit
     bootstrap: int = 1000
     parity_records: int | None = None
-    parity_overrides: tuple[str, ...] = ()  # export/parity.yaml thresholds changed for this profile
+    parity_overrides: tuple[str, ...] = ()  # clfjudge/configs/parity.yaml thresholds changed for this profile
 
 
 PROFILES: Registry[Profile] = Registry("run profile")
@@ -52,7 +52,7 @@ PROFILES.register("quick", Profile(
                      "early_stopping_patience=0", "max_length=256"),
     audit_limit=40, bootstrap=100, parity_records=32,
     # an 8-step judge has near-zero margins, so int8 noise tips some of its 32 decisions: the gate still runs
-    # and reports, with looser int8 bounds (the full profile keeps export/parity.yaml's 99% / 1 point)
+    # and reports, with looser int8 bounds (the full profile keeps clfjudge/configs/parity.yaml's 99% / 1 point)
     parity_overrides=("int8.min_agreement=0.9", "int8.max_metric_delta=0.1")))
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
+from .configs import config_path
 from .heads import HEADS, Head, PairOutputs
 from .paths import REPO_ROOT
 from .records import PairRecord, Record, RecordError
@@ -87,7 +88,7 @@ class TrainConfig:
     logging_steps: int = 10
     group_by_length: bool = True  # batches of similar length: far less padding, which dominates CPU time
     deepspeed: str = "off"  # off | auto (only when CUDA is available) | force (e.g. the CPU test)
-    deepspeed_config: str = "train/ds_zero2.json"
+    deepspeed_config: str | None = None  # None: the bundled ZeRO-2 config (clfjudge/configs/ds_zero2.json)
     output_dir: str = "runs/judge"
     preset: str | None = None  # a name in PRESETS, applied under the file's own values
 
@@ -477,11 +478,15 @@ def resolve_deepspeed(cfg: TrainConfig, cuda: bool) -> str | None:
     """The DeepSpeed config path to use, or None: off, auto (CUDA only) or force."""
     if cfg.deepspeed == "off" or (cfg.deepspeed == "auto" and not cuda):
         return None
-    path = Path(cfg.deepspeed_config)
-    if not path.is_absolute() and not path.exists():
-        path = REPO_ROOT / path
-    if not path.exists():
-        raise FileNotFoundError(f"deepspeed_config {cfg.deepspeed_config} does not exist")
+    if cfg.deepspeed_config is None:
+        path = config_path("ds_zero2.json")
+    else:  # relative: from the working directory, else from the repository root
+        path = Path(cfg.deepspeed_config)
+        if not path.is_absolute() and not path.exists():
+            path = REPO_ROOT / path
+        if not path.exists():
+            raise FileNotFoundError(f"deepspeed_config {cfg.deepspeed_config} does not exist (leave it unset for "
+                                    "the bundled ZeRO-2 config)")
     if "RANK" not in os.environ and "LOCAL_RANK" not in os.environ:
         raise ValueError("DeepSpeed needs a distributed launcher: run under `torchrun --nproc_per_node=N` "
                          "or the `deepspeed` launcher (see train/launch_multi_gpu.sh)")

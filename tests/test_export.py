@@ -120,8 +120,8 @@ def test_int8_and_optimized_export(judges, tmp_path):
 
 
 def test_int8_keeps_products_of_gelu_outputs_in_fp32(judges, tmp_path):
-    """export/int8.yaml: the FFN down-projections (input from Gelu) stay fp32, every other weight product is
-    quantized."""
+    """clfjudge/configs/int8.yaml: the FFN down-projections (input from Gelu) stay fp32, every other weight
+    product is quantized."""
     import onnx
 
     from clfjudge.export import fp32_nodes

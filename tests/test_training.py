@@ -56,6 +56,7 @@ def test_each_head_trains_and_loads(request, tmp_path, head, backbone):
 def test_recipes_parse():
     recipes = sorted((REPO_ROOT / "train").rglob("*.yaml"))
     assert recipes, "no recipes under train/"
+    recipes += sorted((REPO_ROOT / "clfjudge" / "configs" / "recipes").glob("*.yaml"))  # the bundled defaults
     for path in recipes:
         TrainConfig.from_yaml(path)
 

@@ -7,7 +7,7 @@
 # NPROC     processes (default: the number of visible CUDA devices)
 # LAUNCHER  torchrun (default) or deepspeed; the deepspeed launcher passes --local_rank, which
 #           `clfjudge train` accepts. DeepSpeed itself is switched by the recipe's `deepspeed` key
-#           (auto = on when CUDA is available; config train/ds_zero2.json).
+#           (auto = on when CUDA is available; config clfjudge/configs/ds_zero2.json).
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
     sed -n '2,11p' "$0"; exit 2

@@ -14,12 +14,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
     p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    p.add_argument("--isa", default="auto", help="int8 settings from export/int8.yaml: auto (this CPU), "
+    p.add_argument("--isa", default="auto", help="int8 settings from clfjudge/configs/int8.yaml: auto (this CPU), "
                                                  "avx512_vnni, avx512, avx2, arm64")
     p.add_argument("--source", default=None, metavar="NAME[:N]",
-                   help="validation source of the parity gate (default: the card's sources, then export/parity.yaml's)")
+                   help="validation source of the parity gate (default: the card's sources, then "
+                        "clfjudge/configs/parity.yaml's)")
     p.add_argument("--n", dest="n_records", type=int, default=None, help="validation records (default: parity.yaml)")
-    p.add_argument("--parity-config", default=None, help="parity thresholds YAML (default: export/parity.yaml)")
+    p.add_argument("--parity-config", default=None,
+                   help="parity thresholds YAML (default: clfjudge/configs/parity.yaml)")
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
     p.set_defaults(func=run)

@@ -10,7 +10,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("run", help="main job: check data, train the default judge, export int8, audit, report")
     p.add_argument("--out", type=Path, default=Path("runs/main"), help="run directory (default: runs/main)")
-    p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="training recipe (default: %(default)s)")
+    p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE,
+                   help="training recipe file (default: the bundled clfjudge/configs/recipes/main-smollm2.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable)")
     p.add_argument("--profile", choices=PROFILES.names(), default="full",
