@@ -213,3 +213,30 @@ def test_score_cli_runs_a_generative_judge(gen_dir, tmp_path, monkeypatch, capsy
     assert "lines read 3: scored 3, rejected 0" in capsys.readouterr().out
     assert main(["score", str(gen_dir), "--input", str(src), "--output", str(out), "--symmetric"]) == 0
     assert [json.loads(line)["generated"] for line in out.read_text().splitlines()][0] == ["1", "2"]
+
+
+def test_audit_cache_key_of_a_generative_directory(gen_dir, tmp_path):
+    import shutil
+
+    from clfjudge.audit import _cache_path
+
+    judge = shutil.copytree(gen_dir, tmp_path / "judge")
+    before = _cache_path(tmp_path, str(judge), "llmbar-natural")
+    assert _cache_path(tmp_path, f"gen:{judge}", "llmbar-natural") == before  # the deprecated alias: same judge
+    card = JudgeCard.load(judge)
+    card.training = {"global_steps": 1}  # re-trained in place
+    card.save(judge)
+    assert _cache_path(tmp_path, str(judge), "llmbar-natural") != before
+
+
+@needs_data
+def test_audit_runs_a_generative_judge_directory(gen_dir, tmp_path):
+    from clfjudge.audit import run_audit
+
+    m = run_audit([str(gen_dir)], tmp_path, suites=["cross-scheme", "position"], limit=4, bootstrap=0,
+                  progress=False, sets=["llmbar-natural"])
+    name = next(n for n, spec in m["judges"].items() if spec == str(gen_dir))
+    assert "generative" in name
+    row = m["suites"]["cross-scheme"]["rows"][name]["llmbar-natural"]
+    failed_outputs = int(row["notes"][0].split()[0])  # "<k> outputs did not parse (pandalm-pair)"
+    assert row["n_failed"] <= failed_outputs <= 2 * row["n_failed"] <= 8
