@@ -92,7 +92,7 @@ def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, 
     judge = GenerativeJudge.load(out)
     records = [PAIR] if card.kind == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
                                                               scale=(1.0, 5.0))]
-    got = judge.compare_batch(records) if card.kind == "pair" else judge.score_batch(records)
+    got = judge.verdicts(records) if card.kind == "pair" else judge.scores(records)
     assert len(got) == 1 and judge.stats.total(judge.parser.name) == 1
 
 
