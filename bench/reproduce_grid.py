@@ -1,6 +1,6 @@
 """The CPU-scale reproduction: train every recipe in train/cpu/, export each to int8 through the parity gate,
 audit them all beside the released judges' files and SemScore, and write the report. Generative judges
-(``head: generative``) have no ONNX form: they are audited as ``gen:`` judges with PyTorch.
+(``head: generative``) have no ONNX form: their directories are audited as they are, with PyTorch.
 
     python bench/reproduce_grid.py [--recipes train/cpu/*.yaml] [--out bench/results/grid_audit_<date>] [--limit N]
 
@@ -41,7 +41,7 @@ def main() -> None:
     for judge_dir in [REPO / TrainConfig.from_yaml(r, []).output_dir for r in args.recipes] + args.extra:
         onnx_dir = judge_dir.parent / f"{judge_dir.name}-onnx"
         if JudgeCard.load(judge_dir).head == GENERATIVE:
-            judges.append(f"gen:{judge_dir}")
+            judges.append(str(judge_dir))
             continue
         if not onnx_dir.exists():
             print(f"[grid] exporting {judge_dir} (int8, parity gate)")

@@ -71,7 +71,7 @@ def load(judge_dir: Path, threads: int):
     head = JudgeCard.load(judge_dir).head
     if head == GENERATIVE:
         judge = GenerativeJudge.load(judge_dir, batch_size=8)
-        return lambda recs: judge.compare_batch(recs)
+        return lambda recs: judge.verdicts(recs)
     judge = Judge.load(judge_dir, backend="sklearn" if head == "embedding" else "torch", threads=threads,
                        batch_size=8)
 

@@ -88,8 +88,9 @@ class PromptEncoder:
 
 
 class GenerativeJudge:
-    """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``compare_batch`` verdicts
-    (None = parse failure) and ``score_batch`` scores (None = parse failure)."""
+    """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``verdicts`` verdicts (None =
+    parse failure) and ``scores`` scores (None = parse failure). ``runtime.GenerateJudge`` serves it behind the
+    ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
 
     def __init__(self, model, tokenizer, scheme: str, max_length: int, max_new_tokens: int,
                  use_reference: bool = False, batch_size: int = 8, name: str = "") -> None:
@@ -147,11 +148,11 @@ class GenerativeJudge:
                     texts[i] = self.tokenizer.decode(ids, skip_special_tokens=True)
         return [self.stats.add(self.parser.name, self.parser(text)) for text in texts]
 
-    def compare_batch(self, records: Sequence[PairRecord]) -> list:
+    def verdicts(self, records: Sequence[PairRecord]) -> list:
         """Verdicts (pairwise-grading schemes: the verdict their score pair implies); None = parse failure."""
         return [p.verdict if p.ok else None for p in self.generate(records)]
 
-    def score_batch(self, records: Sequence[PointRecord]) -> list[float | None]:
+    def scores(self, records: Sequence[PointRecord]) -> list[float | None]:
         return [p.score if p.ok else None for p in self.generate(records)]
 
 
@@ -169,13 +170,13 @@ def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any
     before = judge.stats.total(judge.parser.name)
     if judge.scheme.kind == "pair":
         gold = [r.verdict for r in records]
-        forward = judge.compare_batch(records)
-        swapped = judge.compare_batch([r.swapped() for r in records])
+        forward = judge.verdicts(records)
+        swapped = judge.verdicts([r.swapped() for r in records])
         out = pairwise_metrics(gold, forward, failures="count_wrong").as_dict()
         both = autoj_agreement(gold, forward, swapped, failures="count_wrong")
         out.update(agreement=both.agreement, consistency=both.consistency)
     else:
-        scores = judge.score_batch(records)
+        scores = judge.scores(records)
         n_failed = sum(s is None for s in scores)
         if len(scores) - n_failed >= 2:
             out = asdict(correlations([r.score for r in records], scores, failures="exclude"))

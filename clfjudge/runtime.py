@@ -1,8 +1,9 @@
 """The judge runtime: ``Judge.load(dir)`` -> a judge that takes a batch and returns typed results.
 
 The directory says what it is (judge_card.json): a fine-tuned head served by PyTorch (model.safetensors)
-or onnxruntime (model.onnx and its variants, written by ``clfjudge export``), or an embedding judge (a
-scikit-learn head over a frozen encoder). Every backend goes through the same steps:
+or onnxruntime (model.onnx and its variants, written by ``clfjudge export``), an embedding judge (a
+scikit-learn head over a frozen encoder), or a generative judge (a causal LM that writes its verdict, read by
+the scheme's parser; ``GenerateJudge``). Every classifier backend goes through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
 in training) -> length-bucketed batches (sorted by token length so little padding is computed, order
@@ -15,6 +16,7 @@ position-invariant by construction (reward heads, embedding judges) skip the sec
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from .embedding_judge import EmbeddingJudge
+    from .generative import GenerativeJudge
+    from .parsers import Parsed
 
 DEFAULT_BATCH_SIZE = 16
 # ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
@@ -49,27 +53,38 @@ _POINT_FIELDS = ("id", "question", "answer", "rubric", "reference", "score", "sc
 @dataclass(frozen=True)
 class Comparison:
     """P(answer A better), P(tie), P(answer B better) and the calibrated verdict. ``margin``: r_A - r_B for
-    reward heads."""
+    reward heads. ``generated``: a generative judge's text (one per answer order judged); ``parsed=False``
+    when its parser could not read it: then there is no verdict (None) and no probabilities (NaN)."""
 
     p_a: float
     p_tie: float
     p_b: float
-    verdict: Verdict
+    verdict: Verdict | None
     margin: float | None = None
+    parsed: bool = True
+    generated: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"p_a": self.p_a, "p_tie": self.p_tie, "p_b": self.p_b, "verdict": self.verdict.value}
-        return out if self.margin is None else {**out, "margin": self.margin}
+        probs = (self.p_a, self.p_tie, self.p_b) if self.parsed else (None, None, None)
+        out = {**dict(zip(("p_a", "p_tie", "p_b"), probs)),
+               "verdict": None if self.verdict is None else self.verdict.value}
+        if self.margin is not None:
+            out["margin"] = self.margin
+        return out if self.generated is None else {**out, "parsed": self.parsed, "generated": list(self.generated)}
 
 
 @dataclass(frozen=True)
 class Score:
-    """A point judge's score on the card's ``score_scale``, or a reward head's raw reward r(question, answer)."""
+    """A point judge's score on the card's ``score_scale``, or a reward head's raw reward r(question, answer).
+    ``generated`` / ``parsed`` as in ``Comparison`` (an unparsed output has no score: NaN)."""
 
     value: float
+    parsed: bool = True
+    generated: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"score": self.value}
+        out = {"score": self.value if self.parsed else None}
+        return out if self.generated is None else {**out, "parsed": self.parsed, "generated": list(self.generated)}
 
 
 # -- inputs -----------------------------------------------------------------------------------------------
@@ -191,9 +206,10 @@ class Judge:
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
              threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> "Judge":
-        """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx" or
-        "sklearn" (embedding judges); ``provider``: "cpu" | "cuda"; ``variant``: for ONNX, "fp32" |
-        "optimized" | "int8" or a file name (default: the card's primary file); ``threads``: intra-op threads;
+        """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
+        "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
+        ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
+        ``threads``: intra-op threads;
         ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
         directory = Path(directory)
         card = JudgeCard.load(directory)
@@ -250,7 +266,8 @@ class Judge:
     def rank(self, question: str, answers: Sequence[str]) -> list[float]:
         """One score per answer, higher = better: a judge that scores answers scores each once (a decoder judge
         reads the question once for all of them); a pairwise judge plays every pair in both orders and scores
-        an answer by its mean P(win) - P(loss)."""
+        an answer by its mean P(win) - P(loss). A generative judge's output that did not parse is no score
+        (NaN) and no game (left out of the mean; NaN for an answer with no parsed game)."""
         if not answers:
             raise ValueError("rank needs at least one answer")
         if "score" in self.tasks:
@@ -260,11 +277,16 @@ class Judge:
         pairs = list(combinations(range(len(answers)), 2))
         results = self.compare_batch([{"question": question, "answer_a": answers[i], "answer_b": answers[k]}
                                       for i, k in pairs], symmetric=True)
-        total = np.zeros(len(answers))
+        total, played = np.zeros(len(answers)), np.zeros(len(answers))
         for (i, k), c in zip(pairs, results):
+            if not c.parsed:
+                continue
             total[i] += c.p_a - c.p_b
             total[k] += c.p_b - c.p_a
-        return [float(t) for t in total / max(len(answers) - 1, 1)]
+            played[[i, k]] += 1
+        if len(answers) == 1:
+            return [0.0]
+        return [float(t / n) if n else math.nan for t, n in zip(total, played)]
 
 
 # What each fine-tuned head can do: a reward head also scores one answer (its reward).
@@ -360,13 +382,79 @@ class SklearnJudge(Judge):
         return raw.reshape(-1)
 
 
+class GenerateJudge(Judge):
+    """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeJudge``
+    writes the judgement greedily and the scheme's parser reads it. A pair scheme compares, a point scheme scores.
+
+    A parsed verdict is certain (one-hot probabilities); ``symmetric`` also judges the swapped pair (in the same
+    batches) and averages the two one-hots: the verdict both orders give, TIE when they differ. Every result
+    carries the generated text(s); one the parser cannot read is ``parsed=False``, never a default verdict or
+    score (a symmetric result is unparsed if either order is). ``rank`` is the base class's: point schemes score
+    each answer, pair schemes play every pair in both orders, and an unparsed game counts for neither answer."""
+
+    backend_name = "generate"
+
+    def __init__(self, card: JudgeCard, generator: "GenerativeJudge",
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), batch_size)
+        self.generator = generator
+        self.generator.batch_size = batch_size
+        self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
+
+    @classmethod
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> "GenerateJudge":
+        """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
+        from .generative import GENERATIVE, GenerativeJudge
+
+        gen = GenerativeJudge.from_backbone(backbone, scheme, batch_size=batch_size)
+        runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
+        card = JudgeCard(head=GENERATIVE, kind=gen.scheme.kind, backbone=backbone, scheme=scheme,
+                         max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
+                         label_map={"parser": gen.parser.name}, runtime=runtime)
+        return cls(card, gen, batch_size)
+
+    @property
+    def truncation(self) -> dict[str, Any]:
+        return self.encoder.report.to_dict()
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        raise ValueError(f"this {self.card.head} judge writes its verdict: it has no logits (nothing to "
+                         "calibrate)")
+
+    def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
+        self.require("compare")
+        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not symmetric:
+            return [_written_comparison([p]) for p in self.generator.generate(records)]
+        parsed = self.generator.generate(records + [r.swapped() for r in records])
+        return [_written_comparison([f, b]) for f, b in zip(parsed[:len(records)], parsed[len(records):])]
+
+    def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
+        self.require("score")
+        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        return [Score(p.score if p.ok else math.nan, parsed=p.ok, generated=(p.raw,))
+                for p in self.generator.generate(records)]
+
+
+def _written_comparison(parsed: Sequence["Parsed"]) -> Comparison:
+    """A comparison from the parsed output of the pair (and of the swapped pair, second)."""
+    texts = tuple(p.raw for p in parsed)
+    if not all(p.ok and p.verdict is not None for p in parsed):
+        return Comparison(math.nan, math.nan, math.nan, None, parsed=False, generated=texts)
+    verdicts = [parsed[0].verdict, *(p.verdict.swapped() for p in parsed[1:])]
+    p_a, p_tie, p_b = (sum(v is side for v in verdicts) / len(verdicts) for side in (Verdict.A, Verdict.TIE, Verdict.B))
+    return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
+
+
 # -- loaders ----------------------------------------------------------------------------------------------
 
 def detect_backend(directory: Path, card: JudgeCard) -> str:
-    """sklearn for embedding judges (onnx once exported); onnx when the directory holds an export; torch for HF
-    weights."""
+    """sklearn for embedding judges (onnx once exported); generate for generative judges; onnx when the
+    directory holds an export; torch for HF weights."""
     if card.head == "embedding":
         return "onnx" if card.runtime.get("backend") == "onnx" else "sklearn"
+    if card.head == "generative":
+        return "generate"
     if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
         return "onnx"
     if any((directory / name).exists() for name in TORCH_WEIGHTS):
@@ -437,7 +525,23 @@ def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: s
     return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)
 
 
+def _load_generate(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                   batch_size: int, trust_pickle: bool = False) -> Judge:
+    from .generative import GenerativeJudge
+
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges; a generative judge has no ONNX form")
+    if provider != "cpu":
+        raise ValueError(f"provider {provider!r}: the generate backend runs on the CPU only")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return GenerateJudge(card, GenerativeJudge.load(directory, batch_size), batch_size)
+
+
 LOADERS: Registry[Callable[..., Judge]] = Registry("judge backend")
 LOADERS.register("torch", _load_torch)
 LOADERS.register("onnx", _load_onnx)
 LOADERS.register("sklearn", _load_sklearn)
+LOADERS.register("generate", _load_generate)

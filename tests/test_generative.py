@@ -92,7 +92,7 @@ def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, 
     judge = GenerativeJudge.load(out)
     records = [PAIR] if card.kind == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
                                                               scale=(1.0, 5.0))]
-    got = judge.compare_batch(records) if card.kind == "pair" else judge.score_batch(records)
+    got = judge.verdicts(records) if card.kind == "pair" else judge.scores(records)
     assert len(got) == 1 and judge.stats.total(judge.parser.name) == 1
 
 
@@ -108,3 +108,135 @@ def test_audit_runs_a_zero_shot_generative_judge(tiny_llama_dir, tmp_path):
     failed_outputs = int(row["notes"][0].split()[0])  # "<k> outputs did not parse (pandalm-pair)"
     assert 0 <= row["n_failed"] <= 6 and row["n_failed"] <= failed_outputs <= 2 * row["n_failed"]
     assert row["n_failed"] < 6 or row["accuracy"] == 0.0 == row["consistency"]  # a failure is never right
+
+
+# -- through the one judge interface (clfjudge.runtime.Judge) ---------------------------------------------
+
+SEVEN_NINE = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
+NINE_SEVEN = {"question": "Name a prime.", "answer_a": "nine", "answer_b": "seven"}
+GIBBERISH = {"question": "GIBBERISH?", "answer_a": "seven", "answer_b": "nine"}
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tiny_llama_dir, tmp_path_factory):
+    from tiny_judges import make_generative_judge
+
+    return make_generative_judge(tiny_llama_dir, tmp_path_factory.mktemp("gen") / "judge")
+
+
+def _scripted(judge):
+    from tiny_judges import ScriptedLM, prefers_seven
+
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
+    return judge
+
+
+def test_judge_load_opens_a_generative_directory(gen_dir):
+    from clfjudge.runtime import Comparison, GenerateJudge, Judge
+
+    judge = Judge.load(gen_dir, batch_size=2)
+    assert isinstance(judge, GenerateJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
+    got = judge.compare_batch([SEVEN_NINE, NINE_SEVEN, GIBBERISH])  # the random tiny LM writes what it writes
+    assert len(got) == 3 and all(isinstance(c, Comparison) for c in got)
+    assert all((c.verdict is not None) == c.parsed and len(c.generated) == 1 for c in got)
+    assert all(len(c.generated) == 2 for c in judge.compare_batch([SEVEN_NINE], symmetric=True))
+    assert judge.generator.stats.total(judge.generator.parser.name) == 5  # every output went through the parser
+    with pytest.raises(ValueError, match="generative judge \\(pair\\) cannot score"):
+        judge.score("Name a prime.", "seven")
+
+
+def test_generative_judge_compares_and_flags_what_does_not_parse(gen_dir):
+    import json
+    import math
+
+    from clfjudge.runtime import Judge
+
+    judge = _scripted(Judge.load(gen_dir))
+    a, b, bad = judge.compare_batch([SEVEN_NINE, NINE_SEVEN, GIBBERISH])
+    assert (a.verdict, a.p_a, a.p_b, a.parsed, a.generated) == (Verdict.A, 1.0, 0.0, True, ("1",))
+    assert b.verdict is Verdict.B and b.p_b == 1.0
+    assert bad.verdict is None and not bad.parsed and bad.generated == ("the first one",)
+    assert all(math.isnan(p) for p in (bad.p_a, bad.p_tie, bad.p_b))  # not a tie, not a default
+    row = json.loads(json.dumps(bad.to_dict(), allow_nan=False))
+    assert row == {"p_a": None, "p_tie": None, "p_b": None, "verdict": None, "parsed": False,
+                   "generated": ["the first one"]}
+    sym = judge.compare_batch([SEVEN_NINE, GIBBERISH], symmetric=True)
+    assert sym[0].verdict is Verdict.A and sym[0].generated == ("1", "2") and not sym[1].parsed
+    assert judge.rank("Name a prime.", ["nine", "seven"]) == [-1.0, 1.0]
+    assert all(math.isnan(x) for x in judge.rank("GIBBERISH?", ["nine", "seven"]))  # no parsed game: no score
+
+
+def test_symmetric_compare_of_a_position_biased_generative_judge_is_a_tie(gen_dir):
+    from clfjudge.runtime import Judge
+    from tiny_judges import ScriptedLM
+
+    judge = Judge.load(gen_dir)
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, lambda _prompt: "1")  # always the first answer
+    c = judge.compare(SEVEN_NINE["question"], "seven", "nine", symmetric=True)
+    assert (c.verdict, c.p_a, c.p_tie, c.p_b) == (Verdict.TIE, 0.5, 0.0, 0.5)
+
+
+def test_a_pointwise_generative_judge_scores(tiny_llama_dir, tmp_path):
+    import math
+
+    from clfjudge.runtime import Judge, Score
+    from tiny_judges import ScriptedLM, make_generative_judge
+
+    judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen-point", "decoder-point-gen"))
+    assert judge.tasks == {"score"}
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, lambda p: "no idea" if "GIBBERISH" in p else "4")
+    good, bad = judge.score_batch([{"question": "Name a prime.", "answer": "seven"},
+                                   {"question": "GIBBERISH?", "answer": "seven"}])
+    assert isinstance(good, Score) and (good.value, good.parsed) == (4.0, True)
+    assert math.isnan(bad.value) and bad.to_dict() == {"score": None, "parsed": False, "generated": ["no idea"]}
+    with pytest.raises(ValueError, match="generative judge \\(point\\) cannot compare"):
+        judge.compare_batch([SEVEN_NINE])
+
+
+def test_score_cli_runs_a_generative_judge(gen_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    import clfjudge.backbones
+    from clfjudge.cli import main
+    from tiny_judges import ScriptedLM, prefers_seven
+
+    monkeypatch.setattr(clfjudge.backbones, "load_causal_lm",
+                        lambda info, tokenizer=None, **_: ScriptedLM(tokenizer, prefers_seven))
+    src, out = tmp_path / "pairs.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", **p}) + "\n"
+                           for i, p in enumerate([SEVEN_NINE, NINE_SEVEN, GIBBERISH])))
+    assert main(["score", str(gen_dir), "--input", str(src), "--output", str(out), "--batch-size", "2"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["verdict"], r["parsed"]) for r in rows] == [("p0", "A", True), ("p1", "B", True),
+                                                                     ("p2", None, False)]
+    assert rows[2]["generated"] == ["the first one"] and rows[2]["p_a"] is None
+    assert "lines read 3: scored 3, rejected 0" in capsys.readouterr().out
+    assert main(["score", str(gen_dir), "--input", str(src), "--output", str(out), "--symmetric"]) == 0
+    assert [json.loads(line)["generated"] for line in out.read_text().splitlines()][0] == ["1", "2"]
+
+
+def test_audit_cache_key_of_a_generative_directory(gen_dir, tmp_path):
+    import shutil
+
+    from clfjudge.audit import _cache_path
+
+    judge = shutil.copytree(gen_dir, tmp_path / "judge")
+    before = _cache_path(tmp_path, str(judge), "llmbar-natural")
+    assert _cache_path(tmp_path, f"gen:{judge}", "llmbar-natural") == before  # the deprecated alias: same judge
+    card = JudgeCard.load(judge)
+    card.training = {"global_steps": 1}  # re-trained in place
+    card.save(judge)
+    assert _cache_path(tmp_path, str(judge), "llmbar-natural") != before
+
+
+@needs_data
+def test_audit_runs_a_generative_judge_directory(gen_dir, tmp_path):
+    from clfjudge.audit import run_audit
+
+    m = run_audit([str(gen_dir)], tmp_path, suites=["cross-scheme", "position"], limit=4, bootstrap=0,
+                  progress=False, sets=["llmbar-natural"])
+    name = next(n for n, spec in m["judges"].items() if spec == str(gen_dir))
+    assert "generative" in name
+    row = m["suites"]["cross-scheme"]["rows"][name]["llmbar-natural"]
+    failed_outputs = int(row["notes"][0].split()[0])  # "<k> outputs did not parse (pandalm-pair)"
+    assert row["n_failed"] <= failed_outputs <= 2 * row["n_failed"] <= 8

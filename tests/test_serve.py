@@ -53,6 +53,24 @@ def test_compare_matches_the_judge(pair_judge):
         assert client.post("/score", json={"question": "q", "answer": "a"}).status_code == 404
 
 
+def test_compare_with_a_generative_judge(tiny_llama_dir, tmp_path):
+    from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
+
+    judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
+    seven_nine = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
+    with TestClient(create_app(judge)) as client:
+        got = client.post("/compare", json=seven_nine)
+        assert got.status_code == 200
+        assert got.json() == {"p_a": 1.0, "p_tie": 0.0, "p_b": 0.0, "verdict": "A", "parsed": True, "generated": ["1"]}
+        batch = client.post("/compare", json={"items": [seven_nine, {**seven_nine, "question": "GIBBERISH?"}],
+                                              "symmetric": True}).json()["results"]
+        assert batch[0]["verdict"] == "A" and batch[0]["generated"] == ["1", "2"]
+        assert batch[1]["parsed"] is False and batch[1]["verdict"] is None and batch[1]["p_a"] is None
+        assert client.get("/healthz").json()["backend"] == "generate"
+        assert client.post("/score", json={"question": "q", "answer": "a"}).status_code == 404
+
+
 def test_score_endpoint(point_judge):
     with TestClient(create_app(point_judge)) as client:
         got = client.post("/score", json={"question": "Name a prime.", "answer": "7"})

@@ -2,7 +2,9 @@
 ``clfjudge train`` writes them: HF save_pretrained (model + tokenizer) + judge_card.json."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -42,3 +44,50 @@ def make_judge(backbone_dir: str | Path, out_dir: str | Path, head: str = "cls3"
               max_length=encoder.policy.max_length, truncation=encoder.card_entry(),
               **judge_head.card_fields()).save(out)
     return out
+
+
+def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme: str = "decoder-pair-gen",
+                          max_new_tokens: int = 4) -> Path:
+    """An untrained generative judge (a tiny decoder's causal LM), laid out as ``train_generative`` writes it."""
+    from clfjudge.backbones import load_causal_lm
+    from clfjudge.generative import GENERATIVE
+    from clfjudge.schemes import SCHEMES
+
+    info = resolve_backbone(str(backbone_dir))
+    tokenizer = load_tokenizer(info, padding_side="left")
+    out = Path(out_dir)
+    load_causal_lm(info, tokenizer=tokenizer).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    policy = TruncationPolicy(max_length=MAX_LENGTH["decoder"] - max_new_tokens)
+    JudgeCard(head=GENERATIVE, kind=SCHEMES.get(scheme).kind, backbone=str(backbone_dir), scheme=scheme,
+              max_length=MAX_LENGTH["decoder"], truncation={"policy": asdict(policy), "use_reference": False},
+              label_map={"parser": SCHEMES.get(scheme).parser},
+              runtime={"backend": "generate", "max_new_tokens": max_new_tokens, "decoding": "greedy"}).save(out)
+    return out
+
+
+class ScriptedLM:
+    """A stand-in causal LM that writes ``reply(prompt text)`` (then EOS): the outputs a test chooses, per prompt,
+    whatever order the judge batches the prompts in."""
+
+    def __init__(self, tokenizer, reply: Callable[[str], str]) -> None:
+        self.tokenizer, self.reply = tokenizer, reply
+
+    def eval(self) -> "ScriptedLM":
+        return self
+
+    def generate(self, input_ids, attention_mask, **_):
+        prompts = self.tokenizer.batch_decode(input_ids, skip_special_tokens=True)
+        rows = [self.tokenizer(self.reply(p), add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+                for p in prompts]
+        width = max(map(len, rows))
+        new = torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def prefers_seven(prompt: str) -> str:
+    """PandaLM-style output ("1" / "2") of a position-consistent judge that prefers the answer "seven" to "nine";
+    an output no parser reads when the question mentions GIBBERISH."""
+    if "GIBBERISH" in prompt:
+        return "the first one"
+    return "1" if prompt.index("seven") < prompt.index("nine") else "2"

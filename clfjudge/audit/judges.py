@@ -1,7 +1,7 @@
 """Audit judges: one small adapter per kind of judge, all giving predictions on the audit's test sets.
 
 A judge spec names the adapter by prefix (``released:``, ``gen:``, ``baseline:``, ``semscore``); anything else
-is a judge directory (PyTorch, ONNX or embedding). Adding a kind is one adapter class and one registry line. Every adapter answers, per test set, with ``Predictions``
+is a judge directory (PyTorch, ONNX, embedding or generative). Adding a kind is one adapter class and one registry line. Every adapter answers, per test set, with ``Predictions``
 or with a reason it does not apply (reported as n/a, never as zero).
 """
 from __future__ import annotations
@@ -144,22 +144,17 @@ class SemScoreJudge(AuditJudge):
                            transform="grade each answer, compare")
 
 
-class DirectoryJudge(AuditJudge):
-    """A trained judge directory (PyTorch, ONNX or embedding) through ``clfjudge.runtime.Judge``.
+class RuntimeJudge(AuditJudge):
+    """A ``clfjudge.runtime.Judge`` of any kind (PyTorch, ONNX, embedding, generative).
 
     Pair judges on point sets use the study's pairwise->pointwise transform (reference as answer 1; the
     prediction is P(answer 2) - P(answer 1)); point judges on pair sets grade each answer (rounded to the
-    scale) and compare, equal -> tie.
+    scale) and compare, equal -> tie. A generative judge's outputs that did not parse stay None (and its
+    comparisons have a margin only when every one parsed); how many there were is in the notes.
     """
 
-    def __init__(self, directory: str | Path, trust_pickle: bool = False) -> None:
-        from ..runtime import Judge
-
-        self.directory = Path(directory)
-        self.judge = Judge.load(self.directory, trust_pickle=trust_pickle)
-        card = self.judge.card
-        variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
-        self.name = f"{self.directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
+    def __init__(self, judge, name: str) -> None:
+        self.judge, self.name = judge, name
 
     def _truncation_start(self) -> None:
         from ..truncation import TruncationReport
@@ -182,67 +177,71 @@ class DirectoryJudge(AuditJudge):
         preds.seen_in_training = set_name in trained_on(self.judge.card)
         return preds
 
+    def _parse_notes(self, results: Sequence[Any]) -> list[str]:
+        """For a judge that writes its verdict (its results carry the generated text): how many did not parse."""
+        if not any(r.generated is not None for r in results):
+            return []
+        failed = sum(not r.parsed for r in results)
+        return [f"{failed} outputs did not parse ({self.judge.card.label_map.get('parser', 'its parser')})"]
+
     def _pairs(self, records: Sequence[PairRecord]) -> Predictions:
         if "compare" in self.judge.tasks:
             fwd = self.judge.compare_batch(records)
             rev = self.judge.compare_batch([r.swapped() for r in records])
+            margin = [c.p_a - c.p_b if c.margin is None else c.margin for c in fwd]
             return Predictions(forward=[c.verdict for c in fwd], reversed=[c.verdict for c in rev],
-                               margin=[c.p_a - c.p_b if c.margin is None else c.margin for c in fwd])
+                               margin=margin if all(c.parsed for c in fwd) else None,
+                               notes=self._parse_notes([*fwd, *rev]))
         from ..schemes import pair_to_points, points_to_verdict
 
         # the answers are graded unseen, so any gold score pair stays out of the points
         points = [p for r in records for p in pair_to_points(replace(r, scores=None))]
-        scores = np.asarray([s.value for s in self.judge.score_batch(points)]).reshape(-1, 2)
+        results = self.judge.score_batch(points)
+        scores = np.asarray([s.value for s in results]).reshape(-1, 2)  # NaN: not parsed
         graded = np.rint(scores)  # the study compares integer grades, so near-equal answers tie
-        forward = [points_to_verdict(a, b) for a, b in graded]
-        return Predictions(forward=forward, reversed=_swapped_verdicts(forward),
-                           margin=list(map(float, scores[:, 0] - scores[:, 1])),
-                           transform="w/ trans: grade each answer (rounded), compare")
+        forward = [points_to_verdict(*(None if np.isnan(x) else x for x in row)) for row in graded]
+        margin = None if np.isnan(scores).any() else list(map(float, scores[:, 0] - scores[:, 1]))
+        return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=margin,
+                           transform="w/ trans: grade each answer (rounded), compare", notes=self._parse_notes(results))
 
     def _points(self, records: Sequence[PointRecord]) -> Predictions:
         if "score" in self.judge.tasks:
-            return Predictions(scores=[s.value for s in self.judge.score_batch(records)])
+            results = self.judge.score_batch(records)
+            return Predictions(scores=[s.value if s.parsed else None for s in results],
+                               notes=self._parse_notes(results))
         from ..schemes import point_to_pair
 
         if not all(r.reference for r in records):
             raise NotApplicable("a pairwise judge grades pointwise data against a reference; this set has none")
         comparisons = self.judge.compare_batch([point_to_pair(r) for r in records])
-        return Predictions(scores=[c.p_b - c.p_a for c in comparisons],
-                           transform="w/ trans: reference as answer 1, score = P(answer 2) - P(answer 1)")
+        return Predictions(scores=[c.p_b - c.p_a if c.parsed else None for c in comparisons],
+                           transform="w/ trans: reference as answer 1, score = P(answer 2) - P(answer 1)",
+                           notes=self._parse_notes(comparisons))
 
 
-class GenerativeAuditJudge(AuditJudge):
-    """A judge that writes its verdict: ``gen:DIR`` (a ``head: generative`` judge directory) or
-    ``gen:BACKBONE@SCHEME`` (any causal LM, zero-shot, in a scheme that has a parser, e.g.
-    ``gen:smollm2-135m@pandalm-pair``). Parse failures stay None and are counted in the notes."""
+class DirectoryJudge(RuntimeJudge):
+    """A judge directory of any kind, loaded by ``clfjudge.runtime.Judge.load``."""
 
-    def __init__(self, rest: str) -> None:
-        from ..card import JudgeCard
-        from ..generative import GenerativeJudge
+    def __init__(self, directory: str | Path, trust_pickle: bool = False) -> None:
+        from ..runtime import Judge
 
-        backbone, _, scheme = rest.partition("@")
-        self.judge = (GenerativeJudge.from_backbone(backbone, scheme) if scheme
-                      else GenerativeJudge.load(backbone))
-        self.name = f"gen:{self.judge.name}"
-        self.seen = set() if scheme else trained_on(JudgeCard.load(backbone))
+        self.directory = Path(directory)
+        judge = Judge.load(self.directory, trust_pickle=trust_pickle)
+        card = judge.card
+        variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
+        super().__init__(judge, f"{self.directory.name} ({card.head}, {card.backbone}"
+                                f"{', ' + variant if variant else ''})")
 
-    def predict(self, set_name, kind, records):
-        if kind != self.judge.scheme.kind:
-            raise NotApplicable(f"a generative {self.judge.scheme.kind} judge has no {kind} transform here")
-        from ..truncation import TruncationReport
 
-        self.judge.prompts.report = TruncationReport()
-        before = self.judge.stats.to_dict().get(self.judge.parser.name, {}).get("failed", 0)
-        if kind == "pair":
-            preds = Predictions(forward=self.judge.compare_batch(records),
-                                reversed=self.judge.compare_batch([r.swapped() for r in records]))
-        else:
-            preds = Predictions(scores=self.judge.score_batch(records))
-        failed = self.judge.stats.to_dict().get(self.judge.parser.name, {}).get("failed", 0) - before
-        preds.notes.append(f"{failed} outputs did not parse ({self.judge.parser.name})")
-        preds.truncation = self.judge.prompts.report.to_dict()
-        preds.seen_in_training = set_name in self.seen
-        return preds
+def _generative(rest: str) -> AuditJudge:
+    """``gen:BACKBONE@SCHEME``: any causal LM, zero-shot, in a scheme that has a parser (e.g.
+    ``gen:smollm2-135m@pandalm-pair``). ``gen:DIR`` is a deprecated alias of the plain directory spec ``DIR``."""
+    backbone, _, scheme = rest.partition("@")
+    if not scheme:
+        return DirectoryJudge(backbone)
+    from ..runtime import GenerateJudge
+
+    return RuntimeJudge(GenerateJudge.zero_shot(backbone, scheme), f"gen:{backbone} zero-shot")
 
 
 def _baseline(name: str) -> AuditJudge:
@@ -263,7 +262,7 @@ JUDGE_KINDS: Registry[Callable[[str], AuditJudge]] = Registry("audit judge kind"
 JUDGE_KINDS.register("released", ReleasedJudgeFile)
 JUDGE_KINDS.register("baseline", _baseline)
 JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
-JUDGE_KINDS.register("gen", GenerativeAuditJudge)
+JUDGE_KINDS.register("gen", _generative)
 
 
 def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:

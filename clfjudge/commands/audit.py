@@ -10,7 +10,8 @@ from . import add_trust_pickle
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit", help="cross-scheme, LLMBar, position/length bias, agreement, SemScore; report.md + metrics.json",
-        description="A JUDGE is a judge directory (PyTorch / ONNX / embedding), released:pandalm-7b | "
+        description="A JUDGE is a judge directory (PyTorch / ONNX / embedding / generative), "
+                    "gen:BACKBONE@SCHEME (a causal LM judging zero-shot), released:pandalm-7b | "
                     "released:gpt-3.5-turbo | released:auto-j-13b, semscore, or baseline:longer | baseline:majority "
                     "| baseline:shorter (the baselines are always added).")
     p.add_argument("judges", nargs="+", metavar="JUDGE")

@@ -43,7 +43,7 @@ PROGRESS_VERSION = 1
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn"])
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn", "generate"])
     p.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score", help="score a JSONL file of pairs (compare) or answers (score) with a judge",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
-    p.add_argument("model", metavar="MODEL", help="judge directory (trained, exported to ONNX, or embedding judge)")
+    p.add_argument("model", metavar="MODEL", help="judge directory (trained, exported to ONNX, embedding or generative judge)")
     p.add_argument("--input", required=True, help="JSONL input, one pair or answer per line")
     p.add_argument("--output", required=True, help="JSONL output, one line per scored input line")
     p.add_argument("--rejected", default=None,

@@ -16,10 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     d = Limits()
     p = subparsers.add_parser("serve", help="serve a judge over HTTP with dynamic batching")
-    p.add_argument("model", help="judge directory (PyTorch, ONNX or embedding)")
+    p.add_argument("model", help="judge directory (PyTorch, ONNX, embedding or generative)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn"])
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn", "generate"])
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
