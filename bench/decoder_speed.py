@@ -14,7 +14,6 @@ measured in the same run at that precision and thread count.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import random
@@ -67,7 +66,6 @@ def matmul_peak(precision: str, threads: int, seconds: float = 2.0) -> float:
 
 
 def _int8_peak(threads: int, seconds: float) -> float:
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -99,8 +97,8 @@ def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
     import torch
 
     torch.set_num_threads(threads)
-    from clfjudge.embedding_judge import EmbeddingJudge, embedder_for_card
     from clfjudge.card import JudgeCard
+    from clfjudge.embedding_judge import EmbeddingJudge, embedder_for_card
 
     card = JudgeCard.load(judge_dir)
     embedder = embedder_for_card(card, batch_size=8, precision=path.split()[1])
@@ -210,8 +208,8 @@ def main() -> int:
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
 
     from clfjudge import sources
-    from clfjudge.export import ParityConfig, export_judge
     from clfjudge.embedding_judge import verdicts_from_proba
+    from clfjudge.export import ParityConfig, export_judge
 
     onnx_dir = args.judge_dir.parent / f"{args.judge_dir.name}-onnx-bench"
     if not onnx_dir.exists():

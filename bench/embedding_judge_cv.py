@@ -27,20 +27,20 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
+from common import cpu_model, vs_longer_cell
 
 from clfjudge import sources
-from common import cpu_model, vs_longer_cell
 from clfjudge.card import library_versions
 from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, make_embedder, neighbour_negatives
 from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
-from clfjudge.metrics import (autoj_agreement, correlations, paired_difference, pairwise_metrics,
-                             position_consistency)
+from clfjudge.metrics import autoj_agreement, correlations, paired_difference, pairwise_metrics, position_consistency
 from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.registry import Registry
 from clfjudge.splits import decontaminate, group_kfold, train_dev_split

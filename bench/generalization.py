@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine, write  # noqa: E402
+from common import machine, write  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = REPO / "train" / "cpu" / "generalist-smollm2-pool.yaml"

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from common import machine, write
 
 CONFIGS = {"dynamic batching (max 32, 5 ms)": ["--max-batch-size", "32", "--max-wait-ms", "5"],

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-
 from common import machine, write
-
 
 # Two exports per judge: plain fp32 + int8 quantized from it, and the graph-optimized fp32. (int8 quantized
 # from the optimized graph failed the parity gate's 99% decision agreement on the briefly trained judges.)

@@ -18,22 +18,31 @@ force). Run: ``OMP_NUM_THREADS=1 .venv/bin/python bench/train_cv.py [--experimen
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, vs_longer_cell, write  # noqa: E402
-from embedding_judge_cv import (LLMBAR, Embedders, Variant, judge_predictor, load, longer_predictor,  # noqa: E402
-                                majority_predictor, pair_report, point_report)
+from embedding_judge_cv import (  # noqa: E402
+    LLMBAR,
+    Embedders,
+    Variant,
+    judge_predictor,
+    load,
+    longer_predictor,
+    majority_predictor,
+    pair_report,
+    point_report,
+)
 
 from clfjudge.card import JudgeCard  # noqa: E402
 from clfjudge.heads import HEADS  # noqa: E402
@@ -172,7 +181,7 @@ def pairs_experiment(args, embedders: Embedders) -> dict[str, Any]:
         gold: dict[str, list[PairRecord]] = {}
         preds: dict[str, dict[str, tuple[list, list]]] = {}
 
-        def add(where: str, row: str, forward: list, backward: list) -> None:
+        def add(where: str, row: str, forward: list, backward: list, preds=preds) -> None:
             f, b = preds.setdefault(where, {}).setdefault(row, ([], []))
             f += forward
             b += backward

@@ -14,8 +14,9 @@ Two parameters, applied by the runtime (``Calibration.from_card``):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Calibration:
     tie_margin: float | None = None  # None: plain argmax over (P(TIE), P(A), P(B))
 
     @classmethod
-    def from_card(cls, card: "JudgeCard") -> "Calibration":
+    def from_card(cls, card: JudgeCard) -> Calibration:
         cal = card.calibration or {}
         margin = cal.get("tie_margin")
         return cls(temperature=float(cal.get("temperature", 1.0)),

@@ -55,7 +55,7 @@ class JudgeCard:
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> "JudgeCard":
+    def load(cls, directory: str | Path) -> JudgeCard:
         path = Path(directory) / CARD_NAME
         if not path.exists():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -183,7 +184,7 @@ class PairView:
     a_stats: np.ndarray | None = None  # token statistics of the answers (decoder embedders with stats=True)
     b_stats: np.ndarray | None = None
 
-    def swapped(self) -> "PairView":
+    def swapped(self) -> PairView:
         return replace(self, a=self.b, b=self.a, a_text=self.b_text, b_text=self.a_text, a_stats=self.b_stats,
                        b_stats=self.a_stats)
 
@@ -520,7 +521,7 @@ class EmbeddingJudge:
         return np.hstack(blocks).astype(np.float64), weights
 
     # -- training ------------------------------------------------------------------------------------
-    def fit(self, records: Sequence[Record]) -> "EmbeddingJudge":
+    def fit(self, records: Sequence[Record]) -> EmbeddingJudge:
         records = self._check(records, labelled=True)
         if not records:
             raise ValueError("fit needs at least one record")
@@ -695,7 +696,7 @@ class EmbeddingJudge:
 
     @classmethod
     def load(cls, directory: str | Path, embedder: TextEmbedder | None = None, *,
-             trust_pickle: bool = False) -> "EmbeddingJudge":
+             trust_pickle: bool = False) -> EmbeddingJudge:
         """Load a saved judge. Nothing in the directory is executed; a head saved as a pickle by an older
         clfjudge loads only with ``trust_pickle=True``."""
         from .linear_head import load_head

@@ -8,9 +8,10 @@ Options live under the config key ``embedding`` (see ``OPTIONS``); the backbone 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .heads import Head
 from .records import Record
@@ -66,7 +67,7 @@ class EmbeddingDataHead(Head):
         return None
 
 
-def judge_from_config(cfg: "TrainConfig") -> "EmbeddingJudge":
+def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
     from .embedding_judge import EmbeddingJudge
 
     options = dict(cfg.embedding)
@@ -85,7 +86,7 @@ def judge_from_config(cfg: "TrainConfig") -> "EmbeddingJudge":
         embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None)
 
 
-def evaluate(judge: "EmbeddingJudge", records: Sequence[Record]) -> dict[str, Any]:
+def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
     from .metrics import autoj_agreement, correlations, pairwise_metrics
     from .training import pair_baselines
@@ -100,7 +101,7 @@ def evaluate(judge: "EmbeddingJudge", records: Sequence[Record]) -> dict[str, An
             "consistency": both.consistency, "baselines": pair_baselines(records)}
 
 
-def train_embedding(cfg: "TrainConfig") -> Path:
+def train_embedding(cfg: TrainConfig) -> Path:
     """Fit the embedding judge on the training split and write its directory (head + judge card)."""
     from .training import build_splits
 

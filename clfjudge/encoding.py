@@ -7,8 +7,9 @@ Every truncation is recorded in the encoder's ``TruncationReport``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .records import PairRecord, PointRecord, Record
 from .schemes import render
@@ -43,7 +44,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 @dataclass
 class Encoder:
-    tokenizer: "PreTrainedTokenizerBase"
+    tokenizer: PreTrainedTokenizerBase
     scheme: str
     policy: TruncationPolicy
     use_reference: bool = False  # the study's ref_drop_ratio = 1.0 means judges never see the reference
@@ -51,7 +52,7 @@ class Encoder:
     report: TruncationReport = field(default_factory=TruncationReport)
 
     @classmethod
-    def from_card(cls, card: "JudgeCard", tokenizer: "PreTrainedTokenizerBase") -> "Encoder":
+    def from_card(cls, card: JudgeCard, tokenizer: PreTrainedTokenizerBase) -> Encoder:
         policy = TruncationPolicy(**card.truncation["policy"])
         return cls(tokenizer, card.scheme, policy, use_reference=bool(card.truncation.get("use_reference", False)),
                    length_hint=bool(card.truncation.get("length_hint", False)))
@@ -77,10 +78,10 @@ class Encoder:
 
 
 def collate(
-    tokenizer: "PreTrainedTokenizerBase",
+    tokenizer: PreTrainedTokenizerBase,
     features: Sequence[dict[str, Any]],
-    label_dtype: "torch.dtype | None" = None,
-) -> dict[str, "torch.Tensor"]:
+    label_dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
     """Pad a batch of encoded records into tensors.
 
     Each feature holds k sequences per record (``input_ids`` is a list of k id lists: k = 1 for a cross-encoder,

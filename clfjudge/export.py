@@ -26,10 +26,11 @@ import platform
 import random
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,10 +40,10 @@ from .encoding import MODEL_INPUTS
 from .heads import HEADS, Head
 from .records import Record
 from .registry import Registry
-from .runtime import (HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend,
-                      load_tokenizer)
+from .runtime import HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 
 if TYPE_CHECKING:
+    import onnx
     import torch
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class ParityConfig:
     default_sources: dict[str, list[str]] = field(default_factory=dict)  # judge kind -> sources to try
 
     @classmethod
-    def load(cls, path: str | Path = PARITY_CONFIG, overrides: Sequence[str] = ()) -> "ParityConfig":
+    def load(cls, path: str | Path = PARITY_CONFIG, overrides: Sequence[str] = ()) -> ParityConfig:
         """Read parity.yaml; ``overrides`` are ``PRECISION.KEY=VALUE`` strings (e.g. ``fp32.max_abs_diff=0``)."""
         import yaml
 
@@ -285,7 +286,7 @@ def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: 
 
 # -- ONNX export ------------------------------------------------------------------------------------------
 
-def _logits_only(model: "torch.nn.Module") -> "torch.nn.Module":
+def _logits_only(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` behind a forward that returns only the logits tensor (the graph's one output)."""
     import torch
 
@@ -301,7 +302,7 @@ def _logits_only(model: "torch.nn.Module") -> "torch.nn.Module":
     return LogitsOnly(model).eval()
 
 
-def _export_inputs(model: "torch.nn.Module", sample: Mapping[str, np.ndarray]) -> list[str]:
+def _export_inputs(model: torch.nn.Module, sample: Mapping[str, np.ndarray]) -> list[str]:
     """The tokenizer outputs the model takes, in the wrapper's argument order."""
     import inspect
 
@@ -312,7 +313,7 @@ def _export_inputs(model: "torch.nn.Module", sample: Mapping[str, np.ndarray]) -
     return names
 
 
-def export_onnx(model: "torch.nn.Module", sample: Mapping[str, np.ndarray], path: Path,
+def export_onnx(model: torch.nn.Module, sample: Mapping[str, np.ndarray], path: Path,
                 opset: int | None = None) -> dict[str, Any]:
     """Write ``model`` (HF sequence classification) to ``path``; dynamo first, legacy exporter on failure.
 
@@ -390,7 +391,7 @@ def optimize_onnx(src: Path, dst: Path, config: Any, external: bool = False) -> 
 
 # -- quantization -----------------------------------------------------------------------------------------
 
-def fp32_nodes(model: "onnx.ModelProto", producer_types: Sequence[str]) -> list[str]:
+def fp32_nodes(model: onnx.ModelProto, producer_types: Sequence[str]) -> list[str]:
     """Names of the nodes whose first input is produced by an op of one of ``producer_types``."""
     producer = {out: node.op_type for node in model.graph.node for out in node.output}
     return [node.name for node in model.graph.node

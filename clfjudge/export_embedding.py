@@ -17,10 +17,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,8 +120,17 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     from .decoder_embedder import DecoderEmbedder
     from .embedding_judge import EmbeddingJudge, embedder_config
     from .embedding_training import EmbeddingDataHead
-    from .export import (INT8_CONFIG, ExportResult, ParityConfig, ParityError, _check_out_dir, _parity_message,
-                         int8_settings, quantize_onnx, validation_records)
+    from .export import (
+        INT8_CONFIG,
+        ExportResult,
+        ParityConfig,
+        ParityError,
+        _check_out_dir,
+        _parity_message,
+        int8_settings,
+        quantize_onnx,
+        validation_records,
+    )
     from .onnx_reader import READER_FILES, OnnxDecoderReader
 
     judge_dir, out = Path(judge_dir), Path(out_dir)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .heads import Head
 from .parsers import PARSERS, Parsed, ParseStats
@@ -104,7 +105,7 @@ class GenerativeJudge:
         self.stats = ParseStats()
 
     @classmethod
-    def load(cls, directory: str | Path, batch_size: int = 8) -> "GenerativeJudge":
+    def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeJudge:
         """A directory written by ``train_generative``."""
         from .backbones import load_causal_lm, resolve_backbone
         from .card import JudgeCard
@@ -120,7 +121,7 @@ class GenerativeJudge:
 
     @classmethod
     def from_backbone(cls, backbone: str, scheme: str, max_length: int = 1024, max_new_tokens: int = 64,
-                      batch_size: int = 8) -> "GenerativeJudge":
+                      batch_size: int = 8) -> GenerativeJudge:
         """An untrained (zero-shot) causal LM judging in ``scheme``."""
         from .backbones import load_causal_lm, resolve_backbone
 
@@ -187,7 +188,7 @@ def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any
     return out
 
 
-def train_generative(cfg: "TrainConfig") -> Path:
+def train_generative(cfg: TrainConfig) -> Path:
     """``clfjudge train`` for ``head: generative``: LM-head fine-tuning on the judgement tokens, then greedy
     evaluation on dev / test / eval sources. Returns the judge directory (HF causal LM + judge card)."""
     import torch

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class PointOutputs:
     scores: np.ndarray
 
 
-def _mean_over_items(per_item: "torch.Tensor", num_items_in_batch: "torch.Tensor | int | None") -> "torch.Tensor":
+def _mean_over_items(per_item: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
     # With gradient accumulation the Trainer passes the number of records in the whole accumulated batch;
     # dividing the sum by it gives the same gradient as one big batch.
     return per_item.sum() / num_items_in_batch if num_items_in_batch is not None else per_item.mean()
@@ -103,7 +104,7 @@ class Head:
     def fit(self, records: Sequence[Record]) -> None:
         """Learn whatever the head needs from the training records before training (e.g. a score scale)."""
 
-    def features(self, record: Record, encoder: "Encoder") -> dict[str, Any]:
+    def features(self, record: Record, encoder: Encoder) -> dict[str, Any]:
         """Encoded sequences (k per record, see ``encoding.collate``) plus the label."""
         seqs = [encoder.encode(r) for r in self.inputs(record)]
         out: dict[str, Any] = {k: [s[k] for s in seqs] for k in seqs[0]}
@@ -118,7 +119,7 @@ class Head:
         raise NotImplementedError
 
     # -- training ---------------------------------------------------------------------------------------
-    def loss(self, outputs: Any, labels: "torch.Tensor", num_items_in_batch: Any = None) -> "torch.Tensor":
+    def loss(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
         """Trainer ``compute_loss_func``: the per-record loss, normalised over the accumulated batch."""
         raise NotImplementedError
 
@@ -149,7 +150,7 @@ class Head:
         return {0: self.name}
 
     @classmethod
-    def from_card(cls, card: "JudgeCard") -> "Head":
+    def from_card(cls, card: JudgeCard) -> Head:
         return cls()
 
 
@@ -276,7 +277,7 @@ class RegressionHead(Head):
                 "score_scale": [lo, lo + width], "calibration": {}}
 
     @classmethod
-    def from_card(cls, card: "JudgeCard") -> "RegressionHead":
+    def from_card(cls, card: JudgeCard) -> RegressionHead:
         return cls(scale=card.score_scale)
 
 
@@ -284,7 +285,7 @@ class RegressionHead(Head):
 _BT_TARGET = {Verdict.A: 1.0, Verdict.TIE: 0.5, Verdict.B: 0.0}
 
 
-def bradley_terry_loss(r_a: "torch.Tensor", r_b: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor":
+def bradley_terry_loss(r_a: torch.Tensor, r_b: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-pair loss: -log sigma(r_A - r_B) for A, -log sigma(r_B - r_A) for B, their mean for a tie."""
     import torch.nn.functional as F
 
@@ -370,7 +371,7 @@ class RewardHead(Head):
         logits = np.asarray(logits, dtype=np.float64)
         return (logits.reshape(len(records), -1) + self.offsets(records)).reshape(logits.shape)
 
-    def features(self, record: Record, encoder: "Encoder") -> dict[str, Any]:
+    def features(self, record: Record, encoder: Encoder) -> dict[str, Any]:
         out = super().features(record, encoder)
         # The loss needs both answers' offsets beside the target: labels are [target, offset_A, offset_B].
         out["labels"] = [out["labels"], *self.offsets([record])[0]]
@@ -428,7 +429,7 @@ class RewardHead(Head):
         }
 
     @classmethod
-    def from_card(cls, card: "JudgeCard") -> "RewardHead":
+    def from_card(cls, card: JudgeCard) -> RewardHead:
         cal = card.calibration
         return cls(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)),
                    length_coef=float(cal.get("length_coef", 0.0)))

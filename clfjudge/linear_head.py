@@ -49,7 +49,7 @@ class LinearHead:
         return self.classes_ is not None
 
     @classmethod
-    def from_estimator(cls, estimator: Any) -> "LinearHead | None":
+    def from_estimator(cls, estimator: Any) -> LinearHead | None:
         """The arrays of a fitted StandardScaler -> column weights -> LogisticRegression / Ridge pipeline (also
         inside a GridSearchCV); None for any other estimator."""
         from sklearn.model_selection import GridSearchCV
@@ -97,7 +97,7 @@ class LinearHead:
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "LinearHead":
+    def load(cls, path: str | Path) -> LinearHead:
         from safetensors import safe_open
 
         with safe_open(str(path), framework="numpy") as f:

@@ -19,8 +19,9 @@ A prediction that failed to parse is ``None``. It is never scored as a class: ev
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats

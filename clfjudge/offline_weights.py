@@ -24,9 +24,9 @@ import tempfile
 import time
 import zipfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from .paths import models_dir
 from .registry import Registry
@@ -138,7 +138,7 @@ class OfflineWeights(ABC):
         """Materialise if needed (idempotent); ``verify`` re-hashes every output file."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _verified_in_place(path: Path, size: int, mtime_ns: int, expected: str) -> str:
     return check_sha256(path, expected)
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Union
 
 from .records import Verdict
 from .registry import Registry
 
-Value = Union[Verdict, float]
-ReadResult = Union[Verdict, float, tuple[float, float]]
+Value = Verdict | float
+ReadResult = Verdict | float | tuple[float, float]
 
 
 class ParseFailure(ValueError):

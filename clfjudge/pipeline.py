@@ -12,10 +12,11 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .configs import config_path
 from .registry import Registry

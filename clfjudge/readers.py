@@ -13,8 +13,9 @@ import json
 import re
 import zipfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .records import RecordError
 

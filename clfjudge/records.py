@@ -13,8 +13,9 @@ import enum
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Iterable, Sequence, Union
+from typing import Any
 
 
 class RecordError(ValueError):
@@ -50,7 +51,7 @@ class Verdict(str, enum.Enum):
     B = "B"
     TIE = "TIE"
 
-    def swapped(self) -> "Verdict":
+    def swapped(self) -> Verdict:
         return {Verdict.A: Verdict.B, Verdict.B: Verdict.A, Verdict.TIE: Verdict.TIE}[self]
 
     @property
@@ -59,11 +60,11 @@ class Verdict(str, enum.Enum):
         return {Verdict.A: 1, Verdict.TIE: 0, Verdict.B: -1}[self]
 
     @classmethod
-    def from_win(cls, win: int) -> "Verdict":
+    def from_win(cls, win: int) -> Verdict:
         return cls.A if win > 0 else cls.B if win < 0 else cls.TIE
 
     @classmethod
-    def from_scores(cls, s_a: float, s_b: float, margin: float = 0.0) -> "Verdict":
+    def from_scores(cls, s_a: float, s_b: float, margin: float = 0.0) -> Verdict:
         """Score pair -> verdict with a tie margin (the study uses margin 0)."""
         diff = s_a - s_b
         return cls.A if diff > margin else cls.B if diff < -margin else cls.TIE
@@ -120,7 +121,7 @@ class PairRecord:
     kind = "pair"
 
     @classmethod
-    def build(cls, loc: Loc, **kw: Any) -> "PairRecord":
+    def build(cls, loc: Loc, **kw: Any) -> PairRecord:
         """Validate raw values (naming file, line and field on error) and build a record.
 
         When only ``scores`` is given the verdict is derived with margin 0, as in the study.
@@ -152,7 +153,7 @@ class PairRecord:
         kw.setdefault("meta", {})
         return cls(**kw)
 
-    def swapped(self) -> "PairRecord":
+    def swapped(self) -> PairRecord:
         """The same pair with the answers (and the label) in the other order."""
         return replace(
             self,
@@ -183,7 +184,7 @@ class PointRecord:
     kind = "point"
 
     @classmethod
-    def build(cls, loc: Loc, **kw: Any) -> "PointRecord":
+    def build(cls, loc: Loc, **kw: Any) -> PointRecord:
         empty_ok = kw.pop("allow_empty_answers", False)
         for name in ("question", "answer"):
             kw[name] = _text(loc, name, kw.get(name), required=True, allow_empty=empty_ok and name == "answer")
@@ -206,7 +207,7 @@ class PointRecord:
         return cls(**kw)
 
 
-Record = Union[PairRecord, PointRecord]
+Record = PairRecord | PointRecord
 
 
 @dataclass

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,8 +90,8 @@ class Score:
 
 # -- inputs -----------------------------------------------------------------------------------------------
 
-PairInput = Union[PairRecord, Mapping[str, Any]]
-PointInput = Union[PointRecord, Mapping[str, Any]]
+PairInput = PairRecord | Mapping[str, Any]
+PointInput = PointRecord | Mapping[str, Any]
 
 
 def _pick(item: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
@@ -205,7 +206,7 @@ class Judge:
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
-             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> "Judge":
+             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> Judge:
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
         "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
         ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
@@ -296,7 +297,7 @@ HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression"
 class ModelJudge(Judge):
     """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
 
-    def __init__(self, card: JudgeCard, tokenizer: "PreTrainedTokenizerBase", backend: Backend,
+    def __init__(self, card: JudgeCard, tokenizer: PreTrainedTokenizerBase, backend: Backend,
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         from .encoding import Encoder
 
@@ -354,7 +355,7 @@ class SklearnJudge(Judge):
     backend_name = "sklearn"
     position_invariant = True  # EmbeddingJudge.predict_proba already averages both answer orders
 
-    def __init__(self, card: JudgeCard, judge: "EmbeddingJudge", batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, card: JudgeCard, judge: EmbeddingJudge, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         # a pair judge of difference features also scores one answer: its reward r(question, answer)
         tasks = ("compare", "score") if judge.decomposable else ("compare",) if judge.kind == "pair" else ("score",)
         super().__init__(card, tasks, batch_size)
@@ -394,7 +395,7 @@ class GenerateJudge(Judge):
 
     backend_name = "generate"
 
-    def __init__(self, card: JudgeCard, generator: "GenerativeJudge",
+    def __init__(self, card: JudgeCard, generator: GenerativeJudge,
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), batch_size)
         self.generator = generator
@@ -402,7 +403,7 @@ class GenerateJudge(Judge):
         self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
 
     @classmethod
-    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> "GenerateJudge":
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerateJudge:
         """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
         from .generative import GENERATIVE, GenerativeJudge
 
@@ -436,7 +437,7 @@ class GenerateJudge(Judge):
                 for p in self.generator.generate(records)]
 
 
-def _written_comparison(parsed: Sequence["Parsed"]) -> Comparison:
+def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
     """A comparison from the parsed output of the pair (and of the swapped pair, second)."""
     texts = tuple(p.raw for p in parsed)
     if not all(p.ok and p.verdict is not None for p in parsed):
@@ -476,7 +477,7 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
     return path
 
 
-def load_tokenizer(directory: Path) -> "PreTrainedTokenizerBase":
+def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(directory)

@@ -11,9 +11,10 @@ Also here: the study's cross-scheme transforms (``pair_to_points``, ``points_to_
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import yaml
 

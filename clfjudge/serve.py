@@ -19,8 +19,9 @@ import json
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .records import Loc, RecordError
 

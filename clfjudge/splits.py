@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import permutations
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from sklearn.model_selection import GroupKFold, GroupShuffleSplit, StratifiedGroupKFold

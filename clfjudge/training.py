@@ -16,9 +16,10 @@ import random
 import shutil
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from .configs import config_path
 from .heads import HEADS, Head, PairOutputs
@@ -118,7 +119,7 @@ class TrainConfig:
 
     # -- loading ----------------------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "<config>") -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any], where: str = "<config>") -> TrainConfig:
         """Build from raw values (YAML or --set strings), applying the named preset underneath."""
         data = dict(data)
         preset = data.get("preset")
@@ -138,7 +139,7 @@ class TrainConfig:
             raise type(exc)(f"{where}: {exc.args[0]}") from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> "TrainConfig":
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
         import yaml
 
         path = Path(path)
@@ -154,7 +155,7 @@ class TrainConfig:
                               f"a recipe must be a mapping of config keys, got {type(data).__name__}")
         return cls.from_dict(apply_overrides(data, overrides), where=str(path))
 
-    def with_overrides(self, overrides: Sequence[str]) -> "TrainConfig":
+    def with_overrides(self, overrides: Sequence[str]) -> TrainConfig:
         return TrainConfig.from_dict(apply_overrides(asdict(self), overrides), where="--set")
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .records import Record
 from .schemes import SCHEMES, render
@@ -131,11 +132,11 @@ class TruncationReport:
         }
 
 
-def _count(tokenizer: "PreTrainedTokenizerBase", text: str) -> int:
+def _count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     return len(tokenizer(text, verbose=False)["input_ids"])
 
 
-def _spans(tokenizer: "PreTrainedTokenizerBase", text: str) -> list[tuple[int, int]]:
+def _spans(tokenizer: PreTrainedTokenizerBase, text: str) -> list[tuple[int, int]]:
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError(f"truncation cuts at token offsets and needs a fast tokenizer, got {type(tokenizer).__name__}")
     return [tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
@@ -182,7 +183,7 @@ def _cut(text: str, spans: list[tuple[int, int]], keep: int, head_fraction: floa
     return text[:head_end].rstrip() + ELLIPSIS + text[tail_start:].lstrip(), head + tail
 
 
-def truncate(record: Record, scheme_name: str, tokenizer: "PreTrainedTokenizerBase",
+def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBase,
              policy: TruncationPolicy) -> tuple[Record, TruncationInfo]:
     """``record`` with fields cut so that ``render(record, scheme_name)`` fits ``policy.max_length`` tokens."""
     scheme = SCHEMES.get(scheme_name)

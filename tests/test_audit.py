@@ -5,13 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny_judges import make_judge
 
 from clfjudge.audit import run_audit
 from clfjudge.audit.judges import DirectoryJudge, build_judge
 from clfjudge.audit.suites import SUITES
 from clfjudge.cli import main
 from clfjudge.paths import data_root
-from tiny_judges import make_judge
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()

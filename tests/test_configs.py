@@ -23,7 +23,7 @@ BUNDLED = ("parity.yaml", "int8.yaml", "ds_zero2.json", "recipes/main-smollm2.ya
 
 def test_configs_load_from_the_package_in_any_working_directory(tmp_path):
     """A fresh interpreter in an empty directory: every default points into the package and loads."""
-    code = f"""
+    code = """
         import json
         from importlib import resources
         from pathlib import Path
@@ -33,10 +33,10 @@ def test_configs_load_from_the_package_in_any_working_directory(tmp_path):
         from clfjudge.configs import config_path
 
         package = Path(str(resources.files("clfjudge.configs")))
-        assert {{p.parent for p in (PARITY_CONFIG, INT8_CONFIG)}} == {{package}}, (PARITY_CONFIG, INT8_CONFIG)
+        assert {p.parent for p in (PARITY_CONFIG, INT8_CONFIG)} == {package}, (PARITY_CONFIG, INT8_CONFIG)
         assert DEFAULT_RECIPE.parent == package / "recipes", DEFAULT_RECIPE
         parity = ParityConfig.load()
-        assert {{"fp32", "int8"}} <= set(parity.thresholds)
+        assert {"fp32", "int8"} <= set(parity.thresholds)
         for isa in ("avx512_vnni", "avx512", "avx2", "arm64"):
             int8_settings(isa)
         assert TrainConfig.from_yaml(DEFAULT_RECIPE).backbone == "smollm2"

@@ -2,8 +2,8 @@
 the embedding judge on top of it, and the judge's C="auto" head."""
 from __future__ import annotations
 
-import os
 import json
+import os
 
 import numpy as np
 import pytest

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_judges import make_judge
 from transformers import AutoConfig
 
 from clfjudge.card import JudgeCard
@@ -15,7 +16,6 @@ from clfjudge.cli import main
 from clfjudge.export import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
 from clfjudge.records import Loc, PairRecord
 from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend, load_tokenizer
-from tiny_judges import make_judge
 
 N_RECORDS = 24  # real PandaLM-test records, in batches of 8 padded to their longest member
 ARCHS = ["tiny_bert_dir", "tiny_deberta_dir", "tiny_llama_dir"]

@@ -8,13 +8,12 @@ import sys
 
 import numpy as np
 import pytest
+from test_decoder_embedder import TEMPLATE, _pairs
 
 from clfjudge.card import JudgeCard
 from clfjudge.embedding_judge import EmbeddingJudge
 from clfjudge.export import ParityConfig, ParityError, export_judge
 from clfjudge.runtime import Judge
-from test_decoder_embedder import TEMPLATE, _pairs
-
 from clfjudge.testing import tiny_llama
 
 

@@ -23,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
+from test_sources import MALFORMED, build_fixture_root
+from tiny_judges import make_judge
 
 from clfjudge.parsers import PARSERS
 from clfjudge.readers import iter_csv, iter_json_array, iter_json_dict, iter_jsonl
@@ -32,8 +34,6 @@ from clfjudge.schemes import SCHEMES, TEMPLATES_DIR, RenderError, load_schemes, 
 from clfjudge.serve import Limits, create_app
 from clfjudge.sources import SOURCES
 from clfjudge.truncation import TruncationError, TruncationPolicy, allocate, truncate
-from test_sources import MALFORMED, build_fixture_root
-from tiny_judges import make_judge
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                        HealthCheck.data_too_large])

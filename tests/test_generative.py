@@ -6,8 +6,8 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.generative import GenerativeHead, GenerativeJudge, PromptEncoder, evaluate
-from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.paths import data_root
+from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.training import TrainConfig
 from clfjudge.truncation import TruncationPolicy
 
@@ -167,8 +167,9 @@ def test_generative_judge_compares_and_flags_what_does_not_parse(gen_dir):
 
 
 def test_symmetric_compare_of_a_position_biased_generative_judge_is_a_tie(gen_dir):
-    from clfjudge.runtime import Judge
     from tiny_judges import ScriptedLM
+
+    from clfjudge.runtime import Judge
 
     judge = Judge.load(gen_dir)
     judge.generator.model = ScriptedLM(judge.generator.tokenizer, lambda _prompt: "1")  # always the first answer
@@ -179,8 +180,9 @@ def test_symmetric_compare_of_a_position_biased_generative_judge_is_a_tie(gen_di
 def test_a_pointwise_generative_judge_scores(tiny_llama_dir, tmp_path):
     import math
 
-    from clfjudge.runtime import Judge, Score
     from tiny_judges import ScriptedLM, make_generative_judge
+
+    from clfjudge.runtime import Judge, Score
 
     judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen-point", "decoder-point-gen"))
     assert judge.tasks == {"score"}
@@ -196,9 +198,10 @@ def test_a_pointwise_generative_judge_scores(tiny_llama_dir, tmp_path):
 def test_score_cli_runs_a_generative_judge(gen_dir, tmp_path, monkeypatch, capsys):
     import json
 
+    from tiny_judges import ScriptedLM, prefers_seven
+
     import clfjudge.backbones
     from clfjudge.cli import main
-    from tiny_judges import ScriptedLM, prefers_seven
 
     monkeypatch.setattr(clfjudge.backbones, "load_causal_lm",
                         lambda info, tokenizer=None, **_: ScriptedLM(tokenizer, prefers_seven))

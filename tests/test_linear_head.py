@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clfjudge.embedding_judge import PAIR_HEADS, POINT_HEADS
-from clfjudge.linear_head import LinearHead, PickleRefused, load_head, save_head
+from clfjudge.linear_head import LinearHead, load_head, save_head
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(120, 7))

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from tiny_judges import make_judge
 
 from clfjudge.reward import as_text, best_of_n, reward_function
 from clfjudge.runtime import Judge
-from tiny_judges import make_judge
 
 
 @pytest.fixture(scope="module")

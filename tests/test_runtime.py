@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.special import softmax
+from tiny_judges import make_judge
 
 from clfjudge.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
 from clfjudge.card import JudgeCard
@@ -22,7 +23,6 @@ from clfjudge.export import export_judge
 from clfjudge.heads import PairOutputs, davidson_probs
 from clfjudge.records import Loc, PairRecord, RecordError, Verdict
 from clfjudge.runtime import Comparison, Judge, ModelJudge, Score
-from tiny_judges import make_judge
 
 Q = "What is the capital of France?"
 ANSWERS = ["Paris.", "The cat sat on the mat.", "Paris is the capital and largest city of France. " * 5,

@@ -20,10 +20,10 @@ import pytest
 
 from clfjudge.cli import main
 from clfjudge.readers import iter_jsonl, location
-from clfjudge.records import Loc, LoadResult, PairRecord, PointRecord, RecordError, Verdict, from_dataset, to_dataset
+from clfjudge.records import LoadResult, Loc, PairRecord, PointRecord, RecordError, Verdict, from_dataset, to_dataset
 from clfjudge.sources import SOURCES, load
 from clfjudge.sources.common import Fields
-from clfjudge.sources.prometheus import prompt_from_fields, parse_absolute_prompt
+from clfjudge.sources.prometheus import parse_absolute_prompt, prompt_from_fields
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 ALL_SOURCES = SOURCES.names()

@@ -2,9 +2,9 @@
 ``clfjudge train`` writes them: HF save_pretrained (model + tokenizer) + judge_card.json."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -73,7 +73,7 @@ class ScriptedLM:
     def __init__(self, tokenizer, reply: Callable[[str], str]) -> None:
         self.tokenizer, self.reply = tokenizer, reply
 
-    def eval(self) -> "ScriptedLM":
+    def eval(self) -> ScriptedLM:
         return self
 
     def generate(self, input_ids, attention_mask, **_):

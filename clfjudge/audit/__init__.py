@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..records import PairRecord
 from .judges import NotApplicable, Predictions, build_judge

@@ -6,9 +6,10 @@ or with a reason it does not apply (reported as n/a, never as zero).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class Predictions:
                 "notes": self.notes, "seen_in_training": self.seen_in_training}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Predictions":
+    def from_json(cls, data: dict[str, Any]) -> Predictions:
         def verdicts(vs):
             return None if vs is None else [None if v is None else Verdict(v) for v in vs]
 

@@ -1,8 +1,9 @@
 """metrics.json -> report.md with PNG plots (agreement heatmaps, bias bars), the papers' rows beside ours."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import paper
 

@@ -10,7 +10,8 @@ gold is not a tie, forward order, a predicted tie counting half: comparable acro
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -5,14 +5,21 @@ A ``TestSet`` names a source, its kind and the study's metric protocol for it. A
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from ..metrics import (agreement_matrix, autoj_agreement, bootstrap_ci, correlations, pairwise_metrics,
-                       position_consistency)
+from ..metrics import (
+    agreement_matrix,
+    autoj_agreement,
+    bootstrap_ci,
+    correlations,
+    pairwise_metrics,
+    position_consistency,
+)
 from ..records import PairRecord, PointRecord, Verdict
 from ..registry import Registry
 from .judges import Predictions

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pipeline import RunConfig, run as run_pipeline
+    from ..pipeline import RunConfig
+    from ..pipeline import run as run_pipeline
 
     record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
                                     profile=args.profile, steps=args.steps, judges=args.judges))

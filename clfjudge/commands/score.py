@@ -24,12 +24,13 @@ import random
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from . import add_trust_pickle
 from ..records import Loc, PairRecord, Record, RecordError
+from . import add_trust_pickle
 
 if TYPE_CHECKING:
     from ..runtime import Judge
@@ -114,7 +115,7 @@ class Tally:
         return {**asdict(self), "reasons": dict(self.reasons)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Tally":
+    def from_dict(cls, data: dict[str, Any]) -> Tally:
         return cls(**{**data, "reasons": Counter(data["reasons"]),
                       "duplicate_examples": [tuple(x) for x in data["duplicate_examples"]]})
 
@@ -178,7 +179,7 @@ class Sink:
         self.file.close()
 
 
-def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> "hashlib._Hash":
+def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> hashlib._Hash:
     """The SHA-256 of the first ``state["bytes"]`` bytes of ``f``; ValueError unless they are what was recorded."""
     digest, left = hashlib.sha256(), state["bytes"]
     while left > 0 and (block := f.read(min(left, 1 << 20))):
@@ -215,7 +216,7 @@ class Progress:
                                                                                   files, tally)
 
     @classmethod
-    def load(cls, path: Path, settings: dict[str, Any]) -> "Progress":
+    def load(cls, path: Path, settings: dict[str, Any]) -> Progress:
         if not path.is_file():
             raise FileNotFoundError(f"--resume: no progress file {path} (nothing to resume: a finished run removes "
                                     "it; run without --resume)")
@@ -243,7 +244,7 @@ def _lines(path: Path, start: int = 0, line: int = 0) -> Iterator[tuple[int, str
             yield number, raw.decode("utf-8", errors="replace"), raw
 
 
-def _input_prefix_hash(path: Path, progress: Progress) -> "hashlib._Hash":
+def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
     """The SHA-256 of the part of the input the interrupted run accounted for; ValueError if it changed."""
     with open(path, "rb") as f:
         try:
@@ -253,12 +254,12 @@ def _input_prefix_hash(path: Path, progress: Progress) -> "hashlib._Hash":
                              "interrupted run read; the input changed: start over without --resume") from None
 
 
-def _judge_chunk(judge: "Judge", task: str, records: Sequence[Record], symmetric: bool) -> list[dict[str, Any]]:
+def _judge_chunk(judge: Judge, task: str, records: Sequence[Record], symmetric: bool) -> list[dict[str, Any]]:
     results = judge.compare_batch(records, symmetric=symmetric) if task == "compare" else judge.score_batch(records)
     return [{"id": r.id, **res.to_dict()} for r, res in zip(records, results)]
 
 
-def _score_chunk(judge: "Judge", task: str, chunk: list[tuple[int, Record]], symmetric: bool,
+def _score_chunk(judge: Judge, task: str, chunk: list[tuple[int, Record]], symmetric: bool,
                  source: str) -> tuple[list[tuple[int, dict[str, Any]]], list[RecordError]]:
     """(line, output row) of each scored line of a chunk, and the rejections; if the judge rejects one of its
     inputs (e.g. one it cannot encode), retry line by line so only the bad lines are rejected."""
@@ -356,13 +357,14 @@ def run_score(args: argparse.Namespace) -> int:
             _reject(err, tally, rejected, shown)
         chunk.clear()
 
-    line, offset = progress.line, progress.input_bytes
+    start_line, offset = progress.line, progress.input_bytes
+    line = start_line  # the last line accounted for, also when nothing is left to read
     try:
-        checkpoint(line, offset)
+        checkpoint(start_line, offset)
         with tqdm(total=src.stat().st_size, initial=offset, unit="B", unit_scale=True, desc="scoring",
                   file=sys.stderr) as bar:
             chunk: list[tuple[int, Record]] = []
-            for line, text, raw in _lines(src, offset, line):
+            for line, text, raw in _lines(src, offset, start_line):
                 tally.read += 1
                 offset += len(raw)
                 input_hash.update(raw)

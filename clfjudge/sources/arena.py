@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..readers import iter_csv
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import SPLIT, Collector, Fields, data_files
 

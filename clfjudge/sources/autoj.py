@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from ..readers import iter_jsonl
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import Collector, Fields
 

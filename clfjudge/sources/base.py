@@ -6,9 +6,9 @@ under the data root, and a loader ``path -> LoadResult``. Adding a source is one
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..paths import data_root
 from ..records import LoadResult

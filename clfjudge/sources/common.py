@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from ..readers import iter_json_array
-from ..records import Loc, LoadResult, PairRecord, PointRecord, Record
+from ..records import LoadResult, Loc, PairRecord, PointRecord, Record
 
 SPLIT = "split"  # meta key naming a source's split (hh-rlhf subset, ultrafeedback train/eval, ...)
 V = TypeVar("V")

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from ..readers import iter_jsonl
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import SPLIT, Collector, Fields, data_files
 

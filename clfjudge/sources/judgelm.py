@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..readers import iter_jsonl
-from ..records import Loc, LoadResult
+from ..records import LoadResult, Loc
 from .base import SOURCES, Source
 from .common import Collector, Fields, finite_number
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..readers import iter_jsonl, location
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import Collector, Fields
 

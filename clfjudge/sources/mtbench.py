@@ -13,11 +13,12 @@ The same pair is often judged by several people; each vote is its own record (id
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..readers import iter_jsonl
-from ..records import Loc, LoadResult, Verdict
+from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import SPLIT, Collector, Fields, data_files
 
@@ -30,8 +31,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        for row, obj in enumerate(pq.read_table(path).to_pylist(), start=1):
-            yield row, obj
+        yield from enumerate(pq.read_table(path).to_pylist(), start=1)
     else:
         yield from iter_jsonl(path)
 
