@@ -163,7 +163,8 @@ def token_counts(judge_dir: Path, pairs, groups) -> dict[str, Any]:
 
     answers = {(p.question, a) for p in pairs for a in (p.answer_a, p.answer_b)}
     return {"config": embedder._model.config, "layers": embedder._depth if embedder.stats else embedder.layer,
-            "stats": embedder.stats, "stats_tokens": embedder.stats_tokens, "empty_prompt": empty, "pair_readings": [reading(q, a) for q, a in answers],
+            "stats": embedder.stats, "stats_tokens": embedder.stats_tokens, "empty_prompt": empty,
+            "pair_readings": [reading(q, a) for q, a in answers],
             "group_readings": [reading(q, a) for q, group in groups for a in group]}
 
 
@@ -275,9 +276,9 @@ def markdown(d: dict[str, Any]) -> str:
             f"{100 * r['agreement']:.1f}% | {r['gflops_per_s']:.0f} | {100 * r['peak_fraction']:.0f}% | "
             f"{r['peak_rss_mb']:.0f} |" for r in d["rows"]]
     b = d["best_of_n"]
-    out += ["", f"Best-of-{b['n']} on {b['questions']} AlpacaEval questions (mean prompt {b['mean_prompt_tokens']:.0f} "
-            f"tokens), PyTorch bf16:", "", "| shared prompt cache | threads | answers/s | speed-up | max diff |",
-            "|---|---|---|---|---|"]
+    out += ["", f"Best-of-{b['n']} on {b['questions']} AlpacaEval questions "
+            f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens), PyTorch bf16:", "",
+            "| shared prompt cache | threads | answers/s | speed-up | max diff |", "|---|---|---|---|---|"]
     out += [f"| {'yes' if r['shared_prefix'] else 'no'} | {r['threads']} | {r['answers_per_s']:.2f} | "
             f"{r['speedup']:.2f}x | {r['max_abs_diff']:.1e} |" for r in d["best_of_n_rows"]]
     return "\n".join(out) + "\n"

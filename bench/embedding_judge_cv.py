@@ -431,14 +431,16 @@ def markdown(result: dict[str, Any]) -> str:
                   "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s | "
                   "acc - longer [95% CI] |", "|---|---|---|---|---|---|---|---|"]
         for name, r in e["rows"].items():
-            lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['macro_f1'])} | {_fmt(r['accuracy_non_tie_gold'])} "
-                         f"| {_fmt(r['autoj_agreement'])} | {_fmt(r['position_consistency'])} | {r['seconds']} "
+            lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['macro_f1'])} "
+                         f"| {_fmt(r['accuracy_non_tie_gold'])} | {_fmt(r['autoj_agreement'])} "
+                         f"| {_fmt(r['position_consistency'])} | {r['seconds']} "
                          f"| {vs_longer_cell(r.get('vs_longer'))} |")
         lines.append("")
     if "alpacaeval" in ex:
         e = ex["alpacaeval"]
         sets = list(e["eval_sets"])
-        lines += [f"## AlpacaEval GPT-4 -> held-out instructions and other schemes (wall {e['wall_seconds']:.0f} s)", "",
+        lines += ["## AlpacaEval GPT-4 -> held-out instructions and other schemes "
+                  f"(wall {e['wall_seconds']:.0f} s)", "",
                   f"{e['n_pairs']} pairs, answer order randomised; train {e['n_train']} after removing "
                   f"{e['n_removed_contaminated']} contaminated ({e['removed_by_eval_set']}); held-out AlpacaEval "
                   f"{e['n_dev']} pairs. Neighbour negatives per encoder: {e['neighbour_negatives']}. "
@@ -492,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                              "read after its question")
     parser.add_argument("--heads", nargs="+", default=["logreg", "gbdt"], choices=["logreg", "gbdt"])
     parser.add_argument("--alpaca-encoders", nargs="+", default=["minilm"],
-                        help="encoders for the rows that embed the large sets (the AlpacaEval transfer experiment and --mix)")
+                        help="encoders for the rows that embed the large sets "
+                             "(the AlpacaEval transfer experiment and --mix)")
     parser.add_argument("--mix", nargs="*", default=[ALPACA],
                         help="pandalm / autoj: sources mixed into every training fold, one set of rows per entry "
                              "(join sources with '+' to mix them together; an entry naming the CV set is skipped)")
@@ -518,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {"date": date.isoformat(timespec="seconds"), "cpu": cpu_model(), "cores": os.cpu_count(),
                  "omp_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "python": sys.version.split()[0],
                  "versions": library_versions(), "git_commit": git_commit(), "seed": args.seed,
-                 "encoders": args.encoders, "decoders": args.decoders, "alpaca_encoders": alpaca_encoders(args), "heads": args.heads,
+                 "encoders": args.encoders, "decoders": args.decoders, "alpaca_encoders": alpaca_encoders(args),
+                 "heads": args.heads,
                  "argv": sys.argv[1:],
                  "wall_seconds": round(time.perf_counter() - start, 1)},
         "experiments": experiments,

@@ -28,7 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", type=Path, default=sorted((REPO / "train" / "cpu").glob("*.yaml")))
     parser.add_argument("--extra", nargs="*", type=Path, default=[], help="trained judge directories to add")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"grid_audit_{date.today().isoformat()}")
+    parser.add_argument("--out", type=Path,
+                        default=REPO / "bench" / "results" / f"grid_audit_{date.today().isoformat()}")
     parser.add_argument("--limit", type=int, help="records per test set in the audit (default: all)")
     args = parser.parse_args()
 

@@ -269,7 +269,8 @@ def against_longer(rp: ReleasedPredictions, al: Aligned, args) -> dict[str, Any]
         right = [r and b is not None and b.swapped() == v for r, v, b in zip(right, al.verdicts, al.reversed_verdicts)]
     longer_right = [v == g for v, g in zip(longer, al.gold)]
     headline = (autoj_agreement(al.gold, al.verdicts, al.reversed_verdicts, "error").agreement
-                if al.reversed_verdicts is not None else pairwise_metrics(al.gold, al.verdicts, "count_wrong").accuracy)
+                if al.reversed_verdicts is not None
+                else pairwise_metrics(al.gold, al.verdicts, "count_wrong").accuracy)
     if not np.isclose(np.mean(right), headline):
         raise AssertionError(f"{rp.name}: per-record rights give {np.mean(right):.4f}, the metric {headline:.4f}")
     diff = paired_difference(right, longer_right, n=args.boot, seed=args.seed)

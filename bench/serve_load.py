@@ -116,10 +116,11 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         for r in rows:
-            lines.append(f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']:.1f} | {r['p50_ms']:.0f} | "
-                         f"{r['p99_ms']:.0f} | {r['errors'] or 0} | "
+            lines.append(f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']:.1f} | "
+                         f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors'] or 0} | "
                          f"{r['throughput_rps'] / one[r['clients']]['throughput_rps']:.2f} |")
-    print(write("serve_load", {"machine": meta, "judge": str(args.judge), "results": results}, "\n".join(lines) + "\n"))
+    report = {"machine": meta, "judge": str(args.judge), "results": results}
+    print(write("serve_load", report, "\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":

@@ -98,8 +98,9 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], args) -> str:
     lines = [f"# Judge speed: PyTorch vs onnxruntime fp32 / int8 ({meta['date']})", "",
              f"CPU: {meta['cpu']} ({meta['cores']} cores), {meta['threads']} thread(s) pinned, load average at start "
-             f"{tuple(round(x, 2) for x in meta['loadavg_at_start'])}; commit {meta['commit']}. Real Auto-J test pairs "
-             f"({args.pairs}), padded to the length, batch {args.batch} sequences, median of {args.repeats} passes.", "",
+             f"{tuple(round(x, 2) for x in meta['loadavg_at_start'])}; commit {meta['commit']}. "
+             f"Real Auto-J test pairs ({args.pairs}), padded to the length, batch {args.batch} sequences, "
+             f"median of {args.repeats} passes.", "",
              "| judge | length | backend | judgements/s | × PyTorch fp32 | decision agreement | max abs logit diff |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['judge']} ({r['head']}, {r['backbone']}) | {r['length']} | {r['backend']} | "

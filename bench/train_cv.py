@@ -274,7 +274,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [f"## {name}: fold(s) {part['scored_folds']} of the {part['folds']}-fold split grouped by "
                   f"question (n = {part['n']} held-out pairs)", "",
                   "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | "
-                  "acc - longer-wins acc [95% CI] (won / lost pairs) | train wall s |", "|---|---|---|---|---|---|---|---|"]
+                  "acc - longer-wins acc [95% CI] (won / lost pairs) | train wall s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for row, r in part["rows"].items():
             wall = "+".join(f"{w:.0f}" for w in r.get("train_wall_s", [])) or "-"
             diff = vs_longer_cell(r.get("vs_longer"))
@@ -329,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--tune-folds", type=int, default=1, help="folds the fine-tuned rows are trained on")
     parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
-    parser.add_argument("--rows", nargs="+", default=[""], help="fine-tuned pair rows: exact names, or substrings of names")
+    parser.add_argument("--rows", nargs="+", default=[""],
+                        help="fine-tuned pair rows: exact names, or substrings of names")
     parser.add_argument("--alpaca-rows", nargs="+", default=[""], help="AlpacaEval rows: substrings of names")
     parser.add_argument("--transfer", action="store_true", help="also score every pair row on the LLMBar sets")
     parser.add_argument("--jobs", type=int, default=2)

@@ -262,8 +262,8 @@ class DecoderEmbedder:
     def _read(self, items: list[tuple[list[int], list[int]]],
               with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
         """Mean of the layer's states over each item's second part and, if asked, the log-probability of each
-        token of the second part (each prefix must then be non-empty). Items are batched by length with right padding (a causal model's states at
-        real tokens do not see the padding after them)."""
+        token of the second part (each prefix must then be non-empty). Items are batched by length with right
+        padding (a causal model's states at real tokens do not see the padding after them)."""
         import torch
 
         order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
@@ -392,7 +392,8 @@ class DecoderEmbedder:
         enough to wait for (a training pool, an audit set), in a log as well as on a terminal."""
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, unit="answer", desc=f"reading with {self.encoder} layer {self.layer} ({self.precision})",
+        desc = f"reading with {self.encoder} layer {self.layer} ({self.precision})"
+        return tqdm(total=total, unit="answer", desc=desc,
                     disable=not (self.show_progress or total >= PROGRESS_MIN), mininterval=10)
 
     # -- public ----------------------------------------------------------------------------------------

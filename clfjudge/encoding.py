@@ -34,7 +34,8 @@ def with_length_hints(record: Record) -> Record:
     """The record with each answer prefixed by "length N: ", N the bucket of its full (untruncated) length.
     Truncation cuts answers to fit the budget, which hides how long they were; the hint keeps that covariate
     (the strongest single predictor of the gold verdicts) visible to the judge as plain tokens."""
-    hints = {f: f"length {length_bucket(getattr(record, f))}: {getattr(record, f)}" for f in ANSWER_FIELDS[type(record)]}
+    hints = {f: f"length {length_bucket(getattr(record, f))}: {getattr(record, f)}"
+             for f in ANSWER_FIELDS[type(record)]}
     return replace(record, **hints)
 
 

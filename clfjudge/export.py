@@ -112,14 +112,16 @@ class ParityConfig:
         for precision, values in (raw.get("thresholds") or {}).items():
             unknown = set(values or {}) - known
             if unknown:
-                raise ValueError(f"{path}: thresholds.{precision}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+                raise ValueError(f"{path}: thresholds.{precision}: unknown key(s) {sorted(unknown)}; "
+                                 f"known: {sorted(known)}")
             thresholds[precision] = dict(values or {})
         for item in overrides:
             key, sep, value = item.partition("=")
             precision, dot, name = key.strip().partition(".")
             if not sep or not dot or name not in known:
                 raise ValueError(f"--threshold {item!r}: expected PRECISION.KEY=VALUE with KEY in {sorted(known)}")
-            thresholds.setdefault(precision, {})[name] = None if value.strip().lower() in ("none", "null") else float(value)
+            parsed = None if value.strip().lower() in ("none", "null") else float(value)
+            thresholds.setdefault(precision, {})[name] = parsed
         validation = raw.get("validation") or {}
         return cls(
             thresholds={p: Thresholds(**{k: None if v is None else float(v) for k, v in t.items()})
@@ -483,7 +485,8 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         source_for_int8 = fp32
         if optimize:
             optimized = tmp / ONNX_VARIANTS["optimized"]
-            files[optimized.name] = {"precision": "fp32", **optimize_onnx(fp32, optimized, torch_backend.model.config, external)}
+            files[optimized.name] = {"precision": "fp32",
+                                     **optimize_onnx(fp32, optimized, torch_backend.model.config, external)}
             source_for_int8 = optimized
         if quant is not None:
             quantized = tmp / ONNX_VARIANTS["int8"]

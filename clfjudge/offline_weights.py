@@ -268,7 +268,8 @@ class BuiltWeights(OfflineWeights):
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.tmp-") as tmp:
             workdir = Path(tmp)
             built = self.build(located, workdir)
-            outputs = {rel: {"size": p.stat().st_size, "sha256": sha256_file(p)} for rel, p in _output_files(built).items()}
+            outputs = {rel: {"size": p.stat().st_size, "sha256": sha256_file(p)}
+                       for rel, p in _output_files(built).items()}
             for rel, expected in self.checksums.items():
                 if rel not in outputs:
                     raise FileNotFoundError(f"building {self.alias!r}: expected output file {rel} was not produced")

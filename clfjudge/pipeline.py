@@ -34,7 +34,8 @@ class Profile:
 
     train_overrides: tuple[str, ...] = ()
     audit_limit: int | None = None
-    audit_set_limits: tuple[tuple[str, int], ...] = ()  # (set, cap) where a set needs a smaller sample than audit_limit
+    # (set, cap) where a set needs a smaller sample than audit_limit
+    audit_set_limits: tuple[tuple[str, int], ...] = ()
     bootstrap: int = 1000
     parity_records: int | None = None
     parity_overrides: tuple[str, ...] = ()  # clfjudge/configs/parity.yaml thresholds changed for this profile
@@ -49,8 +50,8 @@ PROFILES: Registry[Profile] = Registry("run profile")
 PROFILES.register("full", Profile(audit_limit=600, parity_records=64, audit_set_limits=(
     ("autoj-test", 300), ("prometheus-mtbench", 160), ("prometheus-vicuna", 160))))
 PROFILES.register("quick", Profile(
-    train_overrides=("max_train_records=160", "max_dev_records=64", "eval_sources=[]", "max_steps=8", "batch_size=8", "eval_every=4",
-                     "early_stopping_patience=0", "max_length=256"),
+    train_overrides=("max_train_records=160", "max_dev_records=64", "eval_sources=[]", "max_steps=8", "batch_size=8",
+                     "eval_every=4", "early_stopping_patience=0", "max_length=256"),
     audit_limit=40, bootstrap=100, parity_records=32,
     # an 8-step judge has near-zero margins, so int8 noise tips some of its 32 decisions: the gate still runs
     # and reports, with looser int8 bounds (the full profile keeps clfjudge/configs/parity.yaml's 99% / 1 point)
@@ -117,7 +118,8 @@ def export_int8(state: RunState) -> dict[str, Any]:
         return {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
                 for name, v in report["variants"].items()}
 
-    judge_dir, parity = _needs(state, "train", "judge_dir"), ParityConfig.load(overrides=state.profile.parity_overrides)
+    judge_dir = _needs(state, "train", "judge_dir")
+    parity = ParityConfig.load(overrides=state.profile.parity_overrides)
     kw = dict(n_records=state.profile.parity_records, parity=parity)
     refused = None
     try:

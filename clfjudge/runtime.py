@@ -136,7 +136,8 @@ class TorchBackend:
         if threads:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
-        self.model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32).to(device).eval()
+        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
+        self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -443,7 +444,8 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
     if not all(p.ok and p.verdict is not None for p in parsed):
         return Comparison(math.nan, math.nan, math.nan, None, parsed=False, generated=texts)
     verdicts = [parsed[0].verdict, *(p.verdict.swapped() for p in parsed[1:])]
-    p_a, p_tie, p_b = (sum(v is side for v in verdicts) / len(verdicts) for side in (Verdict.A, Verdict.TIE, Verdict.B))
+    p_a, p_tie, p_b = (sum(v is side for v in verdicts) / len(verdicts)
+                       for side in (Verdict.A, Verdict.TIE, Verdict.B))
     return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
 
 
@@ -473,7 +475,8 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
     path = directory / name
     if not path.exists():
         have = sorted(p.name for p in directory.glob("*.onnx"))
-        raise FileNotFoundError(f"{path} does not exist (variant {variant!r}; this directory holds {have or 'no ONNX files'})")
+        raise FileNotFoundError(f"{path} does not exist "
+                                f"(variant {variant!r}; this directory holds {have or 'no ONNX files'})")
     return path
 
 

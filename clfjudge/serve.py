@@ -88,11 +88,13 @@ class Stats:
     def __init__(self) -> None:
         self.requests: Counter = Counter()  # (endpoint, status)
         self.batch_size = Histogram("clfjudge_batch_size", [1, 2, 4, 8, 16, 32, 64, 128])
-        self.latency = Histogram("clfjudge_request_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
+        self.latency = Histogram("clfjudge_request_seconds",
+                                 [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
 
     def render(self, queue_depth: int) -> str:
         lines = ["# TYPE clfjudge_requests_total counter"]
-        lines += [f'clfjudge_requests_total{{endpoint="{e}",status="{s}"}} {n}' for (e, s), n in sorted(self.requests.items())]
+        lines += [f'clfjudge_requests_total{{endpoint="{e}",status="{s}"}} {n}'
+                  for (e, s), n in sorted(self.requests.items())]
         lines += self.batch_size.render() + self.latency.render()
         lines += ["# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}"]
         return "\n".join(lines) + "\n"
@@ -115,7 +117,8 @@ class Batcher:
 
     async def submit(self, items: list[dict[str, Any]], symmetric: bool) -> list[dict[str, Any]]:
         if self.queued_items + len(items) > self.limits.max_queue:
-            raise HTTPError(503, f"queue full ({self.queued_items} items waiting, limit {self.limits.max_queue}); retry later")
+            raise HTTPError(503, f"queue full ({self.queued_items} items waiting, "
+                                 f"limit {self.limits.max_queue}); retry later")
         pending = Pending(items, symmetric, asyncio.get_running_loop().create_future())
         self.queued_items += len(items)
         self.queue.put_nowait(pending)
@@ -259,7 +262,8 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits,
             if not isinstance(value, str):
                 raise HTTPError(422, f"{where}: field '{name}' must be a string")
             if len(value) > limits.max_text_chars:
-                raise HTTPError(413, f"{where}: field '{name}' has {len(value)} characters, limit {limits.max_text_chars}")
+                raise HTTPError(413, f"{where}: field '{name}' has {len(value)} characters, "
+                                     f"limit {limits.max_text_chars}")
         unknown = set(item) - set(fields) - {"id"} - ({"symmetric"} if "items" not in body else set())
         if unknown:
             raise HTTPError(422, f"{where}: unknown field(s) {sorted(unknown)}; expected {sorted(fields)}")
@@ -321,7 +325,8 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
             try:
                 check_key(request)
                 if task not in tasks:
-                    raise HTTPError(404, f"this {judge.card.head} judge cannot {task}; it serves {', '.join('/' + t for t in tasks)}")
+                    served = ", ".join("/" + t for t in tasks)
+                    raise HTTPError(404, f"this {judge.card.head} judge cannot {task}; it serves {served}")
                 if not state["accepting"]:
                     raise HTTPError(503, "server is shutting down")
                 body = parse_body(await read_body(request, limits), limits)

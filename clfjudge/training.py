@@ -232,7 +232,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if origin is list:
             if isinstance(value, str):
                 text = value.strip()
-                value = yaml.safe_load(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+                value = (yaml.safe_load(text) if text.startswith("[")
+                         else [v.strip() for v in text.split(",") if v.strip()])
             if not isinstance(value, list):
                 raise ValueError
             return [_coerce(v, args[0], where) for v in value]

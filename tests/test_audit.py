@@ -91,7 +91,8 @@ def test_released_files_on_real_data(tmp_path):
     assert rows["auto-j-13b"]["autoj-test"]["agreement"] == pytest.approx(0.5496, abs=1e-4)
     assert "n/a" in rows["pandalm-7b"]["autoj-test"] and "n/a" in rows["auto-j-13b"]["pandalm-test"]
     assert rows["pandalm-7b"]["average_pairwise"] is None  # one set is not an average
-    assert m["suites"]["position"]["rows"]["auto-j-13b"]["autoj-test"]["consistency"] == pytest.approx(0.8341, abs=1e-4)
+    position = m["suites"]["position"]["rows"]
+    assert position["auto-j-13b"]["autoj-test"]["consistency"] == pytest.approx(0.8341, abs=1e-4)
 
 
 @pytest.mark.slow

@@ -42,7 +42,8 @@ def test_decoder_families(model_type):
     assert family_of({"model_type": model_type}) == "decoder"
 
 
-@pytest.mark.parametrize("model_type", ["bert", "mpnet", "deberta-v2", "deberta", "roberta", "xlm-roberta", "modernbert"])
+@pytest.mark.parametrize("model_type",
+                         ["bert", "mpnet", "deberta-v2", "deberta", "roberta", "xlm-roberta", "modernbert"])
 def test_encoder_families(model_type):
     assert family_of({"model_type": model_type}) == "encoder"
 
@@ -132,7 +133,8 @@ def test_hub_id_is_passed_through_to_transformers_cache(tmp_path):
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "BackboneInfo(path_or_id='acme/tiny-judge', family='encoder', arch='deberta-v2', source='hub')" in proc.stdout
+    assert ("BackboneInfo(path_or_id='acme/tiny-judge', family='encoder', arch='deberta-v2', source='hub')"
+            in proc.stdout)
 
 
 def test_importing_loads_nothing_heavy(tmp_path):

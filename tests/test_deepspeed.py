@@ -1,4 +1,5 @@
-"""The ZeRO-2 path (clfjudge/configs/ds_zero2.json) on CPU: one process under torchrun with DeepSpeed's CPU accelerator.
+"""The ZeRO-2 path (clfjudge/configs/ds_zero2.json) on CPU: one process under torchrun with DeepSpeed's CPU
+accelerator.
 
 The first run JIT-builds DeepSpeed's CPU ops (a few minutes); they are cached in <repo>/.cache."""
 from __future__ import annotations

@@ -175,7 +175,8 @@ def test_parity_config_parsing(tmp_path):
     assert default.for_precision("int8").min_agreement == 0.99
     assert default.default_sources["pair"][0] == "pandalm-test"
     tightened = ParityConfig.load(overrides=["int8.max_abs_diff=0.5", "fp32.min_agreement=none"])
-    assert tightened.for_precision("int8").max_abs_diff == 0.5 and tightened.for_precision("fp32").min_agreement is None
+    assert (tightened.for_precision("int8").max_abs_diff == 0.5
+            and tightened.for_precision("fp32").min_agreement is None)
     with pytest.raises(ValueError, match="PRECISION.KEY=VALUE"):
         ParityConfig.load(overrides=["int8.agreement=1"])
     bad = tmp_path / "parity.yaml"

@@ -85,7 +85,8 @@ def test_length_coefficient_fits_the_length_preference():
     adjusted = head.adjust(np.zeros((2, 1)), [pair("A", long_, short)])
     assert adjusted[0, 0] - adjusted[1, 0] == pytest.approx(2.0 * (math.log1p(len(long_)) - math.log1p(len(short))))
     assert head.outputs(adjusted).verdicts() == [Verdict.A]
-    assert RewardHead.from_card(type("Card", (), {"calibration": head.card_fields()["calibration"]})).length_coef == 2.0
+    card = type("Card", (), {"calibration": head.card_fields()["calibration"]})
+    assert RewardHead.from_card(card).length_coef == 2.0
     np.testing.assert_array_equal(RewardHead().adjust(np.ones((2, 1)), [pair()]), np.ones((2, 1)))  # off: as is
 
 

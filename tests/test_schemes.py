@@ -158,14 +158,16 @@ def test_study_encoder_and_decoder_inputs_exactly():
     assert render(rec, "decoder-pair-gen", use_reference=False).endswith("[The End of Response 2]\n\n[Feedback]\n")
     assert render(POINT, "decoder-point-gen").endswith("[The End of Response]\n\n[Feedback]\n[/INST]")
     assert render(POINT, "decoder-answer") == (
-        f"{head}[Question]\nName a prime number.\n\n[The Start of Response]\nFour.\n\n[The End of Response]\n\n[/INST]")
+        f"{head}[Question]\nName a prime number.\n\n[The Start of Response]\nFour.\n\n"
+        "[The End of Response]\n\n[/INST]")
 
 
 def test_chat_wrappers_of_released_llama2_judges():
     assert render(PAIR, "autoj-pair").startswith("[INST] You are assessing two submitted responses")
     assert render(PAIR, "autoj-pair").endswith("comparison you've provided. [/INST]")
     text = render(POINT, "prometheus-point")
-    assert text.startswith("[INST] <<SYS>>\nYou are a fair evaluator language model.\n<</SYS>>\n\n###Task Description:")
+    assert text.startswith("[INST] <<SYS>>\nYou are a fair evaluator language model.\n<</SYS>>\n\n"
+                           "###Task Description:")
     assert text.endswith("###Feedback: [/INST]")
 
 

@@ -278,7 +278,8 @@ def _by_id(name: str, root: Path) -> tuple[dict[str, Any], LoadResult]:
 
 def test_pandalm(fixture_root):
     recs, result = _by_id("pandalm-test", fixture_root)
-    assert recs["0"].question.startswith("If you have any questions") and "\nRewrite the sentence" in recs["0"].question
+    assert (recs["0"].question.startswith("If you have any questions")
+            and "\nRewrite the sentence" in recs["0"].question)
     assert (recs["0"].verdict, recs["0"].model_a, recs["0"].model_b) == (Verdict.B, "bloom-7b", "llama-7b")
     assert recs["1"].answer_a == "True" and recs["1"].verdict is Verdict.A  # JSON true; votes 1, 1, 0
     assert recs["1"].question == "Verify the correctness of the given statement: the Earth orbits the Sun."

@@ -23,7 +23,8 @@ def pairs(n_questions: int = 40, per_question: int = 3) -> list[PairRecord]:
     """Each question appears ``per_question`` times, spelled with other case, spacing and end punctuation."""
     spellings = ["{q}", "  {Q}!", "{q}?\n"]
     return [
-        PairRecord(id=f"u:{i}:{j}", question=spellings[j % 3].format(q=f"question number {i}", Q=f"QUESTION  number {i}"),
+        PairRecord(id=f"u:{i}:{j}",
+                   question=spellings[j % 3].format(q=f"question number {i}", Q=f"QUESTION  number {i}"),
                    answer_a="a", answer_b="b", verdict=VERDICTS[(i + j) % 3], source="unit")
         for i in range(n_questions) for j in range(per_question)
     ]
@@ -136,7 +137,8 @@ def test_real_overlaps_between_sources():
 
 
 def test_real_decontamination_of_alpacaeval():
-    evals = {name: load(name).records for name in ("pandalm-test", "autoj-test", "prometheus-vicuna", "llmbar-faireval")}
+    evals = {name: load(name).records
+             for name in ("pandalm-test", "autoj-test", "prometheus-vicuna", "llmbar-faireval")}
     train = load("alpacaeval-gpt4").records
     kept, removed, report = decontaminate(train, evals)
     assert report == {"autoj-test": 286, "llmbar-faireval": 1711, "pandalm-test": 4360, "prometheus-vicuna": 2075}

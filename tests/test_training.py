@@ -130,7 +130,8 @@ def test_swap_augmentation_swaps_answers_and_labels():
     added = {r.id: r for r in out[3:]}
     for r in recs:
         s = added[r.id]
-        assert (s.answer_a, s.answer_b, s.verdict, s.scores) == (r.answer_b, r.answer_a, r.verdict.swapped(), (1.0, 9.0))
+        expected = (r.answer_b, r.answer_a, r.verdict.swapped(), (1.0, 9.0))
+        assert (s.answer_a, s.answer_b, s.verdict, s.scores) == expected
     assert len(swap_augment(recs, 1 / 3, random.Random(0))) == 4
 
 

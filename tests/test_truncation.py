@@ -200,7 +200,8 @@ def test_report_aggregates_infos():
     report.add(TruncationInfo("c", "s", 700, 510, {"answer_a": 190}))
     assert report.to_dict() == {
         "records": 3, "truncated": 2, "fraction_truncated": 2 / 3, "longest_tokens": 900,
-        "fields": {"answer_a": {"records": 2, "tokens_removed": 490}, "question": {"records": 1, "tokens_removed": 88}},
+        "fields": {"answer_a": {"records": 2, "tokens_removed": 490},
+                   "question": {"records": 1, "tokens_removed": 88}},
     }
 
 

@@ -1,8 +1,9 @@
 """Audit judges: one small adapter per kind of judge, all giving predictions on the audit's test sets.
 
 A judge spec names the adapter by prefix (``released:``, ``gen:``, ``baseline:``, ``semscore``); anything else
-is a judge directory (PyTorch, ONNX, embedding or generative). Adding a kind is one adapter class and one registry line. Every adapter answers, per test set, with ``Predictions``
-or with a reason it does not apply (reported as n/a, never as zero).
+is a judge directory (PyTorch, ONNX, embedding or generative). Adding a kind is one adapter class and one registry
+line. Every adapter answers, per test set, with ``Predictions`` or with a reason it does not apply (reported as n/a,
+never as zero).
 """
 from __future__ import annotations
 
@@ -141,8 +142,8 @@ class SemScoreJudge(AuditJudge):
                                         [r.reference for r in records] * 2)  # one call: each reference read once
         sim_a, sim_b = both[:len(records)], both[len(records):]
         forward = [Verdict.from_scores(a, b) for a, b in zip(sim_a, sim_b)]
-        return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=list(map(float, sim_a - sim_b)),
-                           transform="grade each answer, compare")
+        return Predictions(forward=forward, reversed=_swapped_verdicts(forward),
+                           margin=list(map(float, sim_a - sim_b)), transform="grade each answer, compare")
 
 
 class RuntimeJudge(AuditJudge):
@@ -203,7 +204,8 @@ class RuntimeJudge(AuditJudge):
         forward = [points_to_verdict(*(None if np.isnan(x) else x for x in row)) for row in graded]
         margin = None if np.isnan(scores).any() else list(map(float, scores[:, 0] - scores[:, 1]))
         return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=margin,
-                           transform="w/ trans: grade each answer (rounded), compare", notes=self._parse_notes(results))
+                           transform="w/ trans: grade each answer (rounded), compare",
+                           notes=self._parse_notes(results))
 
     def _points(self, records: Sequence[PointRecord]) -> Predictions:
         if "score" in self.judge.tasks:

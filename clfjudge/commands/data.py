@@ -84,7 +84,8 @@ def run_overlap(args: argparse.Namespace) -> int:
              for name, source in SOURCES.items() if source.available(args.root)}
     overlaps = question_overlaps(named)
     distinct = {name: len({r.question for r in records}) for name, records in named.items()}
-    rows = [(b, a, exact, loose, distinct[b]) for (a, b), (exact, loose) in sorted(overlaps.items(), key=lambda kv: kv[0][::-1])]
+    rows = [(b, a, exact, loose, distinct[b])
+            for (a, b), (exact, loose) in sorted(overlaps.items(), key=lambda kv: kv[0][::-1])]
     if args.json:
         keys = ("questions_of", "found_in", "exact", "line_set_or_exact", "distinct_questions")
         print(json.dumps([dict(zip(keys, row)) for row in rows], indent=2))

@@ -57,11 +57,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score", help="score a JSONL file of pairs (compare) or answers (score) with a judge",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
-    p.add_argument("model", metavar="MODEL", help="judge directory (trained, exported to ONNX, embedding or generative judge)")
+    p.add_argument("model", metavar="MODEL",
+                   help="judge directory (trained, exported to ONNX, embedding or generative judge)")
     p.add_argument("--input", required=True, help="JSONL input, one pair or answer per line")
     p.add_argument("--output", required=True, help="JSONL output, one line per scored input line")
     p.add_argument("--rejected", default=None,
-                   help="JSONL file of rejected lines with line number, field and error (default: OUTPUT.rejected.jsonl)")
+                   help="JSONL file of rejected lines with line number, field and error "
+                        "(default: OUTPUT.rejected.jsonl)")
     p.add_argument("--task", default="auto", choices=TASKS,
                    help="compare pairs or score answers (auto: from the judge; a reward judge can do both)")
     p.add_argument("--symmetric", action="store_true", help="judge both answer orders and average (compare)")

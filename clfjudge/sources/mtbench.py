@@ -43,7 +43,8 @@ def _messages(f: Fields, name: str, needed: int) -> list[str]:
     texts = []
     for k, (message, role) in enumerate(zip(conversation[:needed], ["user", "assistant"] * 2)):
         if not isinstance(message, dict) or message.get("role") != role or not isinstance(message.get("content"), str):
-            raise f.loc.error(name, f"message {k} must be {{'role': {role!r}, 'content': <text>}}, got {message!r:.200}")
+            raise f.loc.error(name, f"message {k} must be {{'role': {role!r}, 'content': <text>}}, "
+                                    f"got {message!r:.200}")
         texts.append(message["content"])
     return texts
 
