@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine (see README):
 #   make main   set up, then run the main job on the embedded default (frozen SmolLM2 reader + ../shared/data)
-#   make test   set up, then run the test suite
+#   make test   set up, then lint (ruff check, configured in pyproject.toml) and run the test suite
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.clfjudge-installed
@@ -21,4 +21,5 @@ main: setup
 	OMP_NUM_THREADS=2 $(VENV)/bin/clfjudge run --out runs/main
 
 test: setup
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
