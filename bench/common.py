@@ -9,24 +9,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from clfjudge.machine import cpu_model, matmul_flags
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine(threads: int) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=RESULTS.parent).stdout.strip()
     return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_model(),
-            "cores": os.cpu_count(), "threads": threads, "loadavg_at_start": os.getloadavg(), "commit": commit,
+            "matmul_flags": matmul_flags(), "cores": os.cpu_count(), "threads": threads,
+            "loadavg_at_start": os.getloadavg(), "commit": commit,
             "python": platform.python_version()}
 
 

@@ -7,10 +7,10 @@ the CI profile: the same path on a small real slice.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -161,18 +161,37 @@ def _headline(validation: dict[str, Any]) -> dict[str, Any]:
     return {split: {k: v for k, v in m.items() if k in keep} for split, m in validation.items() if isinstance(m, dict)}
 
 
+@contextlib.contextmanager
+def _env_default(name: str, value: str):
+    """``name`` set to ``value`` unless the caller set it, for the duration of the block only."""
+    if os.environ.get(name):
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 def run(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     from .embedding_cache import ENV, default_root
 
     config.out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault(ENV, str(default_root()))  # a re-run reads no answer twice
+    with _env_default(ENV, str(default_root())):  # a re-run reads no answer twice
+        return _run(config, log)
+
+
+def _run(config: RunConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    from .machine import describe
+
     state = RunState(config, PROFILES.get(config.profile))
     names = list(config.steps or ORDER)
     for name in names:
         STEPS.get(name)  # unknown step names fail before any work
     record: dict[str, Any] = {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": config.profile,
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        "machine": describe(),
         "steps": {}, "outputs": state.outputs,
     }
     for i, name in enumerate(names, 1):
