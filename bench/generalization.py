@@ -88,7 +88,7 @@ def _stale(judge_dir: Path, cfg) -> bool:
 def held_out_slices(cfg) -> dict[str, list]:
     """The pool's held-out questions (test_fraction), per source: never trained on."""
     from clfjudge.embedding_training import EmbeddingDataHead
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     slices: dict[str, list] = {}
     for r in build_splits(cfg, EmbeddingDataHead("pair")).test:

@@ -57,7 +57,7 @@ def train(recipe: str, retrain: bool) -> Path:
 def held_out(recipe: str):
     """The recipe's held-out fold (splits are deterministic: the same records the card was scored on)."""
     from clfjudge.heads import HEADS
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     cfg = recipe_config(recipe)
     return build_splits(cfg, HEADS.get("cls3")()).test

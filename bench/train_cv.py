@@ -50,7 +50,8 @@ from clfjudge.metrics import paired_difference  # noqa: E402
 from clfjudge.paths import REPO_ROOT  # noqa: E402
 from clfjudge.records import PairRecord, PointRecord  # noqa: E402
 from clfjudge.runtime import Judge  # noqa: E402
-from clfjudge.training import Splits, TrainConfig, build_splits  # noqa: E402
+from clfjudge.train_config import TrainConfig  # noqa: E402
+from clfjudge.train_data import Splits, build_splits  # noqa: E402
 
 RUNS = REPO_ROOT / "runs" / "training" / "cv"
 CPU = REPO_ROOT / "train" / "cpu"

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 # public name -> "module:attribute"
 _LAZY = {
     "Judge": "clfjudge.runtime:Judge",
-    "TrainConfig": "clfjudge.training:TrainConfig",
+    "TrainConfig": "clfjudge.train_config:TrainConfig",
     "train": "clfjudge.training:train",
     "export_judge": "clfjudge.export:export_judge",
     "run_audit": "clfjudge.audit:run_audit",

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .embedding_cache import Cached
+from .embedding_cache import Cached, load_vectors, save_vectors
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -433,11 +433,7 @@ class DecoderEmbedder:
         self._cache.clear()
 
     def save_cache(self, path: str | Path) -> Path:
-        from .embedding_judge import save_vectors
-
         return save_vectors(path, self._cache, self.cache_id)
 
     def load_cache(self, path: str | Path) -> int:
-        from .embedding_judge import load_vectors
-
         return load_vectors(path, self._cache, self.cache_id)

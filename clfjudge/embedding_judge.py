@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .card import JudgeCard
-from .embedding_cache import Cached
+from .embedding_cache import Cached, load_vectors, save_vectors
 from .features import log_length_difference, log_lengths, row_cosine
 from .linear_head import LinearHead
 from .records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
@@ -41,29 +41,6 @@ def resolve_encoder(spec: str) -> str:
 
 def _text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-def save_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> Path:
-    """Write an embedder's cache (hash key -> vector) to ``path`` (.npz), tagged with the embedder's identity."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = list(cache)
-    matrix = np.stack([cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
-    with open(path, "wb") as f:  # a file object keeps numpy from appending ".npz" to the name
-        np.savez(f, keys=np.array(keys, dtype="U32"), vectors=matrix, encoder=np.array(cache_id))
-    return path
-
-
-def load_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> int:
-    """Add the vectors stored at ``path`` to ``cache``; returns how many were added. The file must come from
-    an embedder with the same identity (encoder spec and, for decoders, layer and truncation)."""
-    with np.load(path) as data:
-        stored = str(data["encoder"])
-        if stored != cache_id:
-            raise ValueError(f"{path}: embedding cache of encoder {stored!r}, not {cache_id!r}")
-        before = len(cache)
-        cache.update(zip(data["keys"].tolist(), data["vectors"]))
-    return len(cache) - before
 
 
 class TextEmbedder:

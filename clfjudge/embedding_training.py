@@ -18,7 +18,7 @@ from .records import Record
 
 if TYPE_CHECKING:
     from .embedding_judge import EmbeddingJudge
-    from .training import TrainConfig
+    from .train_config import TrainConfig
 
 EMBEDDING = "embedding"
 # option -> what it does (unknown options are refused, naming these)
@@ -89,7 +89,7 @@ def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
 def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
     from .metrics import autoj_agreement, correlations, pairwise_metrics
-    from .training import pair_baselines
+    from .train_data import pair_baselines
 
     if judge.kind == "point":
         return asdict(correlations([r.score for r in records], judge.predict(records).tolist()))
@@ -103,7 +103,7 @@ def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]
 
 def train_embedding(cfg: TrainConfig) -> Path:
     """Fit the embedding judge on the training split and write its directory (head + judge card)."""
-    from .training import build_splits
+    from .train_data import build_splits
 
     start = time.monotonic()
     judge = judge_from_config(cfg)

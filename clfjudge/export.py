@@ -39,7 +39,7 @@ from .configs import config_path
 from .encoding import MODEL_INPUTS
 from .heads import HEADS, Head
 from .records import Record
-from .registry import Registry
+from .registry import Registry, resolve
 from .runtime import HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
     from the card's sources, else from the parity config's defaults for the judge's kind."""
     from . import sources
-    from .training import parse_source
+    from .train_data import parse_source
 
     n = n_records or config.n_records
     if source:
@@ -427,6 +427,12 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
 
 # -- the whole export -------------------------------------------------------------------------------------
 
+# Heads exported by another module, which builds on this one's parity gate and int8 settings: head ->
+# "module:function" (registry.resolve), imported only when such a judge is exported.
+EXPORTERS: Registry[str] = Registry("exporter")
+EXPORTERS.register("embedding", "clfjudge.export_embedding:export_embedding_judge")
+
+
 @dataclass
 class ExportResult:
     out_dir: Path
@@ -453,11 +459,9 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc)."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
-    if card.head == "embedding":
-        from .export_embedding import export_embedding_judge
-
-        return export_embedding_judge(judge_dir, out, int8=int8, isa=isa, source=source, n_records=n_records,
-                                      parity=parity, int8_config=int8_config)
+    if card.head in EXPORTERS:
+        return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
+                                                 n_records=n_records, parity=parity, int8_config=int8_config)
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")

@@ -27,7 +27,7 @@ from .schemes import SCHEMES, RenderError, target
 from .truncation import TruncationPolicy, TruncationReport
 
 if TYPE_CHECKING:
-    from .training import TrainConfig
+    from .train_config import TrainConfig
 
 GENERATIVE = "generative"  # the judge card's head name
 DEFAULT_SCHEMES = {"pair": "decoder-pair-gen", "point": "decoder-point-gen"}
@@ -196,7 +196,8 @@ def train_generative(cfg: TrainConfig) -> Path:
 
     from .backbones import load_causal_lm, resolve_backbone
     from .card import JudgeCard
-    from .training import build_splits, pair_baselines, training_arguments
+    from .train_config import training_arguments
+    from .train_data import build_splits, pair_baselines
 
     start = time.monotonic()
     if not torch.cuda.is_available():

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .decoder_embedder import DecoderEmbedder
+from .onnx_session import inference_session
 
 READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
 GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
@@ -39,19 +40,12 @@ class OnnxDecoderReader(DecoderEmbedder):
     def _load(self) -> None:
         if self._session is not None:
             return
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        from .runtime import PROVIDERS
-
-        options = ort.SessionOptions()
-        if self._threads:
-            options.intra_op_num_threads = self._threads
-            options.inter_op_num_threads = 1
         path = self.directory / READER_FILES.get(self.variant, self.variant)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
-        self._session = ort.InferenceSession(str(path), options, providers=PROVIDERS[self._provider])
+        self._session = inference_session(path, self._provider, self._threads)
         self._tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded

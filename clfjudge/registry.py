@@ -1,12 +1,14 @@
 """A tiny name -> object registry, shared by sources, schemes, parsers, heads and audit suites.
 
 Adding a data source (or scheme, parser, ...) is adding one module that calls ``REGISTRY.register``;
-nothing else branches on names.
+nothing else branches on names. An entry can also be a lazy target, ``"package.module:attribute"`` (read with
+``resolve``): a low module names what a higher one implements without importing it, so imports stay one-way.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -57,3 +59,11 @@ def lazy(factory: Callable[[], T]) -> Callable[[], T]:
         return cache[0]
 
     return get
+
+
+def resolve(target: str) -> Any:
+    """A lazy registry entry ``"package.module:attribute"`` -> the attribute, importing its module on first use."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"lazy target {target!r}: expected 'package.module:attribute'")
+    return getattr(importlib.import_module(module), attr)

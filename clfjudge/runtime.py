@@ -27,6 +27,7 @@ import numpy as np
 from .calibration import Calibration
 from .card import JudgeCard
 from .heads import HEADS, Cls3Head, Head, PairOutputs, RewardHead
+from .onnx_session import PROVIDERS, inference_session
 from .records import CLASS_OF_VERDICT, Loc, PairRecord, PointRecord, Verdict
 from .registry import Registry
 
@@ -41,7 +42,6 @@ DEFAULT_BATCH_SIZE = 16
 # ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
 ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}
 TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
 
 BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item's index in the batch
 _PAIR_FIELDS = ("id", "question", "answer_a", "answer_b", "rubric", "reference", "verdict", "scores", "source",
@@ -162,12 +162,8 @@ class OnnxBackend:
         if wanted not in ort.get_available_providers():
             raise ValueError(f"provider {provider!r} needs onnxruntime's {wanted}, which this onnxruntime build "
                              f"lacks (available: {ort.get_available_providers()}; for CUDA install onnxruntime-gpu)")
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
         self.path = Path(model_path)
-        self.session = ort.InferenceSession(str(self.path), options, providers=PROVIDERS[provider])
+        self.session = inference_session(self.path, provider, threads)
         self.inputs = tuple(i.name for i in self.session.get_inputs())
         self.output = self.session.get_outputs()[0].name
 

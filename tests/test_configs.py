@@ -15,7 +15,7 @@ import pytest
 import clfjudge
 from clfjudge.configs import config_path
 from clfjudge.paths import REPO_ROOT
-from clfjudge.training import TrainConfig, resolve_deepspeed
+from clfjudge.train_config import TrainConfig, resolve_deepspeed
 
 CONFIGS = Path(str(resources.files("clfjudge.configs")))
 BUNDLED = ("parity.yaml", "int8.yaml", "ds_zero2.json", "recipes/main-smollm2.yaml", "recipes/main-smollm2-pool.yaml")

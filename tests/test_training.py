@@ -121,7 +121,7 @@ def test_swap_augmentation_swaps_answers_and_labels():
     import random
 
     from clfjudge.records import PairRecord, Verdict
-    from clfjudge.training import swap_augment
+    from clfjudge.train_data import swap_augment
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"a{i}", answer_b=f"b{i}", verdict=v,
                        scores=(9.0, 1.0)) for i, v in enumerate([Verdict.A, Verdict.B, Verdict.TIE])]
@@ -137,7 +137,7 @@ def test_swap_augmentation_swaps_answers_and_labels():
 
 def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
     from clfjudge.records import PairRecord, Verdict
-    from clfjudge.training import randomize_order
+    from clfjudge.train_data import randomize_order
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"base{i}", answer_b=f"model{i}", verdict=Verdict.A)
             for i in range(400)]
@@ -152,7 +152,7 @@ def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
 @needs_data
 def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
     from clfjudge.heads import HEADS
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     cfg = {"head": "cls3", "sources": ["alpacaeval-gpt4:400"], "test_fraction": 0.25}
     with pytest.raises(ValueError, match=r"alpacaeval-gpt4.*randomize_order: true"):
@@ -171,7 +171,7 @@ def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
 def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_question():
     from clfjudge.heads import HEADS
     from clfjudge.splits import contamination_keys
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     base = {"head": "reward", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 0}
     plain = build_splits(TrainConfig.from_dict(base), HEADS.get("reward")())
@@ -198,7 +198,7 @@ def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_questi
 def test_neighbour_negatives_come_from_the_training_split_only():
     from clfjudge.heads import HEADS
     from clfjudge.records import Verdict
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     cfg = {"head": "reward", "sources": ["pandalm-test:120"], "test_fraction": 0.25, "length_covariate": True}
     plain = build_splits(TrainConfig.from_dict(cfg), HEADS.get("reward")())
@@ -223,7 +223,7 @@ def test_neighbour_negatives_come_from_the_training_split_only():
 @needs_data
 def test_swap_aug_in_splits_only_for_position_dependent_heads():
     from clfjudge.heads import HEADS
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     for head in ("cls3", "reward"):
         cfg = TrainConfig.from_dict({"head": head, "sources": ["pandalm-test:40"], "dev_fraction": 0.25,
@@ -252,7 +252,7 @@ def test_cv_fold_holds_out_the_group_kfold_fold():
     from clfjudge import sources
     from clfjudge.heads import HEADS
     from clfjudge.splits import group_kfold
-    from clfjudge.training import build_splits
+    from clfjudge.train_data import build_splits
 
     cfg = TrainConfig.from_dict({"head": "cls3", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 2})
     splits = build_splits(cfg, HEADS.get("cls3")())
@@ -311,7 +311,8 @@ def test_validation_predictions_are_in_record_order(tiny_bert_dir, tmp_path):
     judge, predicting record by record, reproduces them. (transformers' group_by_length also length-groups
     evaluation with a shuffling sampler; predictions then came back permuted and every dev metric was noise.)"""
     from clfjudge.heads import HEADS, fit_davidson
-    from clfjudge.training import build_splits, train
+    from clfjudge.train_data import build_splits
+    from clfjudge.training import train
 
     cfg = _config(tiny_bert_dir, tmp_path / "order", "reward", test_fraction=0.3, group_by_length=True,
                   eval_batch_size=2)
@@ -393,7 +394,7 @@ def test_capped_sources_are_nested_samples():
     import random
 
     from clfjudge.heads import HEADS
-    from clfjudge.training import load_source_records
+    from clfjudge.train_data import load_source_records
 
     head = HEADS.get("cls3")()
     small, stats = load_source_records("llmbar-natural:10", head, random.Random(0))

@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import paper
+from .paper import AGREEMENT, CROSS_SCHEME, LLMBAR, POINTWISE_EVAL, SEMSCORE_SYSTEM
 
 
 def _fmt(value: Any, pct: bool = True) -> str:
@@ -48,10 +48,10 @@ def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
     header = ["judge", *(f"{s} {k}" for s, k in present), "Average"]
     body = [[j, *(_cell(r.get(s), k) for s, k in present), _fmt((r["average_pairwise"] or {}).get("value"))]
             for j, r in rows.items()]
-    body += _paper_rows(paper.CROSS_SCHEME, [f"{s}:{k}" for s, k in present] + ["average"])
+    body += _paper_rows(CROSS_SCHEME, [f"{s}:{k}" for s, k in present] + ["average"])
     out = ["## Cross-scheme: pairwise selection (study Table 3)", "",
            "Percent, 95% bootstrap CI on the headline metric. Unparsed outputs count wrong. " + cs["average_note"]
-           + f". Paper rows: {paper.CROSS_SCHEME['table']}. {SEEN_NOTE}", "", *_table(header, body), ""]
+           + f". Paper rows: {CROSS_SCHEME['table']}. {SEEN_NOTE}", "", *_table(header, body), ""]
     point_sets = [s for s in ("prometheus-mtbench", "prometheus-vicuna", "prometheus-ind", "prometheus-ood")
                   if s in m["sets"]]
     if point_sets:
@@ -62,9 +62,9 @@ def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
             body.append([j, *(_cell(r.get(s), k, pct=False) for s in point_sets
                               for k in ("pearson", "kendall", "spearman")), "; ".join(sorted(how)) or "native"])
         keys = [f"{s}:{k}" for s in point_sets for k in ("pearson", "kendall", "spearman")]
-        body += _paper_rows(paper.POINTWISE_EVAL, keys, pct=False)
+        body += _paper_rows(POINTWISE_EVAL, keys, pct=False)
         out += ["## Cross-scheme: pointwise grading (study Table 4 protocol; GPT-4 mean score as gold)", "",
-                f"Paper rows: {paper.POINTWISE_EVAL['table']} (Pearson only). Pairwise judges grade with the "
+                f"Paper rows: {POINTWISE_EVAL['table']} (Pearson only). Pairwise judges grade with the "
                 "study's transform (reference as answer 1).", "", *_table(header, body), ""]
     other = [s for s in m["sets"] if m["sets"][s]["protocol"] == "llmbar"]
     if other:
@@ -113,9 +113,9 @@ def llmbar_section(m: Mapping[str, Any], subsets: Sequence[str]) -> list[str]:
         scored = [v for v in vals if v is not None]
         body.append([j, *(_cell(r.get(s), "accuracy") for s in subsets),
                      _fmt(sum(scored) / len(scored) if scored else None)])
-    body += _paper_rows(paper.LLMBAR, list(subsets))
+    body += _paper_rows(LLMBAR, list(subsets))
     return ["## LLMBar (study Table 6): accuracy, mean over both answer orders", "",
-            f"Paper rows: {paper.LLMBAR['table']}.", "", *_table(header, body), ""]
+            f"Paper rows: {LLMBAR['table']}.", "", *_table(header, body), ""]
 
 
 def bias_section(m: Mapping[str, Any], out_dir: Path) -> list[str]:
@@ -172,7 +172,7 @@ def _length_plot(length: Mapping[str, Any], out_dir: Path) -> Path:
 def agreement_section(m: Mapping[str, Any], out_dir: Path) -> list[str]:
     mats = m["suites"].get("agreement", {}).get("matrices", {})
     lines = ["## Inter-evaluator agreement (study Figs 2-3)", "",
-             f"Macro F1 on pairwise sets, Pearson on pointwise sets; gold is one evaluator. {paper.AGREEMENT['text']}",
+             f"Macro F1 on pairwise sets, Pearson on pointwise sets; gold is one evaluator. {AGREEMENT['text']}",
              ""]
     for set_name, mat in mats.items():
         lines += [f"![{set_name}]({_heatmap(set_name, mat, out_dir).name})", ""]
@@ -213,8 +213,8 @@ def system_section(m: Mapping[str, Any]) -> list[str]:
             for s, judges in sets.items() for j, v in judges.items()]
     return ["## System level (SemScore protocol)", "",
             "Per-system mean of each judge's score vs the per-system mean GPT-4 score; |Kendall τ|, |Pearson r|. "
-            f"Paper: SemScore {paper.SEMSCORE_SYSTEM['kendall_tau']} / {paper.SEMSCORE_SYSTEM['pearson_r']} "
-            f"({paper.SEMSCORE_SYSTEM['table']}); with only 4 systems here τ moves in steps of 1/3.", "",
+            f"Paper: SemScore {SEMSCORE_SYSTEM['kendall_tau']} / {SEMSCORE_SYSTEM['pearson_r']} "
+            f"({SEMSCORE_SYSTEM['table']}); with only 4 systems here τ moves in steps of 1/3.", "",
             *_table(["set", "judge", "Kendall τ", "Pearson r", "systems"], body), ""]
 
 

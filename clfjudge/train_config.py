@@ -1,0 +1,330 @@
+"""What one training run is: ``TrainConfig`` (YAML + ``--set key=value`` overrides over an optional Table 7
+preset), the trainers of heads that ``training.py``'s loop does not train (``TRAINERS``), and what a config means
+to the HF ``Trainer`` (``training_arguments``, DeepSpeed ZeRO-2 through ``resolve_deepspeed``).
+
+Shared by every trainer: ``training.py`` (classifier heads), ``generative.py`` and ``embedding_training.py``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import types
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from .configs import config_path
+from .heads import HEADS, Head
+from .paths import REPO_ROOT
+from .records import RecordError
+from .registry import Registry
+
+log = logging.getLogger(__name__)
+
+DEEPSPEED_MODES = ("off", "auto", "force")
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+# Heads trained by another loop than training.py's sequence-classification one: head -> "module:function"
+# (registry.resolve), imported only when such a head is trained (those modules build on this one and train_data).
+TRAINERS: Registry[str] = Registry("trainer")
+TRAINERS.register("generative", "clfjudge.generative:train_generative")
+TRAINERS.register("embedding", "clfjudge.embedding_training:train_embedding")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. ``batch_size`` is per device: the global batch is
+    batch_size x grad_accum x number of processes (Table 7's 128 is a global batch)."""
+
+    backbone: str = "minilm"
+    head: str = "cls3"  # a name in heads.HEADS, "generative" (the LM-head baseline, generative.py) or
+    # "embedding" (frozen encoder + scikit-learn head, embedding_training.py)
+    scheme: str | None = None  # default: "<backbone family>-<head's suffix>", e.g. encoder-pair
+    sources: list[str] = field(default_factory=list)  # train sources; "name" or "name:N" (N records sampled)
+    eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
+    # mixed into the training split only (never dev or test), decontaminated against test, dev and eval sources
+    extra_train_sources: list[str] = field(default_factory=list)
+    decontaminate_against: list[str] = field(default_factory=list)  # further sources whose questions are removed
+    test_fraction: float = 0.0  # grouped held-out fold of the train sources, scored after training
+    cv_folds: int = 0  # > 1: hold out fold ``cv_fold`` of a grouped k-fold split (splits.group_kfold) instead
+    cv_fold: int = 0
+    cv_seed: int = 0  # the folds' seed (bench/embedding_judge_cv.py uses 0): the same folds as other benches
+    dev_fraction: float = 0.1  # grouped (by question) validation split for early stopping and calibration
+    max_train_records: int | None = None
+    max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
+    swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
+    # LLMBar-style hard negatives from the training split (embedding_judge.neighbour_negatives): copies added
+    neighbour_negatives: int = 0
+    neighbour_encoder: str = "minilm"  # the sentence encoder that finds each question's nearest neighbour
+    neighbour_limit: int | None = None  # at most this many training questions get a hard negative (sampled)
+    neighbour_candidates: int = 1  # > 1: the rejected answer is the one closest in length among these neighbours
+    randomize_order: bool = False  # swap a seeded random half of the train sources' pairs before any split
+    ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
+    max_length: int = 512
+    length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
+    length_covariate: bool = False  # reward head: add beta * log(1 + chars) to each reward (heads.py)
+    embedding: dict[str, Any] = field(default_factory=dict)  # head "embedding": embedding_training.OPTIONS
+    budgets: dict[str, float] = field(default_factory=dict)  # truncation budgets per field (truncation.py)
+    head_fraction: float = 0.5  # share of a cut field kept from its head (the rest from its tail)
+    lr: float = 2e-5
+    epochs: float = 3.0
+    max_steps: int = -1  # > 0 overrides epochs
+    batch_size: int = 16
+    eval_batch_size: int | None = None
+    grad_accum: int = 1
+    warmup_ratio: float = 0.003
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    scheduler: str = "cosine"
+    precision: str = "fp32"  # fp16 / bf16 apply on CUDA only; CPU runs are fp32
+    tf32: bool = False
+    gradient_checkpointing: bool = False
+    seed: int = 42
+    early_stopping_patience: int | None = 2  # evaluations without improvement; None or 0: off
+    eval_every: int | None = None  # steps between dev evaluations; None: once per epoch
+    metric_for_best: str | None = None  # default: the head's (accuracy / pearson)
+    logging_steps: int = 10
+    group_by_length: bool = True  # batches of similar length: far less padding, which dominates CPU time
+    deepspeed: str = "off"  # off | auto (only when CUDA is available) | force (e.g. the CPU test)
+    deepspeed_config: str | None = None  # None: the bundled ZeRO-2 config (clfjudge/configs/ds_zero2.json)
+    output_dir: str = "runs/judge"
+    preset: str | None = None  # a name in PRESETS, applied under the file's own values
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.deepspeed in DEEPSPEED_MODES, f"deepspeed must be one of {DEEPSPEED_MODES}"),
+            (self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}"),
+            (0.0 <= self.test_fraction < 1.0, "test_fraction must be in [0, 1)"),
+            (0.0 <= self.dev_fraction < 1.0, "dev_fraction must be in [0, 1)"),
+            (0.0 <= self.swap_aug <= 1.0, "swap_aug must be in [0, 1]"),
+            (self.neighbour_negatives >= 0, "neighbour_negatives must be a number of copies >= 0"),
+            (0.0 <= self.ref_drop <= 1.0, "ref_drop must be in [0, 1]"),
+            (0.0 <= self.warmup_ratio < 1.0, "warmup_ratio must be in [0, 1)"),
+            (self.batch_size > 0 and self.grad_accum > 0, "batch_size and grad_accum must be positive"),
+            (self.cv_folds == 0 or 0 <= self.cv_fold < self.cv_folds, "cv_fold must be in [0, cv_folds)"),
+            (self.cv_folds != 1 and self.cv_folds >= 0, "cv_folds must be 0 (off) or at least 2"),
+            (not (self.cv_folds and self.test_fraction), "use either cv_folds or test_fraction, not both"),
+            (bool(self.sources), "sources must name at least one train source"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"train config: {message}")
+        if self.head not in HEADS and self.head not in TRAINERS:
+            HEADS.get(self.head)  # raises with the known names
+        if self.length_covariate and not (self.head in HEADS and HEADS.get(self.head).supports_length_covariate):
+            raise ValueError(f"train config: length_covariate is a reward-head option, not one of head {self.head!r}")
+
+    # -- loading ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "<config>") -> TrainConfig:
+        """Build from raw values (YAML or --set strings), applying the named preset underneath."""
+        data = dict(data)
+        preset = data.get("preset")
+        try:
+            merged = {**PRESETS.get(str(preset)), **data} if preset not in (None, "", "none", "null") else data
+        except KeyError as exc:
+            raise KeyError(f"{where}: preset: {exc.args[0]}") from None
+        hints = get_type_hints(cls)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown config key(s) {unknown}; known: {sorted(known)}")
+        values = {k: _coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()}
+        try:
+            return cls(**values)
+        except (ValueError, KeyError) as exc:  # the checks of __post_init__ (and the head registry): name the file
+            raise type(exc)(f"{where}: {exc.args[0]}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise RecordError(str(path), None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise RecordError(str(path), mark.line + 1 if mark else None, None, f"not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise RecordError(str(path), None, None,
+                              f"a recipe must be a mapping of config keys, got {type(data).__name__}")
+        return cls.from_dict(apply_overrides(data, overrides), where=str(path))
+
+    def with_overrides(self, overrides: Sequence[str]) -> TrainConfig:
+        return TrainConfig.from_dict(apply_overrides(asdict(self), overrides), where="--set")
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` strings onto a raw config dict; ``key.sub=value`` sets one entry of a dict field."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        top, dot, sub = key.partition(".")
+        if dot:
+            current = data.get(top) or {}
+            if not isinstance(current, dict):
+                raise ValueError(f"--set {item!r}: {top} is not a mapping")
+            # an entry of a free-form mapping (embedding: ...) has no declared type to coerce to: read it as YAML
+            data[top] = {**current, sub: _yaml_value(value)}
+        else:
+            data[key] = value
+    return data
+
+
+def _yaml_value(value: Any) -> Any:
+    import yaml
+
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Coerce a YAML value or a --set string to the field's declared type (YAML reads 2e-5 as a string)."""
+    import yaml
+
+    if tp is Any:
+        return value
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "~")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE | _FALSE:
+                return text in _TRUE
+            raise ValueError
+        if tp is int:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if tp is str:
+            if isinstance(value, (dict, list)):
+                raise ValueError
+            return str(value)
+        if origin is list:
+            if isinstance(value, str):
+                text = value.strip()
+                value = (yaml.safe_load(text) if text.startswith("[")
+                         else [v.strip() for v in text.split(",") if v.strip()])
+            if not isinstance(value, list):
+                raise ValueError
+            return [_coerce(v, args[0], where) for v in value]
+        if origin is dict:
+            if isinstance(value, str):
+                value = yaml.safe_load(value)
+            if not isinstance(value, dict):
+                raise ValueError
+            return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    except (TypeError, ValueError, yaml.YAMLError):
+        raise ValueError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
+    raise TypeError(f"{where}: unsupported config type {tp}")
+
+
+# Table 7 of the empirical study. Global batch 128 = per-device batch x grad_accum x GPUs (DeBERTa: 2 GPUs,
+# Vicuna: 8 GPUs). Warmup 0.003 is the printed value; the authors' train.sh uses 0.03 (likely a typo).
+PRESETS: Registry[dict[str, Any]] = Registry("preset")
+_TABLE7 = dict(lr=2e-5, scheduler="cosine", weight_decay=0.0, epochs=3, adam_beta1=0.9, warmup_ratio=0.003)
+PRESETS.register("deberta-table7", {**_TABLE7, "max_length": 512, "adam_beta2": 0.98, "precision": "fp16",
+                                    "batch_size": 16, "grad_accum": 4, "deepspeed": "off"})
+PRESETS.register("vicuna-table7", {**_TABLE7, "max_length": 2048, "adam_beta2": 0.999, "precision": "bf16",
+                                   "tf32": True, "batch_size": 4, "grad_accum": 4, "deepspeed": "auto",
+                                   "gradient_checkpointing": True})
+
+
+# -- trainer wiring ---------------------------------------------------------------------------------------
+
+def resolve_deepspeed(cfg: TrainConfig, cuda: bool) -> str | None:
+    """The DeepSpeed config path to use, or None: off, auto (CUDA only) or force."""
+    if cfg.deepspeed == "off" or (cfg.deepspeed == "auto" and not cuda):
+        return None
+    if cfg.deepspeed_config is None:
+        path = config_path("ds_zero2.json")
+    else:  # relative: from the working directory, else from the repository root
+        path = Path(cfg.deepspeed_config)
+        if not path.is_absolute() and not path.exists():
+            path = REPO_ROOT / path
+        if not path.exists():
+            raise FileNotFoundError(f"deepspeed_config {cfg.deepspeed_config} does not exist (leave it unset for "
+                                    "the bundled ZeRO-2 config)")
+    if "RANK" not in os.environ and "LOCAL_RANK" not in os.environ:
+        raise ValueError("DeepSpeed needs a distributed launcher: run under `torchrun --nproc_per_node=N` "
+                         "or the `deepspeed` launcher (see train/launch_multi_gpu.sh)")
+    return str(path)
+
+
+def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bool):
+    import torch
+    from transformers import TrainingArguments
+
+    cuda = torch.cuda.is_available()
+    ds_config = resolve_deepspeed(cfg, cuda)
+    if not cuda and cfg.precision != "fp32":
+        log.warning("precision %s needs CUDA; this CPU run trains in fp32", cfg.precision)
+    strategy = "steps" if cfg.eval_every else "epoch"
+    kw: dict[str, Any] = {}
+    if has_dev:
+        kw = dict(eval_strategy=strategy, eval_steps=cfg.eval_every, load_best_model_at_end=True,
+                  metric_for_best_model=cfg.metric_for_best or head.best_metric, greater_is_better=True,
+                  save_total_limit=1)
+    return TrainingArguments(
+        output_dir=str(ckpt_dir),
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.eval_batch_size or cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.lr,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        lr_scheduler_type=cfg.scheduler,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: a value below 1 is a ratio of the total steps
+        weight_decay=cfg.weight_decay,
+        adam_beta1=cfg.adam_beta1,
+        adam_beta2=cfg.adam_beta2,
+        optim="adamw_torch",
+        save_strategy=strategy if has_dev else "no",
+        save_steps=cfg.eval_every,
+        save_only_model=ds_config is None,  # DeepSpeed's best-checkpoint reload needs its full state
+        logging_steps=cfg.logging_steps,
+        report_to="none",
+        disable_tqdm=False,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        use_cpu=not cuda and ds_config is None,  # DeepSpeed on CPU runs with use_cpu=False (stack.md)
+        fp16=cuda and cfg.precision == "fp16",
+        bf16=cuda and cfg.precision == "bf16",
+        tf32=cfg.tf32 if cuda else None,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        deepspeed=ds_config,
+        remove_unused_columns=False,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
+        length_column_name="length",
+        **kw,
+    )
+

@@ -1,0 +1,80 @@
+"""Imports run one way (data -> prompts / encoding -> backbones / embedders -> judges -> training -> export ->
+runtime / serving -> audit -> pipeline / cli): the package's module import graph has no cycle, counting imports
+inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
+target ("module:attribute", ``registry.resolve``) instead of importing it."""
+import ast
+from pathlib import Path
+
+import clfjudge
+
+PACKAGE = Path(clfjudge.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports anywhere in its source."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: "." is the module's package, ".." its parent, ...
+                    base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                # ``from pkg import mod`` imports the submodule, ``from mod import name`` the module
+                targets.update(f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names)
+        graph[name] = {t for t in targets if t in files and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a] (depth-first search), or None."""
+    state: dict[str, str] = {}
+
+    def visit(path: list[str]) -> list[str] | None:
+        state[path[-1]] = "open"
+        for dep in sorted(graph[path[-1]]):
+            if state.get(dep) == "open":
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(path + [dep])):
+                return cycle
+        state[path[-1]] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit([module])):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_every_kind_of_import_and_the_search_finds_cycles():
+    graph = import_graph()
+    assert "clfjudge.train_data" in graph["clfjudge.training"]  # top level, relative
+    assert "clfjudge.onnx_reader" in graph["clfjudge.runtime"]  # inside a function
+    assert "clfjudge.sources" in graph["clfjudge.train_data"]  # ``from . import sources``
+    assert "clfjudge.audit.judges" in graph["clfjudge.audit"]  # a package's __init__
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"b"}}) == ["b", "c", "b"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_lazy_registry_targets_resolve():
+    from clfjudge.export import EXPORTERS
+    from clfjudge.registry import resolve
+    from clfjudge.train_config import TRAINERS
+
+    for registry in (TRAINERS, EXPORTERS):
+        for name, target in registry.items():
+            assert callable(resolve(target)), f"{registry.kind} {name!r}: {target}"
