@@ -448,8 +448,12 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
 # -- loaders ----------------------------------------------------------------------------------------------
 
 def detect_backend(directory: Path, card: JudgeCard) -> str:
-    """sklearn for embedding judges (onnx once exported); generate for generative judges; onnx when the
-    directory holds an export; torch for HF weights."""
+    """The loader the card names (every export says "onnx", a generative judge "generate", a registered kind its
+    own name); else sklearn for embedding judges, generate for generative judges, onnx when the directory holds an
+    export, torch for HF weights."""
+    named = card.runtime.get("backend")
+    if named in LOADERS.names():
+        return named
     if card.head == "embedding":
         return "onnx" if card.runtime.get("backend") == "onnx" else "sklearn"
     if card.head == "generative":

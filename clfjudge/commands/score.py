@@ -44,7 +44,9 @@ PROGRESS_VERSION = 1
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn", "generate"])
+    p.add_argument("--backend", default="auto",
+                   help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
+                        "sklearn, generate, or one registered in clfjudge.runtime.LOADERS")
     p.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")

@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="judge directory (PyTorch, ONNX, embedding or generative)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnx", "sklearn", "generate"])
+    p.add_argument("--backend", default="auto",
+                   help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
+                        "sklearn, generate, or one registered in clfjudge.runtime.LOADERS")
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
