@@ -64,7 +64,7 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
 @pytest.mark.skipif(not (data_root() / "pandalm" / "data" / "testset-v1.json").exists(),
                     reason="needs ../shared/data (present in CI)")
 def test_quick_main_job_end_to_end(tmp_path, monkeypatch):
-    """Train the default MiniLM judge on a small real slice, export int8 through the parity gate, audit it
+    """Train the default judge on a small real slice, export it through the parity gate, audit it
     beside the released judges and SemScore: the README's main job, shortened."""
     monkeypatch.setenv("CLFJUDGE_EMBEDDING_CACHE", str(tmp_path / "embeddings"))  # not the user's cache
     assert main(["run", "--profile", "quick", "--out", str(tmp_path)]) == 0
