@@ -446,22 +446,46 @@ def _check_out_dir(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
 
 
+def drop_refused_int8(report: dict[str, Any], files: dict[str, Any], tmp: Path) -> bool:
+    """``int8_fallback``: when the gate refuses only int8 variants (every fp32 one passed), delete their files, move
+    them to ``report["int8_refused"]`` (with the gate's message) and let the export go on with fp32, so nothing is
+    exported or read twice. False (report untouched) when there is nothing to drop or an fp32 variant failed."""
+    variants = report["variants"]
+    refused = [name for name, v in variants.items() if v["precision"] == "int8" and not v["passed"]]
+    if not refused or not all(v["passed"] for v in variants.values() if v["precision"] != "int8"):
+        return False
+    reason = "int8 refused by the parity gate: " + " | ".join(_failure_lines(report))
+    report["int8_refused"] = {"reason": reason, "variants": {n: variants.pop(n) for n in refused}}
+    for name in refused:
+        files.pop(name)
+        for path in tmp.glob(name + "*"):
+            path.unlink()
+    report["passed"] = all(v["passed"] for v in variants.values())
+    return True
+
+
+def _failure_lines(report: dict[str, Any]) -> list[str]:
+    return [f"{name} ({v['precision']}): " + "; ".join(v["failures"])
+            for name, v in report["variants"].items() if v["failures"]]
+
+
 def _parity_message(report: dict[str, Any]) -> str:
-    lines = [f"{name} ({v['precision']}): " + "; ".join(v["failures"])
-             for name, v in report["variants"].items() if v["failures"]]
-    return "parity gate failed, nothing was written: " + " | ".join(lines)
+    return "parity gate failed, nothing was written: " + " | ".join(_failure_lines(report))
 
 
 def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
                  opset: int | None = None, isa: str = "auto", source: str | None = None,
                  n_records: int | None = None, parity: ParityConfig | None = None,
-                 int8_config: str | Path = INT8_CONFIG) -> ExportResult:
-    """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc)."""
+                 int8_config: str | Path = INT8_CONFIG, int8_fallback: bool = False) -> ExportResult:
+    """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc).
+    ``int8_fallback``: when the gate refuses int8 but passes fp32, write the fp32 judge and say why in the parity
+    report (``int8_refused``) instead of failing."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
-                                                 n_records=n_records, parity=parity, int8_config=int8_config)
+                                                 n_records=n_records, parity=parity, int8_config=int8_config,
+                                                 int8_fallback=int8_fallback)
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")
@@ -514,6 +538,8 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
             "export": exported, "primary": primary, "variants": variants,
             "passed": all(v["passed"] for v in variants.values()),
         }
+        if int8_fallback and drop_refused_int8(report, files, tmp):
+            primary = report["primary"] = ONNX_VARIANTS["optimized"] if optimize else fp32.name
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
 

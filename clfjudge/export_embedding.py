@@ -116,7 +116,7 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 
 def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
                            isa: str = "auto", source: str | None = None, n_records: int | None = None,
-                           parity=None, int8_config=None, trust_pickle: bool = False):
+                           parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False):
     from .decoder_embedder import DecoderEmbedder
     from .embedding_judge import EmbeddingJudge, embedder_config
     from .embedding_training import EmbeddingDataHead
@@ -127,6 +127,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         ParityError,
         _check_out_dir,
         _parity_message,
+        drop_refused_int8,
         int8_settings,
         quantize_onnx,
         validation_records,
@@ -186,6 +187,8 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": READER_FILES[primary], "variants": variants,
                   "passed": all(v["passed"] for v in variants.values())}
+        if int8_fallback and drop_refused_int8(report, files, tmp):
+            primary, report["primary"] = "fp32", READER_FILES["fp32"]
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")

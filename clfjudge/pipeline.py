@@ -112,7 +112,7 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 @STEPS.register("export")
 def export_int8(state: RunState) -> dict[str, Any]:
-    from .export import ParityConfig, ParityError, export_judge
+    from .export import ParityConfig, export_judge
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
         return {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
@@ -120,14 +120,13 @@ def export_int8(state: RunState) -> dict[str, Any]:
 
     judge_dir = _needs(state, "train", "judge_dir")
     parity = ParityConfig.load(overrides=state.profile.parity_overrides)
-    kw = dict(n_records=state.profile.parity_records, parity=parity)
-    refused = None
-    try:
-        result = export_judge(judge_dir, state.path("judge-onnx"), int8=True, **kw)
-    except ParityError as exc:  # a judge whose decisions int8 tips: serve fp32 ONNX, and say why
-        _log.warning("int8 refused by the parity gate (%s); exporting fp32 only", exc)
-        refused = {"reason": str(exc), "parity": summary(exc.report)}
-        result = export_judge(judge_dir, state.path("judge-onnx"), int8=False, **kw)
+    # a judge whose decisions int8 tips is served as fp32 ONNX, and run.json says why (one export, one gate read)
+    result = export_judge(judge_dir, state.path("judge-onnx"), int8=True, int8_fallback=True,
+                          n_records=state.profile.parity_records, parity=parity)
+    refused = result.report.get("int8_refused")
+    if refused:
+        _log.warning("int8 refused by the parity gate (%s); serving fp32", refused["reason"])
+        refused = {"reason": refused["reason"], "parity": summary({"variants": refused["variants"]})}
     return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": summary(result.report),
             "int8_refused": refused}
 

@@ -72,6 +72,18 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
 
 
+def test_int8_fallback_writes_fp32_when_the_gate_refuses_only_int8(judge_dir, tmp_path):
+    result = export_judge(judge_dir, tmp_path / "fallback", int8=True, int8_fallback=True, n_records=12,
+                          parity=_parity(**{"int8.min_cosine": 1.01}))
+    assert result.primary == "reader.onnx" and list(result.report["variants"]) == ["reader.onnx"]
+    assert "feature cosine" in result.report["int8_refused"]["reason"]
+    assert not list((tmp_path / "fallback").glob("reader_quantized*"))  # the refused file is not shipped
+    assert Judge.load(tmp_path / "fallback").backend_name == "onnx (fp32)"
+    with pytest.raises(ParityError, match="max_abs_diff"):  # a failing fp32 variant still fails the export
+        export_judge(judge_dir, tmp_path / "broken", int8=True, int8_fallback=True, n_records=12,
+                     parity=_parity(**{"int8.min_cosine": 1.01, "fp32.max_abs_diff": -1.0}))
+
+
 def test_the_gate_reads_afresh_whatever_the_embedding_cache_holds(judge_dir, tmp_path, monkeypatch):
     """Vectors cached by an earlier run are never what the gate compares: a broken graph could pass on them."""
     from clfjudge.embedding_cache import ENV

@@ -35,29 +35,29 @@ def test_a_later_step_says_what_it_needs(tmp_path):
 
 
 def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypatch):
-    """A judge whose decisions int8 tips is served as fp32 ONNX, and run.json says why."""
+    """A judge whose decisions int8 tips is served as fp32 ONNX from one export, and run.json says why."""
     from types import SimpleNamespace
 
     from clfjudge import export, pipeline
 
     calls = []
 
-    def fake_export(judge_dir, out_dir, *, int8, **kw):
-        calls.append(int8)
-        report = {"variants": {"model_quantized.onnx": {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0,
-                                                         "on_boundary": 0, "passed": False}}}
-        if int8:
-            raise export.ParityError("decision agreement 90.00% < min_agreement 99.00%", report)
-        report = {"variants": {"model.onnx": {**report["variants"]["model_quantized.onnx"], "passed": True}}}
+    def fake_export(judge_dir, out_dir, *, int8, int8_fallback, **kw):
+        calls.append((int8, int8_fallback))
+        gate = {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0, "on_boundary": 0}
+        report = {"variants": {"model.onnx": {**gate, "passed": True}},
+                  "int8_refused": {"reason": "int8 refused by the parity gate: decision agreement 90.00% < 99.00%",
+                                   "variants": {"model_quantized.onnx": {**gate, "passed": False}}}}
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx", report=report)
 
     monkeypatch.setattr(export, "export_judge", fake_export)
     state = pipeline.RunState(RunConfig(out=tmp_path), pipeline.PROFILES.get("full"),
                               outputs={"train": {"judge_dir": str(tmp_path / "judge")}})
     out = pipeline.STEPS.get("export")(state)
-    assert calls == [True, False] and out["primary"] == "model.onnx"
+    assert calls == [(True, True)] and out["primary"] == "model.onnx"
     assert "90.00%" in out["int8_refused"]["reason"]
     assert out["int8_refused"]["parity"]["model_quantized.onnx"]["passed"] is False
+    assert list(out["parity"]) == ["model.onnx"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("judge_dir", metavar="JUDGE_DIR", help="a trained judge directory (HF model + judge_card.json)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
+    p.add_argument("--int8-fallback", action="store_true",
+                   help="with --int8: if the gate refuses int8 but passes fp32, write fp32 and say why (as make main)")
     p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     p.add_argument("--isa", default="auto", help="int8 settings from clfjudge/configs/int8.yaml: auto (this CPU), "
@@ -43,11 +45,14 @@ def run(args: argparse.Namespace) -> int:
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
-                              isa=args.isa, source=args.source, n_records=args.n_records, parity=parity)
+                              isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
+                              int8_fallback=args.int8_fallback)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise
     _print_variants(result.report, sys.stdout)
+    if result.report.get("int8_refused"):
+        print(result.report["int8_refused"]["reason"], file=sys.stderr)
     exported = result.report["export"]
     print(f"exporter {exported['exporter']} (opset {exported['opset']}); primary {result.primary}")
     print(result.out_dir)
