@@ -16,6 +16,9 @@ from typing import Any
 from .records import RecordError
 
 CARD_NAME = "judge_card.json"
+# The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key.
+# A new version gets a step in ``_UPGRADES`` that turns a card of the version below into it.
+SCHEMA_VERSION = 2
 
 
 def library_versions() -> dict[str, str]:
@@ -48,10 +51,13 @@ class JudgeCard:
     runtime: dict[str, Any] = field(default_factory=dict)  # backend-specific files (onnx, sklearn, ...)
     versions: dict[str, str] = field(default_factory=library_versions)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    schema_version: int = SCHEMA_VERSION  # the card's layout; a loaded older card is upgraded to this one
 
     def save(self, directory: str | Path) -> Path:
+        """Write judge_card.json in the current layout (``SCHEMA_VERSION``)."""
         path = Path(directory) / CARD_NAME
-        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True, default=str) + "\n")
+        data = {**asdict(self), "schema_version": SCHEMA_VERSION}
+        path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         return path
 
     @classmethod
@@ -67,6 +73,7 @@ class JudgeCard:
             raise RecordError(str(path), None, None, f"not a readable judge card: {exc}") from None
         if not isinstance(data, dict):
             raise RecordError(str(path), None, None, f"a judge card is a JSON object, got {type(data).__name__}")
+        data = _upgrade(path, data)
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"{path}: unknown judge card fields {sorted(unknown)}")
@@ -89,3 +96,27 @@ def _check_field(path: Path, name: str, spec: Any, data: dict[str, Any]) -> None
     value = data[name]
     if wanted is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
         raise RecordError(str(path), None, name, f"must be {spec.type}, got {type(value).__name__}: {value!r:.80}")
+
+
+def _upgrade_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 only adds ``schema_version`` (set by ``_upgrade``): every version-1 key reads as before."""
+    return data
+
+
+# version v -> the step that turns a card of version v into one of version v + 1
+_UPGRADES = {1: _upgrade_1_to_2}
+
+
+def _upgrade(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A loaded card in the current layout: a card without ``schema_version`` is version 1; an older version is
+    upgraded step by step; a newer one (written by a later clfjudge) is refused rather than misread."""
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordError(str(path), None, "schema_version", f"must be an int >= 1, got {version!r:.80}")
+    if version > SCHEMA_VERSION:
+        raise RecordError(str(path), None, "schema_version",
+                          f"is {version}, newer than the {SCHEMA_VERSION} this clfjudge reads: the judge was saved "
+                          f"by a later clfjudge; upgrade clfjudge to load it")
+    for step in range(version, SCHEMA_VERSION):
+        data = _UPGRADES[step](dict(data))
+    return {**data, "schema_version": SCHEMA_VERSION}

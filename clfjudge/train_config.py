@@ -6,11 +6,13 @@ Shared by every trainer: ``training.py`` (classifier heads), ``generative.py`` a
 """
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import textwrap
 import types
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -36,62 +38,103 @@ TRAINERS.register("embedding", "clfjudge.embedding_training:train_embedding")
 @dataclass
 class TrainConfig:
     """Everything one training run needs. ``batch_size`` is per device: the global batch is
-    batch_size x grad_accum x number of processes (Table 7's 128 is a global batch)."""
+    batch_size x grad_accum x number of processes (Table 7's 128 is a global batch). Each field's
+    ``metadata["help"]`` says what it means: ``clfjudge train --help`` lists them (``keys_help``) and an unknown
+    key's error names the closest known ones with theirs."""
 
-    backbone: str = "minilm"
-    head: str = "cls3"  # a name in heads.HEADS, "generative" (the LM-head baseline, generative.py) or
-    # "embedding" (frozen encoder + scikit-learn head, embedding_training.py)
-    scheme: str | None = None  # default: "<backbone family>-<head's suffix>", e.g. encoder-pair
-    sources: list[str] = field(default_factory=list)  # train sources; "name" or "name:N" (N records sampled)
-    eval_sources: list[str] = field(default_factory=list)  # scored after training (and decontaminated against)
-    # mixed into the training split only (never dev or test), decontaminated against test, dev and eval sources
-    extra_train_sources: list[str] = field(default_factory=list)
-    decontaminate_against: list[str] = field(default_factory=list)  # further sources whose questions are removed
-    test_fraction: float = 0.0  # grouped held-out fold of the train sources, scored after training
-    cv_folds: int = 0  # > 1: hold out fold ``cv_fold`` of a grouped k-fold split (splits.group_kfold) instead
-    cv_fold: int = 0
-    cv_seed: int = 0  # the folds' seed (bench/embedding_judge_cv.py uses 0): the same folds as other benches
-    dev_fraction: float = 0.1  # grouped (by question) validation split for early stopping and calibration
-    max_train_records: int | None = None
-    max_dev_records: int | None = None  # cap on the dev split (sampled), which is scored at every evaluation
-    swap_aug: float = 0.0  # fraction of training pairs added again with answers and label swapped
-    # LLMBar-style hard negatives from the training split (embedding_judge.neighbour_negatives): copies added
-    neighbour_negatives: int = 0
-    neighbour_encoder: str = "minilm"  # the sentence encoder that finds each question's nearest neighbour
-    neighbour_limit: int | None = None  # at most this many training questions get a hard negative (sampled)
-    neighbour_candidates: int = 1  # > 1: the rejected answer is the one closest in length among these neighbours
-    randomize_order: bool = False  # swap a seeded random half of the train sources' pairs before any split
-    ref_drop: float = 1.0  # fraction of references dropped in training (1.0: never shown, as in the study)
-    max_length: int = 512
-    length_hint: bool = False  # show each answer's (untruncated) length bucket in its input (encoding.py)
-    length_covariate: bool = False  # reward head: add beta * log(1 + chars) to each reward (heads.py)
-    embedding: dict[str, Any] = field(default_factory=dict)  # head "embedding": embedding_training.OPTIONS
-    budgets: dict[str, float] = field(default_factory=dict)  # truncation budgets per field (truncation.py)
-    head_fraction: float = 0.5  # share of a cut field kept from its head (the rest from its tail)
-    lr: float = 2e-5
-    epochs: float = 3.0
-    max_steps: int = -1  # > 0 overrides epochs
-    batch_size: int = 16
-    eval_batch_size: int | None = None
-    grad_accum: int = 1
-    warmup_ratio: float = 0.003
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    scheduler: str = "cosine"
-    precision: str = "fp32"  # fp16 / bf16 apply on CUDA only; CPU runs are fp32
-    tf32: bool = False
-    gradient_checkpointing: bool = False
-    seed: int = 42
-    early_stopping_patience: int | None = 2  # evaluations without improvement; None or 0: off
-    eval_every: int | None = None  # steps between dev evaluations; None: once per epoch
-    metric_for_best: str | None = None  # default: the head's (accuracy / pearson)
-    logging_steps: int = 10
-    group_by_length: bool = True  # batches of similar length: far less padding, which dominates CPU time
-    deepspeed: str = "off"  # off | auto (only when CUDA is available) | force (e.g. the CPU test)
-    deepspeed_config: str | None = None  # None: the bundled ZeRO-2 config (clfjudge/configs/ds_zero2.json)
-    output_dir: str = "runs/judge"
-    preset: str | None = None  # a name in PRESETS, applied under the file's own values
+    backbone: str = field(default="minilm", metadata={"help": "offline alias (minilm, mpnet, smollm2), hub id or "
+                                                              "local model directory (backbones.py)"})
+    head: str = field(default="cls3", metadata={"help": "a name in heads.HEADS, 'generative' (the LM-head baseline, "
+                                                        "generative.py) or 'embedding' (frozen encoder + scikit-learn "
+                                                        "head, embedding_training.py)"})
+    scheme: str | None = field(default=None, metadata={"help": "input scheme; None: '<backbone family>-<head's "
+                                                                 "suffix>', e.g. encoder-pair"})
+    sources: list[str] = field(default_factory=list, metadata={"help": "train sources: 'name' or 'name:N' (N "
+                                                                         "records sampled)"})
+    eval_sources: list[str] = field(default_factory=list, metadata={"help": "scored after training (and "
+                                                                              "decontaminated against)"})
+    extra_train_sources: list[str] = field(default_factory=list, metadata={
+        "help": "mixed into the training split only (never dev or test), decontaminated against test, dev and eval "
+                "sources"})
+    decontaminate_against: list[str] = field(default_factory=list, metadata={
+        "help": "further sources whose questions are removed from training"})
+    test_fraction: float = field(default=0.0, metadata={"help": "grouped held-out fold of the train sources, scored "
+                                                                  "after training"})
+    cv_folds: int = field(default=0, metadata={"help": "> 1: hold out fold cv_fold of a grouped k-fold split "
+                                                         "(splits.group_kfold) instead of test_fraction"})
+    cv_fold: int = field(default=0, metadata={"help": "the fold held out when cv_folds > 1, in [0, cv_folds)"})
+    cv_seed: int = field(default=0, metadata={"help": "the folds' seed (bench/embedding_judge_cv.py uses 0): the same "
+                                                        "folds as other benches"})
+    dev_fraction: float = field(default=0.1, metadata={"help": "grouped (by question) validation split for early "
+                                                                 "stopping and calibration"})
+    max_train_records: int | None = field(default=None, metadata={"help": "cap on the training split, extra train "
+                                                                            "sources included (sampled); None: all"})
+    max_dev_records: int | None = field(default=None, metadata={"help": "cap on the dev split (sampled), which is "
+                                                                          "scored at every evaluation"})
+    swap_aug: float = field(default=0.0, metadata={"help": "fraction of training pairs added again with answers and "
+                                                             "label swapped"})
+    neighbour_negatives: int = field(default=0, metadata={
+        "help": "copies of LLMBar-style hard negatives added from the training split "
+                "(embedding_judge.neighbour_negatives)"})
+    neighbour_encoder: str = field(default="minilm", metadata={"help": "the sentence encoder that finds each "
+                                                                         "question's nearest neighbour"})
+    neighbour_limit: int | None = field(default=None, metadata={"help": "at most this many training questions get "
+                                                                          "a hard negative (sampled)"})
+    neighbour_candidates: int = field(default=1, metadata={"help": "> 1: the rejected answer is the one closest in "
+                                                                     "length among these neighbours"})
+    randomize_order: bool = field(default=False, metadata={"help": "swap a seeded random half of the train sources' "
+                                                                     "pairs before any split"})
+    ref_drop: float = field(default=1.0, metadata={"help": "fraction of references dropped in training (1.0: never "
+                                                             "shown, as in the study)"})
+    max_length: int = field(default=512, metadata={"help": "tokens per model input"})
+    length_hint: bool = field(default=False, metadata={"help": "show each answer's (untruncated) length bucket in "
+                                                                 "its input (encoding.py)"})
+    length_covariate: bool = field(default=False, metadata={"help": "reward head: add beta * log(1 + chars) to each "
+                                                                      "reward (heads.py)"})
+    embedding: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'embedding' options: "
+                                                                                "embedding_training.OPTIONS"})
+    budgets: dict[str, float] = field(default_factory=dict, metadata={"help": "truncation budgets per field "
+                                                                                "(truncation.py)"})
+    head_fraction: float = field(default=0.5, metadata={"help": "share of a cut field kept from its head (the rest "
+                                                                  "from its tail)"})
+    lr: float = field(default=2e-5, metadata={"help": "peak learning rate (AdamW)"})
+    epochs: float = field(default=3.0, metadata={"help": "training epochs (fractions allowed)"})
+    max_steps: int = field(default=-1, metadata={"help": "> 0: train this many optimizer steps, overriding epochs"})
+    batch_size: int = field(default=16, metadata={"help": "per-device train batch; global batch = batch_size x "
+                                                            "grad_accum x processes"})
+    eval_batch_size: int | None = field(default=None, metadata={"help": "per-device evaluation batch; None: "
+                                                                          "batch_size"})
+    grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
+    warmup_ratio: float = field(default=0.003, metadata={"help": "share of the total steps spent warming up the "
+                                                                   "learning rate, in [0, 1)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
+    scheduler: str = field(default="cosine", metadata={"help": "learning-rate schedule (HF lr_scheduler_type, e.g. "
+                                                                 "cosine, linear)"})
+    precision: str = field(default="fp32", metadata={"help": "fp32 | fp16 | bf16; fp16 / bf16 apply on CUDA only "
+                                                               "(CPU runs are fp32)"})
+    tf32: bool = field(default=False, metadata={"help": "allow TF32 matmuls (CUDA only)"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in the backward "
+                                                                            "pass to save memory"})
+    seed: int = field(default=42, metadata={"help": "seed of the splits, sampling and the HF Trainer"})
+    early_stopping_patience: int | None = field(default=2, metadata={"help": "evaluations without improvement; "
+                                                                               "None or 0: off"})
+    eval_every: int | None = field(default=None, metadata={"help": "steps between dev evaluations; None: once per "
+                                                                     "epoch"})
+    metric_for_best: str | None = field(default=None, metadata={"help": "dev metric that picks the best checkpoint; "
+                                                                          "None: the head's (accuracy / pearson)"})
+    logging_steps: int = field(default=10, metadata={"help": "steps between training-loss log entries"})
+    group_by_length: bool = field(default=True, metadata={"help": "batches of similar length: far less padding, "
+                                                                    "which dominates CPU time"})
+    deepspeed: str = field(default="off", metadata={"help": "off | auto (only when CUDA is available) | force (e.g. "
+                                                              "the CPU test)"})
+    deepspeed_config: str | None = field(default=None, metadata={"help": "DeepSpeed JSON; None: the bundled ZeRO-2 "
+                                                                           "config (clfjudge/configs/ds_zero2.json)"})
+    output_dir: str = field(default="runs/judge", metadata={"help": "the judge directory written (model, tokenizer, "
+                                                                      "judge_card.json)"})
+    preset: str | None = field(default=None, metadata={"help": "a name in PRESETS (deberta-table7, vicuna-table7), "
+                                                                 "applied under the file's own values"})
 
     def __post_init__(self) -> None:
         checks = [
@@ -131,7 +174,7 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(merged) - known)
         if unknown:
-            raise ValueError(f"{where}: unknown config key(s) {unknown}; known: {sorted(known)}")
+            raise ValueError(f"{where}: unknown config key(s) {unknown}; {_suggest(unknown)}")
         values = {k: _coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()}
         try:
             return cls(**values)
@@ -157,6 +200,44 @@ class TrainConfig:
 
     def with_overrides(self, overrides: Sequence[str]) -> TrainConfig:
         return TrainConfig.from_dict(apply_overrides(asdict(self), overrides), where="--set")
+
+
+def key_help(name: str) -> str:
+    """One recipe key's help text and default: ``help (default: value)``."""
+    f = {f.name: f for f in fields(TrainConfig)}[name]
+    default = f.default_factory() if f.default_factory is not MISSING else f.default
+    return f"{f.metadata['help']} (default: {default})"
+
+
+def keys_help(names: Sequence[str] | None = None, width: int = 100) -> str:
+    """``key: help (default: value)`` lines for the given recipe keys (default: all, in field order), wrapped
+    to ``width`` (for ``clfjudge train --help`` and unknown-key errors)."""
+    names = [f.name for f in fields(TrainConfig)] if names is None else names
+    return "\n".join(textwrap.fill(f"{name}: {key_help(name)}", width, initial_indent="  ",
+                                   subsequent_indent="      ") for name in names)
+
+
+# HF TrainingArguments names a recipe may borrow -> the TrainConfig key that means the same
+_HF_NAMES = {"learning_rate": "lr", "num_train_epochs": "epochs", "per_device_train_batch_size": "batch_size",
+             "per_device_eval_batch_size": "eval_batch_size", "gradient_accumulation_steps": "grad_accum",
+             "lr_scheduler_type": "scheduler", "model_name_or_path": "backbone", "eval_steps": "eval_every",
+             "metric_for_best_model": "metric_for_best", "warmup_steps": "warmup_ratio"}
+
+
+def _close_keys(key: str, known: Sequence[str]) -> list[str]:
+    """The known keys a misspelt ``key`` most likely meant: its HF TrainingArguments equivalent or a known key
+    that is one of its ``_``-separated words (lr_rate -> lr), else difflib's closest spellings."""
+    exact = [k for k in (_HF_NAMES.get(key), *key.split("_")) if k in known]
+    return list(dict.fromkeys(exact)) or difflib.get_close_matches(key, known, n=3)
+
+
+def _suggest(unknown: Sequence[str]) -> str:
+    """What an unknown-key error adds: the closest known keys with their help, else a pointer to all of them."""
+    known = [f.name for f in fields(TrainConfig)]
+    close = list(dict.fromkeys(m for key in unknown for m in _close_keys(key, known)))
+    if not close:
+        return "`clfjudge train --help` lists the known keys"
+    return "did you mean:\n" + keys_help(close)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

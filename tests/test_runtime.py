@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from scipy.special import softmax
 from tiny_judges import make_judge
 
 from clfjudge.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
-from clfjudge.card import JudgeCard
+from clfjudge.card import SCHEMA_VERSION, JudgeCard
 from clfjudge.cli import main
 from clfjudge.export import export_judge
 from clfjudge.heads import PairOutputs, davidson_probs
@@ -97,6 +98,42 @@ def test_a_corrupt_card_names_its_file(cls3_dir, tmp_path, damage, where, words)
     card.write_bytes(b'{"head": "\xff"}')
     with pytest.raises(RecordError, match=f"{card}:\\?: not a readable judge card"):
         JudgeCard.load(tmp_path)
+
+
+def _card() -> JudgeCard:
+    return JudgeCard(head="cls3", kind="pair", backbone="minilm", scheme="encoder-pair", max_length=128,
+                     label_map={"0": "A", "1": "tie", "2": "B"}, truncation={"policy": {"answer": 200}},
+                     calibration={"temperature": 1.5}, runtime={"format": "hf"}, created="2026-01-01T00:00:00+00:00")
+
+
+def test_an_old_card_without_schema_version_loads(tmp_path):
+    card = _card()
+    old = {k: v for k, v in asdict(card).items() if k != "schema_version"}  # what cards before version 2 hold
+    (tmp_path / "judge_card.json").write_text(json.dumps(old, indent=2, sort_keys=True))
+    loaded = JudgeCard.load(tmp_path)
+    assert loaded == card and loaded.schema_version == SCHEMA_VERSION == 2
+    assert {k: v for k, v in asdict(loaded).items() if k != "schema_version"} == old
+
+
+def test_a_saved_card_carries_the_schema_version(tmp_path):
+    card = _card()
+    card.schema_version = 1  # whatever the object says, a save writes the current layout
+    data = json.loads(card.save(tmp_path).read_text())
+    assert data["schema_version"] == 2
+    assert JudgeCard.load(tmp_path) == _card()
+
+
+@pytest.mark.parametrize("version, words", [
+    (99, "field 'schema_version': is 99, newer than the 2 this clfjudge reads"),
+    ("2", "field 'schema_version': must be an int >= 1, got '2'"),
+    (0, "field 'schema_version': must be an int >= 1, got 0"),
+])
+def test_a_card_of_an_unknown_schema_version_is_refused(tmp_path, version, words):
+    path = tmp_path / "judge_card.json"
+    path.write_text(json.dumps({**asdict(_card()), "schema_version": version, "a_future_key": 1}))
+    with pytest.raises(RecordError) as err:
+        JudgeCard.load(tmp_path)
+    assert str(err.value).startswith(f"{path}:?: ") and words in str(err.value)
 
 
 def test_torch_and_onnx_judges_agree(cls3_dir, onnx_dir):

@@ -5,9 +5,33 @@ import argparse
 import os
 
 
+class _HelpWithRecipeKeys(argparse.Action):
+    """``-h/--help`` that lists the recipe keys with their help and defaults (TrainConfig field metadata). The
+    list is built only when asked for, so ``clfjudge --help`` and other commands never import train_config."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> None:
+        parser.epilog = recipe_keys_epilog()
+        parser.print_help()
+        parser.exit()
+
+
+def recipe_keys_epilog() -> str:
+    from ..train_config import keys_help
+
+    return ("recipe keys (YAML, or --set KEY=VALUE; clfjudge.train_config.TrainConfig):\n" + keys_help()
+            + "\n\nunknown keys are an error that names the closest known ones.")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("train", help="fine-tune a classifier judge from a YAML recipe (train/*.yaml)")
-    p.add_argument("--config", required=True, help="recipe YAML (keys: clfjudge.training.TrainConfig fields)")
+    p = subparsers.add_parser("train", help="fine-tune a classifier judge from a YAML recipe (train/*.yaml)",
+                              formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    p.add_argument("-h", "--help", action=_HelpWithRecipeKeys,
+                   help="show this help message, with every recipe key, and exit")
+    p.add_argument("--config", required=True,
+                   help="recipe YAML (keys: clfjudge.train_config.TrainConfig fields, listed below)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable), e.g. --set lr=1e-5 --set budgets.answer=200")
     # The deepspeed launcher passes --local_rank; torchrun passes LOCAL_RANK in the environment.
