@@ -125,7 +125,7 @@ def export_int8(state: RunState) -> dict[str, Any]:
                           n_records=state.profile.parity_records, parity=parity)
     refused = result.report.get("int8_refused")
     if refused:
-        _log.warning("int8 refused by the parity gate (%s); serving fp32", refused["reason"])
+        _log.warning("%s; serving fp32", refused["reason"])
         refused = {"reason": refused["reason"], "parity": summary({"variants": refused["variants"]})}
     return {"onnx_dir": str(result.out_dir), "primary": result.primary, "parity": summary(result.report),
             "int8_refused": refused}
