@@ -366,7 +366,7 @@ class DecoderEmbedder:
         built = {k: build(i) for k, i in missing.items()}
         pending = sorted(built, key=lambda k: built[k][0])
         bar = self._progress(len(pending))
-        start = 0
+        start = tokens = 0
         while start < len(pending):
             end = min(start + self.store_every, len(pending))
             while end < len(pending) and built[pending[end]][0] == built[pending[end - 1]][0]:
@@ -382,8 +382,9 @@ class DecoderEmbedder:
                 vectors = np.hstack([vectors, stats])
             self._cache.update(zip(block, vectors))
             self._disk.store(list(block), vectors)
+            tokens += sum(len(p) + len(b) for p, b in items)
             bar.update(len(block))
-            bar.set_postfix(tokens=f"{sum(len(p) + len(b) for p, b in items):,}", refresh=False)
+            bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # read so far, prompts included
         bar.close()
         return np.stack([self._cache[k] for k in keys])
 
