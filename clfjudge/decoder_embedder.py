@@ -55,18 +55,28 @@ def truncate_middle(ids: list[int], limit: int) -> list[int]:
 
 
 def resolve_precision(precision: str, device: str = "cpu") -> str:
-    """"auto" -> "bf16" on a GPU or a CPU with AMX / AVX512-BF16 (where it runs ~3x fp32), else "fp32"."""
+    """"auto" -> "bf16" on a GPU or a CPU with AMX / AVX512-BF16 (3x fp32 with AMX, about even without), else
+    "fp32"."""
+    from .machine import matmul_flags
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision != "auto":
         return precision
     if device.startswith("cuda"):
         return "bf16"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "fp32"
-    return "bf16" if ("amx_bf16" in flags or "avx512_bf16" in flags) else "fp32"
+    return "bf16" if {"amx_bf16", "avx512_bf16"} & set(matmul_flags()) else "fp32"
+
+
+def autocast(precision: str, device: str = "cpu"):
+    """The context a model runs in at ``precision`` (a resolved one): bf16 autocast, or nothing for fp32."""
+    import contextlib
+
+    import torch
+
+    if precision == "bf16":
+        return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def token_stats(cond: np.ndarray, uncond: np.ndarray, n_tokens: int | None = None) -> np.ndarray:
@@ -198,13 +208,7 @@ class DecoderEmbedder:
         self._captured = output[0] if isinstance(output, tuple) else output
 
     def _autocast(self):
-        import contextlib
-
-        import torch
-
-        if self.precision == "bf16":
-            return torch.autocast("cuda" if self.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.precision, self.device)
 
     # -- tokens (a subclass running another backend overrides _ids, _eos and template_parts) ----------------
     def _ids(self, text: str) -> list[int]:
