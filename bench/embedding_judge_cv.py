@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 from common import cpu_model, vs_longer_cell
 
-from clfjudge import sources
 from clfjudge.card import library_versions
+from clfjudge.data import sources
+from clfjudge.data.records import PairRecord, PointRecord, Verdict
+from clfjudge.data.splits import decontaminate, group_kfold, train_dev_split
 from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, make_embedder, neighbour_negatives
 from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
 from clfjudge.metrics import autoj_agreement, correlations, paired_difference, pairwise_metrics, position_consistency
-from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.registry import Registry
-from clfjudge.splits import decontaminate, group_kfold, train_dev_split
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LLMBAR = ["llmbar-natural", "llmbar-neighbor", "llmbar-gptinst", "llmbar-gptout", "llmbar-manual"]

@@ -97,7 +97,7 @@ def held_out_slices(cfg) -> dict[str, list]:
 
 
 def dev_sets() -> dict[str, list]:
-    from clfjudge import sources
+    from clfjudge.data import sources
 
     return {f"dev:{name}": sources.load(name).records for name in DEV_SETS}
 

@@ -27,7 +27,8 @@ import numpy as np
 import scipy
 import sklearn
 
-from clfjudge import sources
+from clfjudge.data import sources
+from clfjudge.data.records import Verdict
 from clfjudge.features import longer_answer_wins
 from clfjudge.metrics import (
     CI,
@@ -38,7 +39,6 @@ from clfjudge.metrics import (
     position_consistency,
 )
 from clfjudge.paths import data_root
-from clfjudge.records import Verdict
 from clfjudge.released import (
     PANDALM_CODES,
     RAW_GOLD,

@@ -95,7 +95,7 @@ async def run_config(judge: Path, flags: list[str], payloads, args) -> list[dict
 
 
 def main() -> None:
-    from clfjudge.sources import load as load_source
+    from clfjudge.data.sources import load as load_source
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("judge", type=Path)

@@ -62,9 +62,9 @@ def decisions(head: str, logits: np.ndarray) -> np.ndarray:
 def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
     import torch
 
+    from clfjudge.data.sources import load
     from clfjudge.export import ParityConfig, export_judge
     from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend
-    from clfjudge.sources import load
 
     exports = {}
     for suffix, options in EXPORTS.items():

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .data.records import CLASS_OF_VERDICT, Verdict
 from .heads import Cls3Head, PairOutputs, RewardHead, fit_davidson
-from .records import CLASS_OF_VERDICT, Verdict
 from .registry import Registry
 
 if TYPE_CHECKING:

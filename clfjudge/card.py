@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .records import RecordError
+from .data.records import RecordError
 
 CARD_NAME = "judge_card.json"
 # The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key.

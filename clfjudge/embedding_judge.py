@@ -21,10 +21,10 @@ from typing import Any, Literal
 import numpy as np
 
 from .card import JudgeCard
+from .data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
 from .embedding_cache import Cached, load_vectors, save_vectors
 from .features import log_length_difference, log_lengths, row_cosine
 from .linear_head import LinearHead
-from .records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
 from .registry import Registry
 
 DEFAULT_ENCODER = "minilm"
@@ -521,7 +521,7 @@ class EmbeddingJudge:
             y = np.array([r.score for r in records], dtype=np.float64)
             labels = Counter(str(r.score) for r in records)
         build = KINDS[self.kind].heads.get(self.head)
-        from .splits import group_ids
+        from .data.splits import group_ids
 
         groups = group_ids(records)
         if self.kind == "pair":

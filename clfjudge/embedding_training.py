@@ -13,8 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .data.records import Record
 from .heads import Head
-from .records import Record
 
 if TYPE_CHECKING:
     from .embedding_judge import EmbeddingJudge

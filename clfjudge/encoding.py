@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .records import PairRecord, PointRecord, Record
+from .data.records import PairRecord, PointRecord, Record
 from .schemes import render
 from .truncation import TruncationPolicy, TruncationReport, truncate
 

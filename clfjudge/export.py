@@ -36,9 +36,9 @@ import numpy as np
 
 from .card import JudgeCard
 from .configs import config_path
+from .data.records import Record
 from .encoding import MODEL_INPUTS
 from .heads import HEADS, Head
-from .records import Record
 from .registry import Registry, resolve
 from .runtime import HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 
@@ -198,7 +198,7 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
                        n_records: int | None = None) -> tuple[list[Record], dict[str, Any]]:
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
     from the card's sources, else from the parity config's defaults for the judge's kind."""
-    from . import sources
+    from .data import sources
     from .train_data import parse_source
 
     n = n_records or config.n_records

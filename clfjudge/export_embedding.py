@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .card import JudgeCard
-from .records import PairRecord
+from .data.records import PairRecord
 
 REPORT_NAME = "parity_report.json"
 

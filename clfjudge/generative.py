@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .data.records import PairRecord, PointRecord, Record
 from .heads import Head
 from .parsers import PARSERS, Parsed, ParseStats
-from .records import PairRecord, PointRecord, Record
 from .schemes import SCHEMES, RenderError, target
 from .truncation import TruncationPolicy, TruncationReport
 

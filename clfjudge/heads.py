@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .records import CLASS_OF_VERDICT, VERDICT_OF_CLASS, PairRecord, PointRecord, Record, Verdict
+from .data.records import CLASS_OF_VERDICT, VERDICT_OF_CLASS, PairRecord, PointRecord, Record, Verdict
 from .registry import Registry
 
 if TYPE_CHECKING:

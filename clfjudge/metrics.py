@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 from sklearn.metrics import f1_score
 
-from .records import PairRecord, Verdict
+from .data.records import PairRecord, Verdict
 from .registry import Registry
 
 # The study's class order: win, tie, lose.

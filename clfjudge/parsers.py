@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .records import Verdict
+from .data.records import Verdict
 from .registry import Registry
 
 Value = Verdict | float

@@ -86,8 +86,8 @@ ORDER = ("data", "train", "export", "audit")
 @STEPS.register("data")
 def check_data(state: RunState) -> dict[str, Any]:
     """Load every source present under data_root(); fail loudly on malformed files before hours of work."""
-    from .sources import SOURCES
-    from .sources.stats import source_stats
+    from .data.sources import SOURCES
+    from .data.sources.stats import source_stats
 
     rows = [row.as_dict() for _, source in SOURCES.items() for row in source_stats(source)]
     state.path("data_stats.json").write_text(json.dumps(rows, indent=2) + "\n")

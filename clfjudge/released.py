@@ -9,7 +9,7 @@
 Unparsed outputs become ``None`` (a parse failure, counted in ``failed``), never a class. Any other
 unexpected value is a ``RecordError`` naming the file, line and field.
 
-Gold labels come from ``clfjudge.sources.load``; ``gold_verdicts`` falls back to reading the official test
+Gold labels come from ``clfjudge.data.sources.load``; ``gold_verdicts`` falls back to reading the official test
 file directly when that source is not registered (and says so), and the raw readers stay available as an
 independent check of the loaders' label mapping.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .data.records import Loc, RecordError, Verdict
 from .paths import data_root
-from .records import Loc, RecordError, Verdict
 from .registry import Registry
 
 # ---------------------------------------------------------------------------------------------------
@@ -371,9 +371,9 @@ def raw_gold(test_source: str, root: Path | None = None) -> Gold:
 
 
 def gold_verdicts(test_source: str, root: Path | None = None) -> Gold:
-    """Gold from the source loader (``clfjudge.sources.load``), or from the raw file when the loader is not
+    """Gold from the source loader (``clfjudge.data.sources.load``), or from the raw file when the loader is not
     registered yet; ``provenance`` says which."""
-    from . import sources  # imported here: the source modules pull in their loaders' dependencies
+    from .data import sources  # imported here: the source modules pull in their loaders' dependencies
 
     if test_source not in sources.SOURCES:
         return raw_gold(test_source, root)
@@ -386,4 +386,4 @@ def gold_verdicts(test_source: str, root: Path | None = None) -> Gold:
             excluded["no verdict"] += 1
         else:
             verdicts[rec.id] = rec.verdict
-    return Gold(verdicts, excluded, f"clfjudge.sources.load({test_source!r})")
+    return Gold(verdicts, excluded, f"clfjudge.data.sources.load({test_source!r})")

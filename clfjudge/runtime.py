@@ -26,9 +26,9 @@ import numpy as np
 
 from .calibration import Calibration
 from .card import JudgeCard
+from .data.records import CLASS_OF_VERDICT, Loc, PairRecord, PointRecord, Verdict
 from .heads import HEADS, Cls3Head, Head, PairOutputs, RewardHead
 from .onnx_session import PROVIDERS, inference_session
-from .records import CLASS_OF_VERDICT, Loc, PairRecord, PointRecord, Verdict
 from .registry import Registry
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from .data.records import Loc, PairRecord, PointRecord, Record, RecordError, Verdict
 from .parsers import PARSERS
-from .records import Loc, PairRecord, PointRecord, Record, RecordError, Verdict
 from .registry import Registry
 
 TEMPLATES_DIR = Path(__file__).with_name("templates")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import PointRecord
+from .data.records import PointRecord
 
 DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base-v2
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import Loc, RecordError
+from .data.records import Loc, RecordError
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from .configs import config_path
+from .data.records import RecordError
 from .heads import HEADS, Head
 from .paths import REPO_ROOT
-from .records import RecordError
 from .registry import Registry
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .data.records import Record
 from .heads import HEADS, Head, PairOutputs
-from .records import Record
 from .registry import resolve
 from .train_config import TRAINERS, TrainConfig, training_arguments
 from .train_data import build_splits, pair_baselines

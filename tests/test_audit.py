@@ -106,7 +106,7 @@ def test_semscore_system_level_on_real_slice(tmp_path):
 
 
 def test_only_the_length_baseline_has_a_margin():
-    from clfjudge.records import PairRecord, Verdict
+    from clfjudge.data.records import PairRecord, Verdict
 
     recs = [PairRecord(id=str(i), question="q", answer_a="a" * (i + 1), answer_b="bb", verdict=Verdict.A)
             for i in range(4)]

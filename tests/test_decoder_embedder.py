@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from clfjudge.card import JudgeCard
+from clfjudge.data.records import Loc, PairRecord, Verdict
 from clfjudge.decoder_embedder import DecoderEmbedder, truncate_middle
 from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, TextEmbedder, embedder_for_card, make_embedder
-from clfjudge.records import Loc, PairRecord, Verdict
 from clfjudge.testing import tiny_llama
 
 LOC = Loc("synthetic.jsonl", 1)

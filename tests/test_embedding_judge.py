@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from clfjudge.card import JudgeCard
+from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.embedding_judge import (
     PAIR_FEATURES,
     EmbeddingJudge,
@@ -28,7 +29,6 @@ from clfjudge.features import (
     word_lengths,
 )
 from clfjudge.linear_head import PickleRefused, load_head
-from clfjudge.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.runtime import Judge
 
 FACTS = [
@@ -331,9 +331,9 @@ def test_neighbour_negatives_pair_a_question_with_a_neighbours_answer(embedder):
 def test_real_pandalm_slice(embedder, tmp_path):
     """On real pairs: exact position invariance, a save/load round trip, and a length-only head that learns
     PandaLM's human preference for the longer answer (an accuracy on 100 pairs would be too noisy to test)."""
-    from clfjudge import sources
+    from clfjudge.data import sources
+    from clfjudge.data.splits import group_kfold
     from clfjudge.metrics import position_consistency
-    from clfjudge.splits import group_kfold
 
     records = sources.load("pandalm-test").records[:400]
     train_idx, test_idx = group_kfold(records, 4, seed=0)[0]
@@ -354,9 +354,9 @@ def test_real_pandalm_slice(embedder, tmp_path):
 
 @pytest.mark.slow
 def test_real_prometheus_vicuna_regression(embedder):
-    from clfjudge import sources
+    from clfjudge.data import sources
+    from clfjudge.data.splits import group_kfold
     from clfjudge.metrics import correlations
-    from clfjudge.splits import group_kfold
 
     records = sources.load("prometheus-vicuna").records
     train_idx, test_idx = group_kfold(records, 4, seed=0)[0]

@@ -18,12 +18,12 @@ from clfjudge.audit.judges import JUDGE_KINDS, AuditJudge, NotApplicable, Predic
 from clfjudge.audit.suites import SUITES, AuditData, Table
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
+from clfjudge.data.readers import iter_jsonl
+from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
+from clfjudge.data.sources import SOURCES, Source
+from clfjudge.data.sources.common import Collector, Fields
 from clfjudge.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
-from clfjudge.readers import iter_jsonl
-from clfjudge.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.runtime import DEFAULT_BATCH_SIZE, HEAD_TASKS, LOADERS, Judge
-from clfjudge.sources import SOURCES, Source
-from clfjudge.sources.common import Collector, Fields
 from clfjudge.train_config import TRAINERS, TrainConfig
 from clfjudge.train_data import build_splits
 
@@ -75,7 +75,7 @@ def toy_source(tmp_path, monkeypatch):
 
 
 def test_a_source_loads_through_the_registry_data_stats_and_build_splits(toy_source, capsys):
-    from clfjudge import sources
+    from clfjudge.data import sources
 
     result = sources.load(TOY_SOURCE)
     assert len(result.records) == 16 and result.excluded == {"flagged by an annotator": 1}

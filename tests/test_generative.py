@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from clfjudge.card import JudgeCard
+from clfjudge.data.records import PairRecord, PointRecord, Verdict
 from clfjudge.generative import GenerativeHead, GenerativeJudge, PromptEncoder, evaluate
 from clfjudge.paths import data_root
-from clfjudge.records import PairRecord, PointRecord, Verdict
 from clfjudge.training import TrainConfig
 from clfjudge.truncation import TruncationPolicy
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.encoding import Encoder, collate
 from clfjudge.heads import (
     HEADS,
@@ -19,7 +20,6 @@ from clfjudge.heads import (
     davidson_probs,
     fit_davidson,
 )
-from clfjudge.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.truncation import TruncationPolicy
 
 LONG = "Paris is the capital city of France and a large river runs through it. " * 40

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
+from clfjudge.data.records import Loc, PairRecord, Verdict
 from clfjudge.metrics import (
     BASELINES,
     CI,
@@ -23,7 +24,6 @@ from clfjudge.metrics import (
     pairwise_metrics,
     position_consistency,
 )
-from clfjudge.records import Loc, PairRecord, Verdict
 
 A, B, T = Verdict.A, Verdict.B, Verdict.TIE
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from clfjudge.data.records import Verdict
 from clfjudge.parsers import PARSERS, parse_all
 from clfjudge.paths import data_root
-from clfjudge.records import Verdict
 
 A, B, TIE = Verdict.A, Verdict.B, Verdict.TIE
 

@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from clfjudge.readers import iter_csv, iter_json_array, iter_json_dict, iter_jsonl, location
-from clfjudge.records import RecordError
+from clfjudge.data.readers import iter_csv, iter_json_array, iter_json_dict, iter_jsonl, location
+from clfjudge.data.records import RecordError
 
 
 def test_jsonl_lines_skip_blanks_and_report_bad_json(tmp_path):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clfjudge import sources
+from clfjudge.data import sources
+from clfjudge.data.records import RecordError, Verdict
 from clfjudge.metrics import autoj_agreement, pairwise_metrics, position_consistency
 from clfjudge.paths import data_root
-from clfjudge.records import RecordError, Verdict
 from clfjudge.released import (
     RAW_GOLD,
     RELEASED,

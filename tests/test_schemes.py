@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from clfjudge.data.records import PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.paths import data_root
-from clfjudge.records import PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.schemes import (
     SCHEMES,
     RenderError,

@@ -19,11 +19,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from clfjudge.cli import main
-from clfjudge.readers import iter_jsonl, location
-from clfjudge.records import LoadResult, Loc, PairRecord, PointRecord, RecordError, Verdict, from_dataset, to_dataset
-from clfjudge.sources import SOURCES, load
-from clfjudge.sources.common import Fields
-from clfjudge.sources.prometheus import parse_absolute_prompt, prompt_from_fields
+from clfjudge.data.readers import iter_jsonl, location
+from clfjudge.data.records import (
+    LoadResult,
+    Loc,
+    PairRecord,
+    PointRecord,
+    RecordError,
+    Verdict,
+    from_dataset,
+    to_dataset,
+)
+from clfjudge.data.sources import SOURCES, load
+from clfjudge.data.sources.common import Fields
+from clfjudge.data.sources.prometheus import parse_absolute_prompt, prompt_from_fields
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 ALL_SOURCES = SOURCES.names()

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clfjudge.records import PairRecord, PointRecord, Verdict
-from clfjudge.sources import load
-from clfjudge.splits import (
+from clfjudge.data.records import PairRecord, PointRecord, Verdict
+from clfjudge.data.sources import load
+from clfjudge.data.splits import (
     decontaminate,
     group_ids,
     group_kfold,

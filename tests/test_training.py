@@ -10,9 +10,9 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
+from clfjudge.data.records import PointRecord
 from clfjudge.heads import RewardHead
 from clfjudge.paths import REPO_ROOT, data_root
-from clfjudge.records import PointRecord
 from clfjudge.runtime import Judge
 from clfjudge.training import TrainConfig
 
@@ -167,7 +167,7 @@ def test_decoder_judge_ignores_padding(tiny_llama_dir, tmp_path, head):
 def test_swap_augmentation_swaps_answers_and_labels():
     import random
 
-    from clfjudge.records import PairRecord, Verdict
+    from clfjudge.data.records import PairRecord, Verdict
     from clfjudge.train_data import swap_augment
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"a{i}", answer_b=f"b{i}", verdict=v,
@@ -183,7 +183,7 @@ def test_swap_augmentation_swaps_answers_and_labels():
 
 
 def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
-    from clfjudge.records import PairRecord, Verdict
+    from clfjudge.data.records import PairRecord, Verdict
     from clfjudge.train_data import randomize_order
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"base{i}", answer_b=f"model{i}", verdict=Verdict.A)
@@ -216,8 +216,8 @@ def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
 
 @needs_data
 def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_question():
+    from clfjudge.data.splits import contamination_keys
     from clfjudge.heads import HEADS
-    from clfjudge.splits import contamination_keys
     from clfjudge.train_data import build_splits
 
     base = {"head": "reward", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 0}
@@ -243,8 +243,8 @@ def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_questi
 
 @needs_data
 def test_neighbour_negatives_come_from_the_training_split_only():
+    from clfjudge.data.records import Verdict
     from clfjudge.heads import HEADS
-    from clfjudge.records import Verdict
     from clfjudge.train_data import build_splits
 
     cfg = {"head": "reward", "sources": ["pandalm-test:120"], "test_fraction": 0.25, "length_covariate": True}
@@ -296,9 +296,9 @@ def test_early_stopping_stops_when_dev_metric_stalls(tiny_bert_dir, tmp_path):
 
 @needs_data
 def test_cv_fold_holds_out_the_group_kfold_fold():
-    from clfjudge import sources
+    from clfjudge.data import sources
+    from clfjudge.data.splits import group_kfold
     from clfjudge.heads import HEADS
-    from clfjudge.splits import group_kfold
     from clfjudge.train_data import build_splits
 
     cfg = TrainConfig.from_dict({"head": "cls3", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 2})
@@ -323,8 +323,8 @@ def test_bad_cv_settings_are_clear(bad, message):
 @needs_data
 def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
     """The hint shows the untruncated length even when the answer is cut, and the loaded judge encodes with it."""
+    from clfjudge.data.records import PointRecord
     from clfjudge.encoding import length_bucket
-    from clfjudge.records import PointRecord
     from clfjudge.training import train
 
     judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "hint", "reward", length_hint=True)))

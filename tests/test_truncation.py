@@ -7,8 +7,8 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from clfjudge.data.records import Loc, PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.paths import data_root
-from clfjudge.records import Loc, PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.schemes import SCHEMES, render
 from clfjudge.truncation import (
     ELLIPSIS,

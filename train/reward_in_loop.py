@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from clfjudge.data.sources import load
 from clfjudge.reward import best_of_n, reward_function
 from clfjudge.runtime import Judge
-from clfjudge.sources import load
 
 
 def main() -> None:

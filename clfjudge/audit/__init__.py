@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..records import PairRecord
+from ..data.records import PairRecord
 from .judges import NotApplicable, Predictions, build_judge
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
@@ -26,7 +26,7 @@ def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
               set_limits: Mapping[str, int] | None = None):
     """The audit's test sets (and ``extra``: more named pair sets, e.g. a training pool's held-out slices, scored
     with the selection protocol), each a seeded sample of at most ``set_limits[name]`` (else ``limit``) records."""
-    from ..sources import SOURCES
+    from ..data.sources import SOURCES
 
     sets, records, missing = [], {}, []
     for name, recs in (extra or {}).items():

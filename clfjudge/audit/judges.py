@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..data.records import PairRecord, PointRecord, Verdict
 from ..metrics import longer_answer_wins, majority_class, shorter_answer_wins
-from ..records import PairRecord, PointRecord, Verdict
 from ..registry import Registry
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..data.records import PairRecord, Verdict
 from ..metrics import paired_difference
-from ..records import PairRecord, Verdict
 from .judges import Predictions
 
 LONGER, SHORTER = "baseline:longer", "baseline:shorter"

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ..data.records import PairRecord, PointRecord, Verdict
 from ..metrics import (
     agreement_matrix,
     autoj_agreement,
@@ -20,7 +21,6 @@ from ..metrics import (
     pairwise_metrics,
     position_consistency,
 )
-from ..records import PairRecord, PointRecord, Verdict
 from ..registry import Registry
 from .judges import Predictions
 from .scoreboard import scoreboard
@@ -30,7 +30,7 @@ GOLD = "gold"
 
 @dataclass(frozen=True)
 class TestSet:
-    name: str  # a source in clfjudge.sources
+    name: str  # a source in clfjudge.data.sources
     kind: str  # "pair" | "point"
     protocol: str  # a name in PROTOCOLS: how the study scores this set
     label: str  # column label in the report

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..sources import SOURCES
+from ..data.sources import SOURCES
 
 _STATS_COLUMNS = ("source", "kind", "role", "split", "records", "ties", "excluded", "median_answer_chars",
                   "available")
@@ -54,7 +54,7 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> Non
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from ..sources.stats import source_stats
+    from ..data.sources.stats import source_stats
 
     rows = [row for name in (args.source or SOURCES.names()) for row in source_stats(SOURCES.get(name), args.root)]
     if args.json:
@@ -78,7 +78,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_overlap(args: argparse.Namespace) -> int:
-    from ..splits import question_overlaps
+    from ..data.splits import question_overlaps
 
     named = {name: source.load(source.path(args.root)).records
              for name, source in SOURCES.items() if source.available(args.root)}

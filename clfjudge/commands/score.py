@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..records import Loc, PairRecord, Record, RecordError
+from ..data.records import Loc, PairRecord, Record, RecordError
 from . import add_trust_pickle
 
 if TYPE_CHECKING:
@@ -424,9 +424,9 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from .. import sources
     from ..calibration import fit_calibration
     from ..card import JudgeCard
+    from ..data import sources
     from ..export import card_sources
     from ..runtime import Judge
     from ..train_data import parse_source

@@ -2,7 +2,7 @@
 
 A ``Source`` names a data set, its kind (pair / point), its role (test / train), the default file(s)
 under the data root, and a loader ``path -> LoadResult``. Adding a source is one module + one
-``SOURCES.register`` call; ``clfjudge.sources.load(name)`` is the only entry point callers need.
+``SOURCES.register`` call; ``clfjudge.data.sources.load(name)`` is the only entry point callers need.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import data_root
+from ...paths import data_root
+from ...registry import Registry
 from ..records import LoadResult
-from ..registry import Registry
 
 
 @dataclass(frozen=True)
