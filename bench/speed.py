@@ -31,8 +31,8 @@ BACKENDS = {"onnxruntime fp32": ("onnx", "fp32"), "onnxruntime fp32 optimized": 
 
 
 def encoded_batches(judge, records, length: int, batch: int) -> list[dict[str, np.ndarray]]:
-    from clfjudge.encoding import Encoder
-    from clfjudge.truncation import TruncationPolicy
+    from clfjudge.prompts.encoding import Encoder
+    from clfjudge.prompts.truncation import TruncationPolicy
 
     policy = TruncationPolicy(**{**judge.card.truncation["policy"], "max_length": length})
     judge.encoder = Encoder(judge.tokenizer, judge.card.scheme, policy)

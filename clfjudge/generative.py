@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from .data.records import PairRecord, PointRecord, Record
 from .heads import Head
-from .parsers import PARSERS, Parsed, ParseStats
-from .schemes import SCHEMES, RenderError, target
-from .truncation import TruncationPolicy, TruncationReport
+from .prompts.parsers import PARSERS, Parsed, ParseStats
+from .prompts.schemes import SCHEMES, RenderError, target
+from .prompts.truncation import TruncationPolicy, TruncationReport
 
 if TYPE_CHECKING:
     from .train_config import TrainConfig
@@ -75,7 +75,7 @@ class PromptEncoder:
     report: TruncationReport = field(default_factory=TruncationReport)
 
     def prompt_ids(self, record: Record) -> list[int]:
-        from .encoding import Encoder
+        from .prompts.encoding import Encoder
 
         encoder = Encoder(self.tokenizer, self.scheme, self.policy, self.use_reference, report=self.report)
         return encoder.encode(record)["input_ids"]

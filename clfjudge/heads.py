@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import torch
 
     from .card import JudgeCard
-    from .encoding import Encoder
+    from .prompts.encoding import Encoder
 
 
 @dataclass
@@ -220,7 +220,7 @@ class RegressionHead(Head):
     def select(self, records):
         # Pairwise *grading* data (a score per answer) trains a pointwise head one answer at a time, as in
         # the study's repo; a pair with only a verdict has no score to learn and is counted as excluded.
-        from .schemes import pair_to_points
+        from .prompts.schemes import pair_to_points
 
         points, excluded = [], Counter()
         for rec in records:
@@ -378,7 +378,7 @@ class RewardHead(Head):
         return out
 
     def inputs(self, record: PairRecord) -> list[Record]:
-        from .schemes import pair_to_points
+        from .prompts.schemes import pair_to_points
 
         # The answers are only shown, never labelled one by one: drop a score pair whose scale may be unknown.
         return list(pair_to_points(replace(record, scores=None)))

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from .embedding_judge import EmbeddingJudge
     from .generative import GenerativeJudge
-    from .parsers import Parsed
+    from .prompts.parsers import Parsed
 
 DEFAULT_BATCH_SIZE = 16
 # ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
@@ -296,7 +296,7 @@ class ModelJudge(Judge):
 
     def __init__(self, card: JudgeCard, tokenizer: PreTrainedTokenizerBase, backend: Backend,
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        from .encoding import Encoder
+        from .prompts.encoding import Encoder
 
         if card.head not in HEAD_TASKS:
             raise ValueError(f"judge_card.json field 'head': {card.head!r} is not a fine-tuned classifier head "

@@ -105,9 +105,9 @@ def train(cfg: TrainConfig) -> Path:
 
     from .backbones import load_seq_cls, load_tokenizer, resolve_backbone
     from .card import JudgeCard
-    from .encoding import Encoder, collate
-    from .schemes import SCHEMES
-    from .truncation import TruncationPolicy, TruncationReport
+    from .prompts.encoding import Encoder, collate
+    from .prompts.schemes import SCHEMES
+    from .prompts.truncation import TruncationPolicy, TruncationReport
 
     start = time.monotonic()
     if not torch.cuda.is_available():

@@ -8,8 +8,8 @@ from clfjudge.card import JudgeCard
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
 from clfjudge.generative import GenerativeHead, GenerativeJudge, PromptEncoder, evaluate
 from clfjudge.paths import data_root
+from clfjudge.prompts.truncation import TruncationPolicy
 from clfjudge.training import TrainConfig
-from clfjudge.truncation import TruncationPolicy
 
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
 needs_data = pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")

@@ -10,7 +10,6 @@ import torch
 
 from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
-from clfjudge.encoding import Encoder, collate
 from clfjudge.heads import (
     HEADS,
     Cls3Head,
@@ -20,7 +19,8 @@ from clfjudge.heads import (
     davidson_probs,
     fit_davidson,
 )
-from clfjudge.truncation import TruncationPolicy
+from clfjudge.prompts.encoding import Encoder, collate
+from clfjudge.prompts.truncation import TruncationPolicy
 
 LONG = "Paris is the capital city of France and a large river runs through it. " * 40
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from clfjudge.data.records import Verdict
-from clfjudge.parsers import PARSERS, parse_all
 from clfjudge.paths import data_root
+from clfjudge.prompts.parsers import PARSERS, parse_all
 
 A, B, TIE = Verdict.A, Verdict.B, Verdict.TIE
 

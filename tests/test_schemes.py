@@ -9,7 +9,7 @@ import pytest
 
 from clfjudge.data.records import PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.paths import data_root
-from clfjudge.schemes import (
+from clfjudge.prompts.schemes import (
     SCHEMES,
     RenderError,
     load_schemes,

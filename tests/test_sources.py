@@ -441,7 +441,7 @@ def test_cli_stats_table_and_malformed_file(fixture_root, tmp_path, capsys):
 
 
 def test_cli_show_renders_records(fixture_root, capsys):
-    from clfjudge.schemes import SCHEMES
+    from clfjudge.prompts.schemes import SCHEMES
 
     scheme = next(name for name, s in SCHEMES.items() if s.kind == "pair")
     assert main(["data", "show", "pandalm-test", "--scheme", scheme, "-n", "2", "--root", str(fixture_root)]) == 0

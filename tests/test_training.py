@@ -324,7 +324,7 @@ def test_bad_cv_settings_are_clear(bad, message):
 def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
     """The hint shows the untruncated length even when the answer is cut, and the loaded judge encodes with it."""
     from clfjudge.data.records import PointRecord
-    from clfjudge.encoding import length_bucket
+    from clfjudge.prompts.encoding import length_bucket
     from clfjudge.training import train
 
     judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "hint", "reward", length_hint=True)))

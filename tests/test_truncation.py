@@ -9,8 +9,8 @@ import pytest
 
 from clfjudge.data.records import Loc, PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.paths import data_root
-from clfjudge.schemes import SCHEMES, render
-from clfjudge.truncation import (
+from clfjudge.prompts.schemes import SCHEMES, render
+from clfjudge.prompts.truncation import (
     ELLIPSIS,
     TruncationError,
     TruncationInfo,

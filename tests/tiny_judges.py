@@ -11,9 +11,9 @@ import torch
 from clfjudge import testing
 from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
 from clfjudge.card import JudgeCard
-from clfjudge.encoding import Encoder
 from clfjudge.heads import HEADS, RegressionHead
-from clfjudge.truncation import TruncationPolicy
+from clfjudge.prompts.encoding import Encoder
+from clfjudge.prompts.truncation import TruncationPolicy
 
 # Tiny encoders have 128 positions; the tiny LLaMA (RoPE) takes the long "[INST]" decoder template.
 MAX_LENGTH = {"encoder": 128, "decoder": 320}
@@ -51,7 +51,7 @@ def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme:
     """An untrained generative judge (a tiny decoder's causal LM), laid out as ``train_generative`` writes it."""
     from clfjudge.backbones import load_causal_lm
     from clfjudge.generative import GENERATIVE
-    from clfjudge.schemes import SCHEMES
+    from clfjudge.prompts.schemes import SCHEMES
 
     info = resolve_backbone(str(backbone_dir))
     tokenizer = load_tokenizer(info, padding_side="left")

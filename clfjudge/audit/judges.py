@@ -159,7 +159,7 @@ class RuntimeJudge(AuditJudge):
         self.judge, self.name = judge, name
 
     def _truncation_start(self) -> None:
-        from ..truncation import TruncationReport
+        from ..prompts.truncation import TruncationReport
 
         encoder = getattr(self.judge, "encoder", None)
         if encoder is not None:
@@ -194,7 +194,7 @@ class RuntimeJudge(AuditJudge):
             return Predictions(forward=[c.verdict for c in fwd], reversed=[c.verdict for c in rev],
                                margin=margin if all(c.parsed for c in fwd) else None,
                                notes=self._parse_notes([*fwd, *rev]))
-        from ..schemes import pair_to_points, points_to_verdict
+        from ..prompts.schemes import pair_to_points, points_to_verdict
 
         # the answers are graded unseen, so any gold score pair stays out of the points
         points = [p for r in records for p in pair_to_points(replace(r, scores=None))]
@@ -212,7 +212,7 @@ class RuntimeJudge(AuditJudge):
             results = self.judge.score_batch(records)
             return Predictions(scores=[s.value if s.parsed else None for s in results],
                                notes=self._parse_notes(results))
-        from ..schemes import point_to_pair
+        from ..prompts.schemes import point_to_pair
 
         if not all(r.reference for r in records):
             raise NotApplicable("a pairwise judge grades pointwise data against a reference; this set has none")

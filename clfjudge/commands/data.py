@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     show = sub.add_parser("show", help="print the first records of a source rendered in a scheme")
     show.add_argument("name", choices=SOURCES.names(), metavar="NAME", help="a source: " + ", ".join(SOURCES.names()))
-    show.add_argument("--scheme", required=True, help="a registered scheme (clfjudge.schemes.SCHEMES)")
+    show.add_argument("--scheme", required=True, help="a registered scheme (clfjudge.prompts.schemes.SCHEMES)")
     show.add_argument("-n", type=int, default=2, help="how many records (default 2)")
     show.add_argument("--root", type=Path, help=root_help)
     show.add_argument("--path", type=Path, help="the source's file or directory (overrides --root)")
@@ -67,7 +67,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from ..schemes import render  # another engineer's module; imported only when the command runs
+    from ..prompts.schemes import render  # another engineer's module; imported only when the command runs
 
     source = SOURCES.get(args.name)
     result = source.load(args.path if args.path is not None else source.path(args.root))

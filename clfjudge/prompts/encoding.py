@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .data.records import PairRecord, PointRecord, Record
+from ..data.records import PairRecord, PointRecord, Record
 from .schemes import render
 from .truncation import TruncationPolicy, TruncationReport, truncate
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from .card import JudgeCard
+    from ..card import JudgeCard
 
 # Answer fields that get a length hint, per record type.
 ANSWER_FIELDS: dict[type, tuple[str, ...]] = {PairRecord: ("answer_a", "answer_b"), PointRecord: ("answer",)}

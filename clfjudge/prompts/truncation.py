@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .data.records import Record
+from ..data.records import Record
 from .schemes import SCHEMES, render
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from .data.records import Loc, PairRecord, PointRecord, Record, RecordError, Verdict
+from ..data.records import Loc, PairRecord, PointRecord, Record, RecordError, Verdict
+from ..registry import Registry
 from .parsers import PARSERS
-from .registry import Registry
 
 TEMPLATES_DIR = Path(__file__).with_name("templates")
 SLOTS = {

@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .data.records import Verdict
-from .registry import Registry
+from ..data.records import Verdict
+from ..registry import Registry
 
 Value = Verdict | float
 ReadResult = Verdict | float | tuple[float, float]
