@@ -184,8 +184,8 @@ def best_of_n_groups(n_questions: int, n: int = 8, min_tokens: int = 100, seed: 
     """(question, n candidate answers) of AlpacaEval instructions whose prompt is >= ``min_tokens`` tokens."""
     from transformers import AutoTokenizer
 
-    from clfjudge.backbones import resolve_backbone
     from clfjudge.data import sources
+    from clfjudge.models.backbones import resolve_backbone
 
     tok = AutoTokenizer.from_pretrained(resolve_backbone("smollm2").path_or_id)
     by_question: dict[str, set[str]] = {}

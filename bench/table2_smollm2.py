@@ -56,7 +56,7 @@ def train(recipe: str, retrain: bool) -> Path:
 
 def held_out(recipe: str):
     """The recipe's held-out fold (splits are deterministic: the same records the card was scored on)."""
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     cfg = recipe_config(recipe)

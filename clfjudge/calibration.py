@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .data.records import CLASS_OF_VERDICT, Verdict
-from .heads import Cls3Head, PairOutputs, RewardHead, fit_davidson
+from .models.heads import Cls3Head, PairOutputs, RewardHead, fit_davidson
 from .registry import Registry
 
 if TYPE_CHECKING:

@@ -155,7 +155,7 @@ class DecoderEmbedder:
         if self._depth is None:
             from transformers import AutoConfig
 
-            from .backbones import resolve_backbone
+            from .models.backbones import resolve_backbone
 
             info = resolve_backbone(self.encoder)
             if info.family != "decoder":
@@ -189,7 +189,7 @@ class DecoderEmbedder:
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 
-        from .backbones import load_tokenizer, resolve_backbone
+        from .models.backbones import load_tokenizer, resolve_backbone
 
         layer = self._resolved_layer()
         info = resolve_backbone(self.encoder)

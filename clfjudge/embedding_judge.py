@@ -34,7 +34,7 @@ PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
 
 def resolve_encoder(spec: str) -> str:
     """Alias ("minilm", "mpnet"), hub id or local directory -> what SentenceTransformer should load."""
-    from .backbones import resolve_backbone
+    from .models.backbones import resolve_backbone
 
     return str(resolve_backbone(spec).path_or_id)
 
@@ -140,7 +140,7 @@ def make_embedder(encoder: str = DEFAULT_ENCODER, kind: str | None = None, **opt
     """The embedder for ``encoder``: ``kind`` "sentence" | "decoder", by default chosen from the backbone family
     (reading its config, loading no weights). ``options`` go to the embedder (batch_size, device, layer, ...)."""
     if kind is None:
-        from .backbones import resolve_backbone
+        from .models.backbones import resolve_backbone
 
         kind = KIND_OF_FAMILY[resolve_backbone(encoder).family]
     return EMBEDDERS.get(kind)(encoder, **options)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .data.records import Record
-from .heads import Head
+from .models.heads import Head
 
 if TYPE_CHECKING:
     from .embedding_judge import EmbeddingJudge

@@ -37,7 +37,7 @@ import numpy as np
 from .card import JudgeCard
 from .configs import config_path
 from .data.records import Record
-from .heads import HEADS, Head
+from .models.heads import HEADS, Head
 from .prompts.encoding import MODEL_INPUTS
 from .registry import Registry, resolve
 from .runtime import HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer

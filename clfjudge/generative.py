@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .data.records import PairRecord, PointRecord, Record
-from .heads import Head
+from .models.heads import Head
 from .prompts.parsers import PARSERS, Parsed, ParseStats
 from .prompts.schemes import SCHEMES, RenderError, target
 from .prompts.truncation import TruncationPolicy, TruncationReport
@@ -107,8 +107,8 @@ class GenerativeJudge:
     @classmethod
     def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeJudge:
         """A directory written by ``train_generative``."""
-        from .backbones import load_causal_lm, resolve_backbone
         from .card import JudgeCard
+        from .models.backbones import load_causal_lm, resolve_backbone
 
         card = JudgeCard.load(directory)
         if card.head != GENERATIVE:
@@ -123,7 +123,7 @@ class GenerativeJudge:
     def from_backbone(cls, backbone: str, scheme: str, max_length: int = 1024, max_new_tokens: int = 64,
                       batch_size: int = 8) -> GenerativeJudge:
         """An untrained (zero-shot) causal LM judging in ``scheme``."""
-        from .backbones import load_causal_lm, resolve_backbone
+        from .models.backbones import load_causal_lm, resolve_backbone
 
         info = resolve_backbone(backbone)
         tokenizer = _tokenizer(info)
@@ -158,7 +158,7 @@ class GenerativeJudge:
 
 
 def _tokenizer(info):
-    from .backbones import load_tokenizer
+    from .models.backbones import load_tokenizer
 
     return load_tokenizer(info, padding_side="left")  # generation continues every prompt at its end
 
@@ -194,8 +194,8 @@ def train_generative(cfg: TrainConfig) -> Path:
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
-    from .backbones import load_causal_lm, resolve_backbone
     from .card import JudgeCard
+    from .models.backbones import load_causal_lm, resolve_backbone
     from .train_config import training_arguments
     from .train_data import build_splits, pair_baselines
 

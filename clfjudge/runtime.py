@@ -27,8 +27,8 @@ import numpy as np
 from .calibration import Calibration
 from .card import JudgeCard
 from .data.records import CLASS_OF_VERDICT, Loc, PairRecord, PointRecord, Verdict
-from .heads import HEADS, Cls3Head, Head, PairOutputs, RewardHead
-from .onnx_session import PROVIDERS, inference_session
+from .models.heads import HEADS, Cls3Head, Head, PairOutputs, RewardHead
+from .models.onnx_session import PROVIDERS, inference_session
 from .registry import Registry
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base
 
 
 def _resolve_model_path(spec: str) -> str:
-    from .backbones import resolve_backbone
+    from .models.backbones import resolve_backbone
 
     return str(resolve_backbone(spec).path_or_id)
 

@@ -18,7 +18,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from .configs import config_path
 from .data.records import RecordError
-from .heads import HEADS, Head
+from .models.heads import HEADS, Head
 from .paths import REPO_ROOT
 from .registry import Registry
 

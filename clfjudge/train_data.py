@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .data.records import PairRecord, Record
-from .heads import Head
+from .models.heads import Head
 from .train_config import TrainConfig
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.records import Record
-from .heads import HEADS, Head, PairOutputs
+from .models.heads import HEADS, Head, PairOutputs
 from .registry import resolve
 from .train_config import TRAINERS, TrainConfig, training_arguments
 from .train_data import build_splits, pair_baselines
@@ -103,8 +103,8 @@ def train(cfg: TrainConfig) -> Path:
     import torch
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 
-    from .backbones import load_seq_cls, load_tokenizer, resolve_backbone
     from .card import JudgeCard
+    from .models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
     from .prompts.encoding import Encoder, collate
     from .prompts.schemes import SCHEMES
     from .prompts.truncation import TruncationPolicy, TruncationReport

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clfjudge.backbones import (
+from clfjudge.models.backbones import (
     BackboneNotAvailableError,
     family_of,
     load_causal_lm,
@@ -20,7 +20,7 @@ from clfjudge.backbones import (
     load_tokenizer,
     resolve_backbone,
 )
-from clfjudge.offline_weights import OFFLINE_WEIGHTS
+from clfjudge.models.offline_weights import OFFLINE_WEIGHTS
 
 torch.set_num_threads(1)
 
@@ -100,7 +100,7 @@ def test_local_dir_errors(tmp_path):
 def test_hub_ids_offline_without_cache_give_a_clear_error(tmp_path):
     proc = run_python(
         """
-        from clfjudge.backbones import resolve_backbone, BackboneNotAvailableError
+        from clfjudge.models.backbones import resolve_backbone, BackboneNotAvailableError
         for spec in ["microsoft/deberta-v3-large", "lmsys/vicuna-7b-v1.5"]:
             try:
                 resolve_backbone(spec)
@@ -127,7 +127,7 @@ def test_hub_id_is_passed_through_to_transformers_cache(tmp_path):
     (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
     proc = run_python(
         """
-        from clfjudge.backbones import resolve_backbone
+        from clfjudge.models.backbones import resolve_backbone
         print(resolve_backbone("acme/tiny-judge"))
         """,
         tmp_path,
@@ -141,7 +141,7 @@ def test_importing_loads_nothing_heavy(tmp_path):
     proc = run_python(
         """
         import sys
-        import clfjudge.backbones, clfjudge.offline_weights, clfjudge.testing, clfjudge.commands.models
+        import clfjudge.models.backbones, clfjudge.models.offline_weights, clfjudge.testing, clfjudge.commands.models
         heavy = sorted(m for m in ("torch", "transformers", "huggingface_hub", "sentencepiece", "tokenizers")
                        if m in sys.modules)
         print(heavy)

@@ -227,7 +227,7 @@ def test_decisions_on_a_boundary_are_set_aside_and_counted():
     from clfjudge.calibration import Calibration
     from clfjudge.data.records import PairRecord, Verdict
     from clfjudge.export import compare_to_reference, decision_slack
-    from clfjudge.heads import PairOutputs
+    from clfjudge.models.heads import PairOutputs
 
     class Stub(SimpleNamespace):  # raw rows are (P(A), P(TIE), P(B))
         tasks = frozenset({"compare"})

@@ -22,7 +22,7 @@ from clfjudge.data.readers import iter_jsonl
 from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
-from clfjudge.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
+from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
 from clfjudge.runtime import DEFAULT_BATCH_SIZE, HEAD_TASKS, LOADERS, Judge
 from clfjudge.train_config import TRAINERS, TrainConfig
 from clfjudge.train_data import build_splits

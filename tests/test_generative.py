@@ -19,7 +19,7 @@ PAIR = PairRecord(id="p", question="Name a prime.", answer_a="7", answer_b="9", 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama_dir):
-    from clfjudge.backbones import load_tokenizer, resolve_backbone
+    from clfjudge.models.backbones import load_tokenizer, resolve_backbone
 
     return load_tokenizer(resolve_backbone(tiny_llama_dir), padding_side="left")
 
@@ -200,10 +200,10 @@ def test_score_cli_runs_a_generative_judge(gen_dir, tmp_path, monkeypatch, capsy
 
     from tiny_judges import ScriptedLM, prefers_seven
 
-    import clfjudge.backbones
+    import clfjudge.models.backbones
     from clfjudge.cli import main
 
-    monkeypatch.setattr(clfjudge.backbones, "load_causal_lm",
+    monkeypatch.setattr(clfjudge.models.backbones, "load_causal_lm",
                         lambda info, tokenizer=None, **_: ScriptedLM(tokenizer, prefers_seven))
     src, out = tmp_path / "pairs.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", **p}) + "\n"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
-from clfjudge.heads import (
+from clfjudge.models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+from clfjudge.models.heads import (
     HEADS,
     Cls3Head,
     RegressionHead,

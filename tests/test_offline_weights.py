@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clfjudge.commands import models as models_cmd
-from clfjudge.offline_weights import (
+from clfjudge.models.offline_weights import (
     MANIFEST_NAME,
     OFFLINE_WEIGHTS,
     ChecksumMismatchError,

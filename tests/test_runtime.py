@@ -22,7 +22,7 @@ from clfjudge.card import SCHEMA_VERSION, JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord, RecordError, Verdict
 from clfjudge.export import export_judge
-from clfjudge.heads import PairOutputs, davidson_probs
+from clfjudge.models.heads import PairOutputs, davidson_probs
 from clfjudge.runtime import Comparison, Judge, ModelJudge, Score
 
 Q = "What is the capital of France?"

@@ -11,7 +11,7 @@ import pytest
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import PointRecord
-from clfjudge.heads import RewardHead
+from clfjudge.models.heads import RewardHead
 from clfjudge.paths import REPO_ROOT, data_root
 from clfjudge.runtime import Judge
 from clfjudge.training import TrainConfig
@@ -198,7 +198,7 @@ def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
 
 @needs_data
 def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     cfg = {"head": "cls3", "sources": ["alpacaeval-gpt4:400"], "test_fraction": 0.25}
@@ -217,7 +217,7 @@ def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
 @needs_data
 def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_question():
     from clfjudge.data.splits import contamination_keys
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     base = {"head": "reward", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 0}
@@ -244,7 +244,7 @@ def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_questi
 @needs_data
 def test_neighbour_negatives_come_from_the_training_split_only():
     from clfjudge.data.records import Verdict
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     cfg = {"head": "reward", "sources": ["pandalm-test:120"], "test_fraction": 0.25, "length_covariate": True}
@@ -269,7 +269,7 @@ def test_neighbour_negatives_come_from_the_training_split_only():
 
 @needs_data
 def test_swap_aug_in_splits_only_for_position_dependent_heads():
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     for head in ("cls3", "reward"):
@@ -298,7 +298,7 @@ def test_early_stopping_stops_when_dev_metric_stalls(tiny_bert_dir, tmp_path):
 def test_cv_fold_holds_out_the_group_kfold_fold():
     from clfjudge.data import sources
     from clfjudge.data.splits import group_kfold
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import build_splits
 
     cfg = TrainConfig.from_dict({"head": "cls3", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 2})
@@ -338,7 +338,7 @@ def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
 @needs_data
 def test_length_covariate_is_fitted_and_used_by_the_loaded_judge(tiny_bert_dir, tmp_path):
     """The reward judge trained with the length offset stores beta and scores with it (PyTorch judge)."""
-    from clfjudge.heads import answer_length
+    from clfjudge.models.heads import answer_length
     from clfjudge.training import train
 
     judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "lc", "reward", length_covariate=True)))
@@ -357,7 +357,7 @@ def test_validation_predictions_are_in_record_order(tiny_bert_dir, tmp_path):
     """Early stopping, calibration and the card's metrics see predictions matched to their records: the loaded
     judge, predicting record by record, reproduces them. (transformers' group_by_length also length-groups
     evaluation with a shuffling sampler; predictions then came back permuted and every dev metric was noise.)"""
-    from clfjudge.heads import HEADS, fit_davidson
+    from clfjudge.models.heads import HEADS, fit_davidson
     from clfjudge.train_data import build_splits
     from clfjudge.training import train
 
@@ -440,7 +440,7 @@ def test_capped_sources_are_nested_samples():
     """name:N samples a prefix of what name:M (M > N) samples: a pool shrunk or grown keeps its records."""
     import random
 
-    from clfjudge.heads import HEADS
+    from clfjudge.models.heads import HEADS
     from clfjudge.train_data import load_source_records
 
     head = HEADS.get("cls3")()

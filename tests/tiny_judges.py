@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from clfjudge import testing
-from clfjudge.backbones import load_seq_cls, load_tokenizer, resolve_backbone
 from clfjudge.card import JudgeCard
-from clfjudge.heads import HEADS, RegressionHead
+from clfjudge.models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+from clfjudge.models.heads import HEADS, RegressionHead
 from clfjudge.prompts.encoding import Encoder
 from clfjudge.prompts.truncation import TruncationPolicy
 
@@ -49,8 +49,8 @@ def make_judge(backbone_dir: str | Path, out_dir: str | Path, head: str = "cls3"
 def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme: str = "decoder-pair-gen",
                           max_new_tokens: int = 4) -> Path:
     """An untrained generative judge (a tiny decoder's causal LM), laid out as ``train_generative`` writes it."""
-    from clfjudge.backbones import load_causal_lm
     from clfjudge.generative import GENERATIVE
+    from clfjudge.models.backbones import load_causal_lm
     from clfjudge.prompts.schemes import SCHEMES
 
     info = resolve_backbone(str(backbone_dir))

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..offline_weights import OFFLINE_WEIGHTS, ChecksumMismatchError, MissingPackageError, OfflineWeights
+from ..models.offline_weights import OFFLINE_WEIGHTS, ChecksumMismatchError, MissingPackageError, OfflineWeights
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

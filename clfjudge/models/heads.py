@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .data.records import CLASS_OF_VERDICT, VERDICT_OF_CLASS, PairRecord, PointRecord, Record, Verdict
-from .registry import Registry
+from ..data.records import CLASS_OF_VERDICT, VERDICT_OF_CLASS, PairRecord, PointRecord, Record, Verdict
+from ..registry import Registry
 
 if TYPE_CHECKING:
     import torch
 
-    from .card import JudgeCard
-    from .prompts.encoding import Encoder
+    from ..card import JudgeCard
+    from ..prompts.encoding import Encoder
 
 
 @dataclass
@@ -156,7 +156,7 @@ class Head:
 
 def _pair_metrics(outputs: PairOutputs, records: Sequence[Record], swapped: PairOutputs | None) -> dict[str, Any]:
     """The study's pairwise metrics; with predictions on the swapped pairs also Auto-J agreement/consistency."""
-    from .metrics import autoj_agreement, pairwise_metrics
+    from ..metrics import autoj_agreement, pairwise_metrics
 
     gold, pred = [r.verdict for r in records], outputs.verdicts()
     out = pairwise_metrics(gold, pred).as_dict()
@@ -220,7 +220,7 @@ class RegressionHead(Head):
     def select(self, records):
         # Pairwise *grading* data (a score per answer) trains a pointwise head one answer at a time, as in
         # the study's repo; a pair with only a verdict has no score to learn and is counted as excluded.
-        from .prompts.schemes import pair_to_points
+        from ..prompts.schemes import pair_to_points
 
         points, excluded = [], Counter()
         for rec in records:
@@ -264,7 +264,7 @@ class RegressionHead(Head):
         return PointOutputs(scores=np.clip(lo + raw * width, lo, lo + width))
 
     def evaluate(self, outputs, records, swapped=None):
-        from .metrics import correlations
+        from ..metrics import correlations
 
         gold = np.array([r.score for r in records], dtype=np.float64)
         out = correlations(gold, outputs.scores).as_dict()
@@ -378,7 +378,7 @@ class RewardHead(Head):
         return out
 
     def inputs(self, record: PairRecord) -> list[Record]:
-        from .prompts.schemes import pair_to_points
+        from ..prompts.schemes import pair_to_points
 
         # The answers are only shown, never labelled one by one: drop a score pair whose scale may be unknown.
         return list(pair_to_points(replace(record, scores=None)))

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import models_dir
-from .registry import Registry
+from ..paths import models_dir
+from ..registry import Registry
 
 MANIFEST_NAME = "clfjudge-manifest.json"
 
