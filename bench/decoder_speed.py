@@ -204,7 +204,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    from clfjudge.embedding_cache import ENV
+    from clfjudge.embedders.cache import ENV
 
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
 

@@ -40,7 +40,8 @@ from clfjudge.card import library_versions
 from clfjudge.data import sources
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
 from clfjudge.data.splits import decontaminate, group_kfold, train_dev_split
-from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, make_embedder, neighbour_negatives
+from clfjudge.embedders import make_embedder
+from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, neighbour_negatives
 from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
 from clfjudge.metrics import autoj_agreement, correlations, paired_difference, pairwise_metrics, position_consistency
 from clfjudge.registry import Registry

@@ -110,7 +110,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=REPO / "runs" / "generalization")  # judges + prediction cache
     p.add_argument("--bootstrap", type=int, default=2000)
     args = p.parse_args()
-    from clfjudge.embedding_cache import ENV, default_root
+    from clfjudge.embedders.cache import ENV, default_root
 
     os.environ.setdefault(ENV, str(default_root()))
 

@@ -11,7 +11,6 @@ length-bias audit can compare a judge that sees lengths explicitly with one that
 """
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -22,128 +21,14 @@ import numpy as np
 
 from .card import JudgeCard
 from .data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
-from .embedding_cache import Cached, load_vectors, save_vectors
+from .embedders import make_embedder
+from .embedders.sentence import DEFAULT_ENCODER, TextEmbedder
 from .features import log_length_difference, log_lengths, row_cosine
 from .linear_head import LinearHead
 from .registry import Registry
 
-DEFAULT_ENCODER = "minilm"
 # Column order of predict_proba: reversing the columns is exactly swapping the answers.
 PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
-
-
-def resolve_encoder(spec: str) -> str:
-    """Alias ("minilm", "mpnet"), hub id or local directory -> what SentenceTransformer should load."""
-    from .models.backbones import resolve_backbone
-
-    return str(resolve_backbone(spec).path_or_id)
-
-
-def _text_key(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-class TextEmbedder:
-    """A frozen sentence-transformers encoder that embeds each distinct text once (L2-normalised) and keeps
-    the vector, so answers repeated across pairs, folds and judges sharing one embedder are encoded once.
-    The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text).
-    Answers are embedded on their own: ``embed_answers`` ignores the questions."""
-
-    kind = "sentence"
-
-    def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
-                 show_progress: bool = False, cache_dir: str | Path | None = None) -> None:
-        self.encoder = encoder
-        self.batch_size = batch_size
-        self.device = device
-        self.show_progress = show_progress
-        self._model = None
-        self._cache: dict[str, np.ndarray] = {}
-        self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
-
-    def config(self) -> dict[str, Any]:
-        return {"kind": self.kind}
-
-    truncation_policy = "the encoder truncates each text to max_seq_length tokens"
-
-    @property
-    def cache_id(self) -> str:
-        return self.encoder
-
-    @property
-    def model(self):
-        if self._model is None:
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(resolve_encoder(self.encoder), device=self.device)
-        return self._model
-
-    @property
-    def max_seq_length(self) -> int:
-        return int(self.model.max_seq_length)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), dim) float32, rows L2-normalised; only texts not seen before are encoded."""
-        if not texts:
-            raise ValueError("embed() needs at least one text")
-        keys = [_text_key(t) for t in texts]
-        self._disk.load(self.cache_id, self._cache)
-        missing = {k: t for k, t in zip(keys, texts) if k not in self._cache}
-        if missing:
-            vectors = np.asarray(self.model.encode(list(missing.values()), batch_size=self.batch_size,
-                                                   normalize_embeddings=True, convert_to_numpy=True,
-                                                   show_progress_bar=self.show_progress), dtype=np.float32)
-            self._cache.update(zip(missing, vectors))
-            self._disk.store(list(missing), vectors)
-        return np.stack([self._cache[k] for k in keys])
-
-    def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
-        if len(questions) != len(answers):
-            raise ValueError(f"{len(questions)} questions for {len(answers)} answers")
-        return self.embed(answers)
-
-    stats = False
-
-    def answer_stats(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
-        raise ValueError(f"{self.encoder} is a sentence encoder: token statistics need a decoder backbone")
-
-    def clear_cache(self) -> None:
-        """Forget every stored vector (a long-running judge can bound its memory this way)."""
-        self._cache.clear()
-
-    def save_cache(self, path: str | Path) -> Path:
-        return save_vectors(path, self._cache, self.cache_id)
-
-    def load_cache(self, path: str | Path) -> int:
-        """Add the vectors stored at ``path``; returns how many were added. The file must come from the same
-        encoder spec."""
-        return load_vectors(path, self._cache, self.cache_id)
-
-
-def _decoder_embedder(encoder: str, **options):
-    from .decoder_embedder import DecoderEmbedder
-
-    return DecoderEmbedder(encoder, **options)
-
-
-# Backbone family -> embedder: sentence encoders embed texts alone, decoders read each answer after its question.
-EMBEDDERS: Registry[Callable[..., Any]] = Registry("embedder kind")
-EMBEDDERS.register("sentence", TextEmbedder)
-EMBEDDERS.register("decoder", _decoder_embedder)
-KIND_OF_FAMILY = {"encoder": "sentence", "decoder": "decoder"}
-
-
-def make_embedder(encoder: str = DEFAULT_ENCODER, kind: str | None = None, **options):
-    """The embedder for ``encoder``: ``kind`` "sentence" | "decoder", by default chosen from the backbone family
-    (reading its config, loading no weights). ``options`` go to the embedder (batch_size, device, layer, ...)."""
-    if kind is None:
-        from .models.backbones import resolve_backbone
-
-        kind = KIND_OF_FAMILY[resolve_backbone(encoder).family]
-    return EMBEDDERS.get(kind)(encoder, **options)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -207,7 +92,7 @@ PAIR_FEATURES.register("cos_sym", FeatureGroup(
     lambda v: np.stack([row_cosine(v.a, v.b), row_cosine(v.q, v.a) + row_cosine(v.q, v.b),
                         np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym", needs_question=True))
 # How much more likely each answer is after its question than after an empty turn (PMI), and its fluency:
-# the difference of the two answers' token statistics (decoder_embedder.STAT_NAMES).
+# the difference of the two answers' token statistics (embedders.decoder.STAT_NAMES).
 PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True,
                                                    one_side=lambda v: v.a_stats))
 PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti",

@@ -63,7 +63,7 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
     import onnx
     import torch
 
-    from .onnx_reader import graph_feed
+    from .embedders.onnx_reader import graph_feed
 
     embedder._load()
     if hasattr(embedder._model, "set_attn_implementation"):
@@ -117,7 +117,8 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
                            isa: str = "auto", source: str | None = None, n_records: int | None = None,
                            parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False):
-    from .decoder_embedder import DecoderEmbedder
+    from .embedders.decoder import DecoderEmbedder
+    from .embedders.onnx_reader import READER_FILES, OnnxDecoderReader
     from .embedding_judge import EmbeddingJudge, embedder_config
     from .embedding_training import EmbeddingDataHead
     from .export import (
@@ -132,7 +133,6 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         quantize_onnx,
         validation_records,
     )
-    from .onnx_reader import READER_FILES, OnnxDecoderReader
 
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)

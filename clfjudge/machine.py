@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-# /proc/cpuinfo flags that change which precision pays (decoder_embedder.resolve_precision)
+# /proc/cpuinfo flags that change which precision pays (embedders.decoder.resolve_precision)
 MATMUL_FLAGS = ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx512f", "avx2")
 
 

@@ -174,7 +174,7 @@ def _env_default(name: str, value: str):
 
 
 def run(config: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    from .embedding_cache import ENV, default_root
+    from .embedders.cache import ENV, default_root
 
     config.out.mkdir(parents=True, exist_ok=True)
     with _env_default(ENV, str(default_root())):  # a re-run reads no answer twice

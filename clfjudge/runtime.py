@@ -499,8 +499,8 @@ def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str
 def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                batch_size: int, trust_pickle: bool = False) -> Judge:
     if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
+        from .embedders.onnx_reader import OnnxDecoderReader
         from .embedding_judge import EmbeddingJudge, embedder_config
-        from .onnx_reader import OnnxDecoderReader
 
         if "reader" not in card.runtime:
             raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "

@@ -30,7 +30,7 @@ class SemScore:
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu",
                  precision: str = "auto") -> None:
-        from .decoder_embedder import resolve_precision
+        from .embedders.decoder import resolve_precision
 
         self.model_spec = model
         self.batch_size = batch_size
@@ -60,7 +60,7 @@ class SemScore:
 
     def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """L2-normalised float32 embeddings of ``texts``."""
-        from .decoder_embedder import autocast
+        from .embedders.decoder import autocast
 
         with autocast(self.precision, self.device):
             emb = self.encoder.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,

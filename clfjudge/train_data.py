@@ -146,7 +146,8 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
     """``cfg.neighbour_negatives`` seeded draws of LLMBar-style hard negatives built from the training pairs."""
     if not cfg.neighbour_negatives:
         return []
-    from .embedding_judge import TextEmbedder, neighbour_negatives
+    from .embedders.sentence import TextEmbedder
+    from .embedding_judge import neighbour_negatives
 
     pairs = [r for r in train if isinstance(r, PairRecord)]
     embedder = TextEmbedder(cfg.neighbour_encoder)

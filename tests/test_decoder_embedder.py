@@ -10,8 +10,10 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, Verdict
-from clfjudge.decoder_embedder import DecoderEmbedder, truncate_middle
-from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, TextEmbedder, embedder_for_card, make_embedder
+from clfjudge.embedders import make_embedder
+from clfjudge.embedders.decoder import DecoderEmbedder, truncate_middle
+from clfjudge.embedders.sentence import TextEmbedder
+from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, embedder_for_card
 from clfjudge.testing import tiny_llama
 
 LOC = Loc("synthetic.jsonl", 1)
@@ -152,7 +154,7 @@ def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
 
 
 def test_token_stats_measure_how_much_the_question_explains_the_answer(chat_llama_dir):
-    from clfjudge.decoder_embedder import STAT_NAMES
+    from clfjudge.embedders.decoder import STAT_NAMES
 
     path = str(chat_llama_dir)
     embedder = DecoderEmbedder(path, layer=1, stats=True, batch_size=2)
@@ -247,7 +249,7 @@ def test_answers_sharing_a_prompt_reuse_its_cache_with_the_same_numbers(chat_lla
 
 
 def test_stats_over_the_first_tokens_are_exact(chat_llama_dir):
-    from clfjudge.decoder_embedder import STAT_NAMES
+    from clfjudge.embedders.decoder import STAT_NAMES
 
     path = str(chat_llama_dir)
     short = DecoderEmbedder(path, layer=1, stats=True, stats_tokens=3)
@@ -292,12 +294,12 @@ def test_reading_is_stored_block_by_block_keeping_shared_prompts_together(chat_l
 
 
 def test_reading_fixes_the_malloc_mmap_threshold_once():
-    """Large freed buffers go back to the system (clfjudge/memory.py): set on glibc Linux, once, unless the user
-    set MALLOC_MMAP_THRESHOLD_ themselves."""
+    """Large freed buffers go back to the system (clfjudge/embedders/memory.py): set on glibc Linux, once, unless the
+    user set MALLOC_MMAP_THRESHOLD_ themselves."""
     import subprocess
     import sys
 
-    code = ("import clfjudge.memory as m, sys; first = m.return_freed_buffers(); "
+    code = ("import clfjudge.embedders.memory as m, sys; first = m.return_freed_buffers(); "
             "assert m.return_freed_buffers() is False; print(first)")
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout

@@ -10,14 +10,8 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
-from clfjudge.embedding_judge import (
-    PAIR_FEATURES,
-    EmbeddingJudge,
-    PairView,
-    TextEmbedder,
-    neighbour_negatives,
-    verdicts_from_proba,
-)
+from clfjudge.embedders.sentence import TextEmbedder
+from clfjudge.embedding_judge import PAIR_FEATURES, EmbeddingJudge, PairView, neighbour_negatives, verdicts_from_proba
 from clfjudge.features import (
     char_lengths,
     lengths,

@@ -86,7 +86,7 @@ def test_int8_fallback_writes_fp32_when_the_gate_refuses_only_int8(judge_dir, tm
 
 def test_the_gate_reads_afresh_whatever_the_embedding_cache_holds(judge_dir, tmp_path, monkeypatch):
     """Vectors cached by an earlier run are never what the gate compares: a broken graph could pass on them."""
-    from clfjudge.embedding_cache import ENV
+    from clfjudge.embedders.cache import ENV
 
     cache = tmp_path / "cache"
     monkeypatch.setenv(ENV, str(cache))

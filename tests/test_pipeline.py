@@ -19,7 +19,7 @@ def test_unknown_step_fails_before_any_work(tmp_path):
 
 def test_the_run_gives_its_steps_the_embedding_cache_and_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
     from clfjudge import pipeline
-    from clfjudge.embedding_cache import ENV
+    from clfjudge.embedders.cache import ENV
 
     seen = []
     monkeypatch.delenv(ENV, raising=False)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .embedding_cache import Cached, load_vectors, save_vectors
+from .cache import Cached, load_vectors, save_vectors
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -57,7 +57,7 @@ def truncate_middle(ids: list[int], limit: int) -> list[int]:
 def resolve_precision(precision: str, device: str = "cpu") -> str:
     """"auto" -> "bf16" on a GPU or a CPU with AMX / AVX512-BF16 (3x fp32 with AMX, about even without), else
     "fp32"."""
-    from .machine import matmul_flags
+    from ..machine import matmul_flags
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -94,7 +94,7 @@ class DecoderEmbedder:
     ``stats``: also compute the answers' token statistics (runs the whole model and its LM head), over each
     answer's first ``stats_tokens`` tokens (None: all of them; bench/results: 64-128 tokens judge as well as all).
     ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
-    ``cache_dir``: keep vectors on disk between runs (``embedding_cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
+    ``cache_dir``: keep vectors on disk between runs (``embedders.cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
 
     kind = "decoder"
 
@@ -155,7 +155,7 @@ class DecoderEmbedder:
         if self._depth is None:
             from transformers import AutoConfig
 
-            from .models.backbones import resolve_backbone
+            from ..models.backbones import resolve_backbone
 
             info = resolve_backbone(self.encoder)
             if info.family != "decoder":
@@ -185,11 +185,11 @@ class DecoderEmbedder:
             return
         from .memory import return_freed_buffers
 
-        return_freed_buffers()  # answers of varying lengths otherwise fragment the heap (clfjudge/memory.py)
+        return_freed_buffers()  # answers of varying lengths otherwise fragment the heap (clfjudge/embedders/memory.py)
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 
-        from .models.backbones import load_tokenizer, resolve_backbone
+        from ..models.backbones import load_tokenizer, resolve_backbone
 
         layer = self._resolved_layer()
         info = resolve_backbone(self.encoder)

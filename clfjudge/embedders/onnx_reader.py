@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .decoder_embedder import DecoderEmbedder
-from .models.onnx_session import inference_session
+from ..models.onnx_session import inference_session
+from .decoder import DecoderEmbedder
 
 READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
 GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
