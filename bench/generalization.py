@@ -67,7 +67,8 @@ def loso(name: str, base: Variant, added: str, read_on: str, against: list[str])
 
 
 def train_variant(recipe: Path, name: str, variant: Variant, out: Path) -> tuple[Path, dict]:
-    from clfjudge.training import TrainConfig, train
+    from clfjudge.training.config import TrainConfig
+    from clfjudge.training.trainer import train
 
     judge_dir = out / "judges" / name.replace(" ", "_").replace(",", "").replace("+", "p")
     cfg = TrainConfig.from_yaml(recipe, [*variant.overrides, f"output_dir={judge_dir}"])
@@ -87,8 +88,8 @@ def _stale(judge_dir: Path, cfg) -> bool:
 
 def held_out_slices(cfg) -> dict[str, list]:
     """The pool's held-out questions (test_fraction), per source: never trained on."""
-    from clfjudge.embedding_training import EmbeddingDataHead
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
+    from clfjudge.training.embedding import EmbeddingDataHead
 
     slices: dict[str, list] = {}
     for r in build_splits(cfg, EmbeddingDataHead("pair")).test:
@@ -115,7 +116,7 @@ def main() -> int:
     os.environ.setdefault(ENV, str(default_root()))
 
     from clfjudge.audit import run_audit
-    from clfjudge.training import TrainConfig
+    from clfjudge.training.config import TrainConfig
 
     base_cfg = TrainConfig.from_yaml(args.recipe)
     variants = {n: VARIANTS[n] for n in (args.variants or VARIANTS)}

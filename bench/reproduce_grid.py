@@ -19,7 +19,8 @@ from clfjudge.card import JudgeCard
 from clfjudge.export import ParityError, export_judge
 from clfjudge.generative import GENERATIVE
 from clfjudge.pipeline import REFERENCE_JUDGES
-from clfjudge.training import TrainConfig, train
+from clfjudge.training.config import TrainConfig
+from clfjudge.training.trainer import train
 
 REPO = Path(__file__).resolve().parents[1]
 

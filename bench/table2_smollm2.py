@@ -38,7 +38,7 @@ PAPER = {"Vicuna-7B generation": (72.37, 60.78), "Vicuna-7B classification": (70
 
 
 def recipe_config(recipe: str):
-    from clfjudge.training import TrainConfig
+    from clfjudge.training.config import TrainConfig
 
     return TrainConfig.from_yaml(REPO_ROOT / "train" / "cpu" / recipe, [])
 
@@ -57,7 +57,7 @@ def train(recipe: str, retrain: bool) -> Path:
 def held_out(recipe: str):
     """The recipe's held-out fold (splits are deterministic: the same records the card was scored on)."""
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     cfg = recipe_config(recipe)
     return build_splits(cfg, HEADS.get("cls3")()).test

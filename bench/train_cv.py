@@ -50,8 +50,8 @@ from clfjudge.metrics import paired_difference  # noqa: E402
 from clfjudge.models.heads import HEADS  # noqa: E402
 from clfjudge.paths import REPO_ROOT  # noqa: E402
 from clfjudge.runtime import Judge  # noqa: E402
-from clfjudge.train_config import TrainConfig  # noqa: E402
-from clfjudge.train_data import Splits, build_splits  # noqa: E402
+from clfjudge.training.config import TrainConfig  # noqa: E402
+from clfjudge.training.data import Splits, build_splits  # noqa: E402
 
 RUNS = REPO_ROOT / "runs" / "training" / "cv"
 CPU = REPO_ROOT / "train" / "cpu"

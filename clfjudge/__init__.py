@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 # public name -> "module:attribute"
 _LAZY = {
     "Judge": "clfjudge.runtime:Judge",
-    "TrainConfig": "clfjudge.train_config:TrainConfig",
-    "train": "clfjudge.training:train",
+    "TrainConfig": "clfjudge.training.config:TrainConfig",
+    "train": "clfjudge.training.trainer:train",
     "export_judge": "clfjudge.export:export_judge",
     "run_audit": "clfjudge.audit:run_audit",
     "reward_function": "clfjudge.reward:reward_function",

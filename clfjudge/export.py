@@ -199,7 +199,7 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
     from the card's sources, else from the parity config's defaults for the judge's kind."""
     from .data import sources
-    from .train_data import parse_source
+    from .training.data import parse_source
 
     n = n_records or config.n_records
     if source:

@@ -120,7 +120,6 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     from .embedders.decoder import DecoderEmbedder
     from .embedders.onnx_reader import READER_FILES, OnnxDecoderReader
     from .embedding_judge import EmbeddingJudge, embedder_config
-    from .embedding_training import EmbeddingDataHead
     from .export import (
         INT8_CONFIG,
         ExportResult,
@@ -133,6 +132,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         quantize_onnx,
         validation_records,
     )
+    from .training.embedding import EmbeddingDataHead
 
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)

@@ -100,7 +100,8 @@ def check_data(state: RunState) -> dict[str, Any]:
 @STEPS.register("train")
 def train_judge(state: RunState) -> dict[str, Any]:
     from .card import JudgeCard
-    from .training import TrainConfig, train
+    from .training.config import TrainConfig
+    from .training.trainer import train
 
     overrides = [*state.profile.train_overrides, *state.config.overrides, f"output_dir={state.path('judge')}"]
     cfg = TrainConfig.from_yaml(state.config.recipe, overrides)

@@ -15,7 +15,7 @@ import pytest
 import clfjudge
 from clfjudge.configs import config_path
 from clfjudge.paths import REPO_ROOT
-from clfjudge.train_config import TrainConfig, resolve_deepspeed
+from clfjudge.training.config import TrainConfig, resolve_deepspeed
 
 CONFIGS = Path(str(resources.files("clfjudge.configs")))
 BUNDLED = ("parity.yaml", "int8.yaml", "ds_zero2.json", "recipes/main-smollm2.yaml", "recipes/main-smollm2-pool.yaml")
@@ -29,7 +29,7 @@ def test_configs_load_from_the_package_in_any_working_directory(tmp_path):
         from pathlib import Path
         from clfjudge.export import INT8_CONFIG, PARITY_CONFIG, ParityConfig, int8_settings
         from clfjudge.pipeline import DEFAULT_RECIPE
-        from clfjudge.training import TrainConfig
+        from clfjudge.training.config import TrainConfig
         from clfjudge.configs import config_path
 
         package = Path(str(resources.files("clfjudge.configs")))

@@ -24,8 +24,8 @@ from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
 from clfjudge.runtime import DEFAULT_BATCH_SIZE, HEAD_TASKS, LOADERS, Judge
-from clfjudge.train_config import TRAINERS, TrainConfig
-from clfjudge.train_data import build_splits
+from clfjudge.training.config import TRAINERS, TrainConfig
+from clfjudge.training.data import build_splits
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
@@ -137,7 +137,7 @@ class BinaryHead(Head):
 
 def test_a_head_trains_on_a_tiny_backbone_and_its_judge_loads_and_compares(toy_source, tiny_bert_dir, tmp_path,
                                                                            monkeypatch):
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     monkeypatch.setitem(HEADS._items, "binary", BinaryHead)
     monkeypatch.setitem(HEAD_TASKS, "binary", ("compare",))
@@ -158,7 +158,7 @@ def test_a_head_trains_on_a_tiny_backbone_and_its_judge_loads_and_compares(toy_s
     assert c.p_tie == 0.0 and c.p_a + c.p_b == pytest.approx(1.0) and c.verdict in (Verdict.A, Verdict.B)
 
 
-# -- recipe 3: a trainer (train_config.TRAINERS: head name -> lazy "module:function") -----------------------
+# -- recipe 3: a trainer (training.config.TRAINERS: head name -> lazy "module:function") -----------------------
 
 def train_longer(cfg: TrainConfig) -> Path:
     """``head: toy-longer``: no network; how often the longer answer wins the training split's decisive pairs."""
@@ -174,7 +174,7 @@ def train_longer(cfg: TrainConfig) -> Path:
 
 
 def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path, monkeypatch):
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     settings = {"head": "toy-longer", "sources": [TOY_SOURCE], "dev_fraction": 0.25, "output_dir": str(tmp_path)}
     with pytest.raises(KeyError, match="unknown head 'toy-longer'"):

@@ -6,10 +6,11 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
-from clfjudge.generative import GenerativeHead, GenerativeJudge, PromptEncoder, evaluate
+from clfjudge.generative import GenerativeJudge, PromptEncoder
 from clfjudge.paths import data_root
 from clfjudge.prompts.truncation import TruncationPolicy
-from clfjudge.training import TrainConfig
+from clfjudge.training.config import TrainConfig
+from clfjudge.training.generative import GenerativeHead, evaluate
 
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
 needs_data = pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
@@ -76,7 +77,7 @@ def test_parse_failures_are_counted_and_scored_wrong(tokenizer):
 @needs_data
 @pytest.mark.parametrize("source, scheme", [("pandalm-test:40", None), ("prometheus-vicuna:30", "decoder-point-gen")])
 def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, source, scheme):
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     cfg = TrainConfig.from_dict({
         "backbone": str(tiny_llama_dir), "head": "generative", "sources": [source], "max_length": 384,

@@ -14,7 +14,7 @@ from clfjudge.data.records import PointRecord
 from clfjudge.models.heads import RewardHead
 from clfjudge.paths import REPO_ROOT, data_root
 from clfjudge.runtime import Judge
-from clfjudge.training import TrainConfig
+from clfjudge.training.config import TrainConfig
 
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
 needs_data = pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
@@ -37,7 +37,7 @@ BACKBONES = ["tiny_bert_dir", "tiny_deberta_dir", "tiny_llama_dir"]
 @pytest.mark.parametrize("backbone", BACKBONES)
 @pytest.mark.parametrize("head", ["cls3", "reward", "regression"])
 def test_each_head_trains_and_loads(request, tmp_path, head, backbone):
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     # an eval source of another size than dev: its predictions must not be scored against the dev split
     extra = {} if head == "regression" else {"eval_sources": ["llmbar-natural:10"]}
@@ -98,7 +98,7 @@ def test_train_help_lists_the_recipe_keys(capsys):
         main(["train", "--help"])
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
-    assert "clfjudge.training.TrainConfig" not in out
+    assert "clfjudge.training.config.TrainConfig" not in out
     for f in fields(TrainConfig):
         assert f"{f.name}: {f.metadata['help']}" in out, f.name
     assert "lr: peak learning rate (AdamW) (default: 2e-05)" in out
@@ -107,13 +107,13 @@ def test_train_help_lists_the_recipe_keys(capsys):
 
 
 def test_cli_help_stays_cheap():
-    """``clfjudge --help`` builds every sub-parser but imports neither train_config (the recipe keys are listed
-    only by ``clfjudge train --help``) nor torch; train_config itself imports no torch / transformers."""
+    """``clfjudge --help`` builds every sub-parser but imports neither training.config (the recipe keys are listed
+    only by ``clfjudge train --help``) nor torch; training.config itself imports no torch / transformers."""
     code = ("import sys\nfrom clfjudge.cli import build_parser\nbuild_parser()\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'clfjudge.train_config') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'transformers', 'clfjudge.training.config') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-    code = ("import sys\nimport clfjudge.train_config\n"
+    code = ("import sys\nimport clfjudge.training.config\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -154,7 +154,7 @@ def test_cli_train_on_a_real_slice(tiny_bert_dir, tmp_path):
 def test_decoder_judge_ignores_padding(tiny_llama_dir, tmp_path, head):
     """A decoder pools the last non-pad token (pad != eos): padding a short pair in a batch with a long one
     must not change its verdict probabilities."""
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     judge = Judge.load(train(_config(tiny_llama_dir, tmp_path / head, head)))
     short = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9"}
@@ -168,7 +168,7 @@ def test_swap_augmentation_swaps_answers_and_labels():
     import random
 
     from clfjudge.data.records import PairRecord, Verdict
-    from clfjudge.train_data import swap_augment
+    from clfjudge.training.data import swap_augment
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"a{i}", answer_b=f"b{i}", verdict=v,
                        scores=(9.0, 1.0)) for i, v in enumerate([Verdict.A, Verdict.B, Verdict.TIE])]
@@ -184,7 +184,7 @@ def test_swap_augmentation_swaps_answers_and_labels():
 
 def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
     from clfjudge.data.records import PairRecord, Verdict
-    from clfjudge.train_data import randomize_order
+    from clfjudge.training.data import randomize_order
 
     recs = [PairRecord(id=f"p{i}", question=f"q{i}", answer_a=f"base{i}", answer_b=f"model{i}", verdict=Verdict.A)
             for i in range(400)]
@@ -199,7 +199,7 @@ def test_randomize_order_swaps_about_half_with_their_labels_and_is_seeded():
 @needs_data
 def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     cfg = {"head": "cls3", "sources": ["alpacaeval-gpt4:400"], "test_fraction": 0.25}
     with pytest.raises(ValueError, match=r"alpacaeval-gpt4.*randomize_order: true"):
@@ -218,7 +218,7 @@ def test_fixed_order_source_needs_randomize_order_for_an_order_sensitive_head():
 def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_question():
     from clfjudge.data.splits import contamination_keys
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     base = {"head": "reward", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 0}
     plain = build_splits(TrainConfig.from_dict(base), HEADS.get("reward")())
@@ -245,7 +245,7 @@ def test_extra_train_sources_join_training_only_and_never_leak_a_held_out_questi
 def test_neighbour_negatives_come_from_the_training_split_only():
     from clfjudge.data.records import Verdict
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     cfg = {"head": "reward", "sources": ["pandalm-test:120"], "test_fraction": 0.25, "length_covariate": True}
     plain = build_splits(TrainConfig.from_dict(cfg), HEADS.get("reward")())
@@ -270,7 +270,7 @@ def test_neighbour_negatives_come_from_the_training_split_only():
 @needs_data
 def test_swap_aug_in_splits_only_for_position_dependent_heads():
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     for head in ("cls3", "reward"):
         cfg = TrainConfig.from_dict({"head": head, "sources": ["pandalm-test:40"], "dev_fraction": 0.25,
@@ -284,7 +284,7 @@ def test_swap_aug_in_splits_only_for_position_dependent_heads():
 
 @needs_data
 def test_early_stopping_stops_when_dev_metric_stalls(tiny_bert_dir, tmp_path):
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     # lr 0: the dev metric never improves, so patience 1 stops after the second evaluation
     out = train(_config(tiny_bert_dir, tmp_path / "es", "cls3", lr=0.0, max_steps=8, eval_every=1,
@@ -299,7 +299,7 @@ def test_cv_fold_holds_out_the_group_kfold_fold():
     from clfjudge.data import sources
     from clfjudge.data.splits import group_kfold
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import build_splits
+    from clfjudge.training.data import build_splits
 
     cfg = TrainConfig.from_dict({"head": "cls3", "sources": ["pandalm-test"], "cv_folds": 5, "cv_fold": 2})
     splits = build_splits(cfg, HEADS.get("cls3")())
@@ -325,7 +325,7 @@ def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
     """The hint shows the untruncated length even when the answer is cut, and the loaded judge encodes with it."""
     from clfjudge.data.records import PointRecord
     from clfjudge.prompts.encoding import length_bucket
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "hint", "reward", length_hint=True)))
     assert judge.encoder.length_hint
@@ -339,7 +339,7 @@ def test_length_hint_reaches_the_judge(tiny_bert_dir, tmp_path):
 def test_length_covariate_is_fitted_and_used_by_the_loaded_judge(tiny_bert_dir, tmp_path):
     """The reward judge trained with the length offset stores beta and scores with it (PyTorch judge)."""
     from clfjudge.models.heads import answer_length
-    from clfjudge.training import train
+    from clfjudge.training.trainer import train
 
     judge = Judge.load(train(_config(tiny_bert_dir, tmp_path / "lc", "reward", length_covariate=True)))
     beta = judge.card.calibration["length_coef"]
@@ -358,8 +358,8 @@ def test_validation_predictions_are_in_record_order(tiny_bert_dir, tmp_path):
     judge, predicting record by record, reproduces them. (transformers' group_by_length also length-groups
     evaluation with a shuffling sampler; predictions then came back permuted and every dev metric was noise.)"""
     from clfjudge.models.heads import HEADS, fit_davidson
-    from clfjudge.train_data import build_splits
-    from clfjudge.training import train
+    from clfjudge.training.data import build_splits
+    from clfjudge.training.trainer import train
 
     cfg = _config(tiny_bert_dir, tmp_path / "order", "reward", test_fraction=0.3, group_by_length=True,
                   eval_batch_size=2)
@@ -428,7 +428,7 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
 
 
 def test_embedding_options_are_checked():
-    from clfjudge.embedding_training import judge_from_config
+    from clfjudge.training.embedding import judge_from_config
 
     cfg = TrainConfig.from_dict({"backbone": "minilm", "head": "embedding", "sources": ["pandalm-test"],
                                  "embedding": {"layers": 3}})
@@ -441,7 +441,7 @@ def test_capped_sources_are_nested_samples():
     import random
 
     from clfjudge.models.heads import HEADS
-    from clfjudge.train_data import load_source_records
+    from clfjudge.training.data import load_source_records
 
     head = HEADS.get("cls3")()
     small, stats = load_source_records("llmbar-natural:10", head, random.Random(0))

@@ -429,7 +429,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..data import sources
     from ..export import card_sources
     from ..runtime import Judge
-    from ..train_data import parse_source
+    from ..training.data import parse_source
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
                        threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)

@@ -7,7 +7,7 @@ import os
 
 class _HelpWithRecipeKeys(argparse.Action):
     """``-h/--help`` that lists the recipe keys with their help and defaults (TrainConfig field metadata). The
-    list is built only when asked for, so ``clfjudge --help`` and other commands never import train_config."""
+    list is built only when asked for, so ``clfjudge --help`` and other commands never import training.config."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
         super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
@@ -19,9 +19,9 @@ class _HelpWithRecipeKeys(argparse.Action):
 
 
 def recipe_keys_epilog() -> str:
-    from ..train_config import keys_help
+    from ..training.config import keys_help
 
-    return ("recipe keys (YAML, or --set KEY=VALUE; clfjudge.train_config.TrainConfig):\n" + keys_help()
+    return ("recipe keys (YAML, or --set KEY=VALUE; clfjudge.training.config.TrainConfig):\n" + keys_help()
             + "\n\nunknown keys are an error that names the closest known ones.")
 
 
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-h", "--help", action=_HelpWithRecipeKeys,
                    help="show this help message, with every recipe key, and exit")
     p.add_argument("--config", required=True,
-                   help="recipe YAML (keys: clfjudge.train_config.TrainConfig fields, listed below)")
+                   help="recipe YAML (keys: clfjudge.training.config.TrainConfig fields, listed below)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable), e.g. --set lr=1e-5 --set budgets.answer=200")
     # The deepspeed launcher passes --local_rank; torchrun passes LOCAL_RANK in the environment.
@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..training import TrainConfig, train
+    from ..training.config import TrainConfig
+    from ..training.trainer import train
 
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))

@@ -26,7 +26,7 @@ class Source:
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
     # answer_a is always the same (baseline) model: the answer order predicts the label, a shortcut an
-    # order-sensitive judge must not be trained on without ``randomize_order`` (training.py)
+    # order-sensitive judge must not be trained on without ``randomize_order`` (training/data.py)
     fixed_order: bool = False
 
     def path(self, root: Path | None = None) -> Path:

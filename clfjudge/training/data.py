@@ -1,5 +1,5 @@
-"""The data of one training run, shared by every trainer (``training.py``, ``generative.py``,
-``embedding_training.py``): records from the train sources, kept or excluded (counted) by the head -> grouped
+"""The data of one training run, shared by every trainer (``trainer.py``, ``generative.py``,
+``embedding.py``): records from the train sources, kept or excluded (counted) by the head -> grouped
 held-out fold (optional) -> removal of training questions that also occur in any evaluation data -> grouped dev
 split -> mixed-in sources -> cap -> hard negatives, reference drop and swap augmentation (``build_splits``); and
 the baselines every labelled pair set is scored beside (``pair_baselines``).
@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .data.records import PairRecord, Record
-from .models.heads import Head
-from .train_config import TrainConfig
+from ..data.records import PairRecord, Record
+from ..models.heads import Head
+from .config import TrainConfig
 
 
 def parse_source(spec: str) -> tuple[str, int | None]:
@@ -28,7 +28,7 @@ def parse_source(spec: str) -> tuple[str, int | None]:
 
 def load_source_records(spec: str, head: Head, rng: random.Random) -> tuple[list[Record], dict[str, Any]]:
     """Records of one source that the head can learn from, and the counts of everything else."""
-    from .data import sources
+    from ..data import sources
 
     name, limit = parse_source(spec)
     result = sources.load(name)
@@ -64,7 +64,7 @@ def randomize_order(records: Sequence[Record], seed: int) -> tuple[list[Record],
 
 def check_order_shortcut(cfg: TrainConfig, head: Head) -> None:
     """Refuse to train an order-sensitive head on a source whose answer order gives the label away."""
-    from .data import sources as source_registry
+    from ..data import sources as source_registry
 
     names = (parse_source(s)[0] for s in (*cfg.sources, *cfg.extra_train_sources))
     fixed = [n for n in names if source_registry.SOURCES.get(n).fixed_order]
@@ -96,7 +96,7 @@ class Splits:
 
 def _grouped_split(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
     """(kept, held out): ``fraction`` of the questions held out, grouped by normalized question."""
-    from .data.splits import train_dev_split
+    from ..data.splits import train_dev_split
 
     if not fraction:
         return records, []
@@ -106,7 +106,7 @@ def _grouped_split(records: list[Record], fraction: float, seed: int) -> tuple[l
 
 def _held_out(records: list[Record], cfg: TrainConfig) -> tuple[list[Record], list[Record]]:
     """(kept, held out): fold ``cv_fold`` of a grouped k-fold split, or a grouped ``test_fraction``."""
-    from .data.splits import group_kfold
+    from ..data.splits import group_kfold
 
     if not cfg.cv_folds:
         return _grouped_split(records, cfg.test_fraction, cfg.seed)
@@ -126,7 +126,7 @@ def _extra_train(cfg: TrainConfig, head: Head, against: list[Record],
     """The extra_train sources' records, with questions of the held-out, dev and evaluation records removed
     (so mixing never leaks an evaluated question into training). Their own RNG: adding them leaves every other
     sample of the run unchanged. Their load stats join ``stats`` (the card's training sources)."""
-    from .data.splits import decontaminate
+    from ..data.splits import decontaminate
 
     if not cfg.extra_train_sources:
         return [], {}
@@ -146,8 +146,8 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
     """``cfg.neighbour_negatives`` seeded draws of LLMBar-style hard negatives built from the training pairs."""
     if not cfg.neighbour_negatives:
         return []
-    from .embedders.sentence import TextEmbedder
-    from .embedding_judge import neighbour_negatives
+    from ..embedders.sentence import TextEmbedder
+    from ..embedding_judge import neighbour_negatives
 
     pairs = [r for r in train if isinstance(r, PairRecord)]
     embedder = TextEmbedder(cfg.neighbour_encoder)
@@ -157,8 +157,8 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
 
 
 def build_splits(cfg: TrainConfig, head: Head) -> Splits:
-    from .data import sources as source_registry
-    from .data.splits import decontaminate
+    from ..data import sources as source_registry
+    from ..data.splits import decontaminate
 
     check_order_shortcut(cfg, head)
     rng = random.Random(cfg.seed)
@@ -219,7 +219,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
 
 def pair_baselines(records: Sequence[PairRecord]) -> dict[str, dict[str, float]]:
     """Accuracy and macro F1 of the registered baselines (majority class of the set, longer answer wins)."""
-    from .metrics import BASELINES, pairwise_metrics
+    from ..metrics import BASELINES, pairwise_metrics
 
     gold = [r.verdict for r in records]
     scored = {name: pairwise_metrics(gold, fn(records)) for name, fn in BASELINES.items()}

@@ -8,9 +8,8 @@ early stopping on the dev metric, optional DeepSpeed ZeRO-2 -> post-hoc calibrat
 eval-source metrics (with the majority-class and longer-answer baselines) -> ``save_pretrained`` +
 ``judge_card.json``.
 
-The config lives in ``train_config.py`` and the data pipeline, shared with the other trainers, in
-``train_data.py``; heads trained by another loop (generative, embedding) are dispatched through
-``train_config.TRAINERS``.
+The config lives in ``config.py`` and the data pipeline, shared with the other trainers, in ``data.py``; heads
+trained by another loop (generative, embedding) are dispatched through ``config.TRAINERS``.
 """
 from __future__ import annotations
 
@@ -22,11 +21,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .data.records import Record
-from .models.heads import HEADS, Head, PairOutputs
-from .registry import resolve
-from .train_config import TRAINERS, TrainConfig, training_arguments
-from .train_data import build_splits, pair_baselines
+from ..data.records import Record
+from ..models.heads import HEADS, Head, PairOutputs
+from ..registry import resolve
+from .config import TRAINERS, TrainConfig, training_arguments
+from .data import build_splits, pair_baselines
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
@@ -103,11 +102,11 @@ def train(cfg: TrainConfig) -> Path:
     import torch
     from transformers import EarlyStoppingCallback, Trainer, set_seed
 
-    from .card import JudgeCard
-    from .models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
-    from .prompts.encoding import Encoder, collate
-    from .prompts.schemes import SCHEMES
-    from .prompts.truncation import TruncationPolicy, TruncationReport
+    from ..card import JudgeCard
+    from ..models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+    from ..prompts.encoding import Encoder, collate
+    from ..prompts.schemes import SCHEMES
+    from ..prompts.truncation import TruncationPolicy, TruncationReport
 
     start = time.monotonic()
     if not torch.cuda.is_available():

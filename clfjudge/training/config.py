@@ -1,8 +1,8 @@
 """What one training run is: ``TrainConfig`` (YAML + ``--set key=value`` overrides over an optional Table 7
-preset), the trainers of heads that ``training.py``'s loop does not train (``TRAINERS``), and what a config means
+preset), the trainers of heads that ``trainer.py``'s loop does not train (``TRAINERS``), and what a config means
 to the HF ``Trainer`` (``training_arguments``, DeepSpeed ZeRO-2 through ``resolve_deepspeed``).
 
-Shared by every trainer: ``training.py`` (classifier heads), ``generative.py`` and ``embedding_training.py``.
+Shared by every trainer: ``trainer.py`` (classifier heads), ``generative.py`` and ``embedding.py``.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from .configs import config_path
-from .data.records import RecordError
-from .models.heads import HEADS, Head
-from .paths import REPO_ROOT
-from .registry import Registry
+from ..configs import config_path
+from ..data.records import RecordError
+from ..models.heads import HEADS, Head
+from ..paths import REPO_ROOT
+from ..registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,11 @@ DEEPSPEED_MODES = ("off", "auto", "force")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
-# Heads trained by another loop than training.py's sequence-classification one: head -> "module:function"
-# (registry.resolve), imported only when such a head is trained (those modules build on this one and train_data).
+# Heads trained by another loop than trainer.py's sequence-classification one: head -> "module:function"
+# (registry.resolve), imported only when such a head is trained (those modules build on this one and training.data).
 TRAINERS: Registry[str] = Registry("trainer")
-TRAINERS.register("generative", "clfjudge.generative:train_generative")
-TRAINERS.register("embedding", "clfjudge.embedding_training:train_embedding")
+TRAINERS.register("generative", "clfjudge.training.generative:train_generative")
+TRAINERS.register("embedding", "clfjudge.training.embedding:train_embedding")
 
 
 @dataclass
@@ -43,10 +43,10 @@ class TrainConfig:
     key's error names the closest known ones with theirs."""
 
     backbone: str = field(default="minilm", metadata={"help": "offline alias (minilm, mpnet, smollm2), hub id or "
-                                                              "local model directory (backbones.py)"})
-    head: str = field(default="cls3", metadata={"help": "a name in heads.HEADS, 'generative' (the LM-head baseline, "
-                                                        "generative.py) or 'embedding' (frozen encoder + scikit-learn "
-                                                        "head, embedding_training.py)"})
+                                                              "local model directory (models/backbones.py)"})
+    head: str = field(default="cls3", metadata={"help": "a name in models.heads.HEADS, 'generative' (the LM-head "
+                                                        "baseline, training/generative.py) or 'embedding' (frozen "
+                                                        "encoder + scikit-learn head, training/embedding.py)"})
     scheme: str | None = field(default=None, metadata={"help": "input scheme; None: '<backbone family>-<head's "
                                                                  "suffix>', e.g. encoder-pair"})
     sources: list[str] = field(default_factory=list, metadata={"help": "train sources: 'name' or 'name:N' (N "
@@ -88,13 +88,13 @@ class TrainConfig:
                                                              "shown, as in the study)"})
     max_length: int = field(default=512, metadata={"help": "tokens per model input"})
     length_hint: bool = field(default=False, metadata={"help": "show each answer's (untruncated) length bucket in "
-                                                                 "its input (encoding.py)"})
+                                                                 "its input (prompts/encoding.py)"})
     length_covariate: bool = field(default=False, metadata={"help": "reward head: add beta * log(1 + chars) to each "
-                                                                      "reward (heads.py)"})
+                                                                      "reward (models/heads.py)"})
     embedding: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'embedding' options: "
-                                                                                "embedding_training.OPTIONS"})
+                                                                                "training.embedding.OPTIONS"})
     budgets: dict[str, float] = field(default_factory=dict, metadata={"help": "truncation budgets per field "
-                                                                                "(truncation.py)"})
+                                                                                "(prompts/truncation.py)"})
     head_fraction: float = field(default=0.5, metadata={"help": "share of a cut field kept from its head (the rest "
                                                                   "from its tail)"})
     lr: float = field(default=2e-5, metadata={"help": "peak learning rate (AdamW)"})

@@ -13,12 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data.records import Record
-from .models.heads import Head
+from ..data.records import Record
+from ..models.heads import Head
 
 if TYPE_CHECKING:
-    from .embedding_judge import EmbeddingJudge
-    from .train_config import TrainConfig
+    from ..embedding_judge import EmbeddingJudge
+    from .config import TrainConfig
 
 EMBEDDING = "embedding"
 # option -> what it does (unknown options are refused, naming these)
@@ -59,7 +59,7 @@ class EmbeddingDataHead(Head):
     def _unusable(self, record: Record) -> str | None:
         if record.kind != self.kind:
             return f"{record.kind} record (this embedding judge is a {self.kind} judge)"
-        from .embedding_judge import KINDS
+        from ..embedding_judge import KINDS
 
         label = KINDS[self.kind].label_field
         if getattr(record, label) is None:
@@ -68,7 +68,7 @@ class EmbeddingDataHead(Head):
 
 
 def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
-    from .embedding_judge import EmbeddingJudge
+    from ..embedding_judge import EmbeddingJudge
 
     options = dict(cfg.embedding)
     unknown = sorted(set(options) - set(OPTIONS))
@@ -88,8 +88,8 @@ def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
 
 def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
-    from .metrics import autoj_agreement, correlations, pairwise_metrics
-    from .train_data import pair_baselines
+    from ..metrics import autoj_agreement, correlations, pairwise_metrics
+    from .data import pair_baselines
 
     if judge.kind == "point":
         return asdict(correlations([r.score for r in records], judge.predict(records).tolist()))
@@ -103,7 +103,7 @@ def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]
 
 def train_embedding(cfg: TrainConfig) -> Path:
     """Fit the embedding judge on the training split and write its directory (head + judge card)."""
-    from .train_data import build_splits
+    from .data import build_splits
 
     start = time.monotonic()
     judge = judge_from_config(cfg)

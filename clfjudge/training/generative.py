@@ -1,0 +1,163 @@
+"""Training of the generative baseline (``train_generative``, reached through ``clfjudge train`` with ``head:
+generative``): the same decoder, prompt and hyperparameters as a classifier head, but the LM head learns to write
+the judgement. The prompt is the scheme's rendering of the record (``decoder-pair-gen`` / ``decoder-point-gen``,
+the study's "[INST]" input ending in "[Feedback]"), the target is ``schemes.target`` (e.g. "1" / "2" / "Tie") plus
+EOS, and the loss covers only the target tokens (prompt positions are labelled -100). Splits, decontamination,
+swap augmentation and truncation are the classifier trainer's, so the two kinds see the same data. Dev, held-out
+and eval sources are then judged greedily (``judges.generative.GenerativeJudge``) and scored by ``evaluate``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..data.records import Record
+from ..generative import DEFAULT_SCHEME, GENERATIVE, GenerativeJudge, PromptEncoder, _tokenizer
+from ..models.heads import Head
+from ..prompts.schemes import SCHEMES, RenderError, target
+from ..prompts.truncation import TruncationPolicy
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+
+
+class GenerativeHead(Head):
+    """The data side of a head for the shared split builder: a record is usable when the scheme can write its
+    label as a target that its parser reads back."""
+
+    name = GENERATIVE
+    num_labels = 0
+    problem_type = ""
+    scheme_suffix = "pair-gen"
+    best_metric = "loss"
+
+    def __init__(self, scheme: str = DEFAULT_SCHEME) -> None:
+        self.scheme = scheme
+        self.kind = SCHEMES.get(scheme).kind  # type: ignore[misc]
+
+    def _unusable(self, record: Record) -> str | None:
+        if record.kind != self.kind:
+            return f"{record.kind} record (scheme {self.scheme} judges {self.kind}s)"
+        try:
+            target(record, self.scheme)
+        except RenderError:
+            return f"label not writable as a {self.scheme} target"
+        return None
+
+
+def max_target_tokens(tokenizer, scheme: str, records: Sequence[Record]) -> int:
+    """The longest target in tokens, plus EOS: the generation budget and the room the prompt leaves."""
+    return 1 + max(len(tokenizer(target(r, scheme), add_special_tokens=False)["input_ids"]) for r in records)
+
+
+def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any]:
+    """The study's metrics on a labelled set; a parse failure counts as a wrong verdict (pairs) or is left out
+    and counted (scores). Pairs are also judged swapped (Auto-J agreement and position consistency)."""
+    from ..metrics import autoj_agreement, correlations, pairwise_metrics
+
+    before = judge.stats.total(judge.parser.name)
+    if judge.scheme.kind == "pair":
+        gold = [r.verdict for r in records]
+        forward = judge.verdicts(records)
+        swapped = judge.verdicts([r.swapped() for r in records])
+        out = pairwise_metrics(gold, forward, failures="count_wrong").as_dict()
+        both = autoj_agreement(gold, forward, swapped, failures="count_wrong")
+        out.update(agreement=both.agreement, consistency=both.consistency)
+    else:
+        scores = judge.scores(records)
+        n_failed = sum(s is None for s in scores)
+        if len(scores) - n_failed >= 2:
+            out = asdict(correlations([r.score for r in records], scores, failures="exclude"))
+        else:  # nothing to correlate: reported as missing, not as zero
+            out = {"n": len(scores), "n_scored": len(scores) - n_failed, "n_failed": n_failed,
+                   "pearson": None, "kendall": None, "spearman": None}
+    out["outputs"] = judge.stats.total(judge.parser.name) - before
+    return out
+
+
+def train_generative(cfg: TrainConfig) -> Path:
+    """``clfjudge train`` for ``head: generative``: LM-head fine-tuning on the judgement tokens, then greedy
+    evaluation on dev / test / eval sources. Returns the judge directory (HF causal LM + judge card)."""
+    import torch
+    from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
+
+    from ..card import JudgeCard
+    from ..models.backbones import load_causal_lm, resolve_backbone
+    from .config import training_arguments
+    from .data import build_splits, pair_baselines
+
+    start = time.monotonic()
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    set_seed(cfg.seed)
+    scheme = cfg.scheme or DEFAULT_SCHEME
+    head = GenerativeHead(scheme)
+    info = resolve_backbone(cfg.backbone)
+    if info.family != "decoder":
+        raise ValueError(f"backbone {cfg.backbone!r} is an {info.family}: the generative baseline needs a decoder")
+    splits = build_splits(cfg, head)
+    tokenizer = _tokenizer(info)
+    tokenizer.padding_side = "right"  # training pads after the target (the labels are -100 there)
+    model = load_causal_lm(info, tokenizer=tokenizer)
+    budget = max_target_tokens(tokenizer, scheme, splits.train + splits.dev)
+    prompts = PromptEncoder(tokenizer, scheme, TruncationPolicy(max_length=cfg.max_length - budget,
+                                                                budgets=dict(cfg.budgets),
+                                                                head_fraction=cfg.head_fraction),
+                            use_reference=cfg.ref_drop < 1.0)
+
+    import datasets
+
+    def dataset(records: Sequence[Record]):
+        rows = [prompts.example(r) for r in records]
+        for row in rows:
+            row["length"] = len(row["input_ids"])
+        return datasets.Dataset.from_list(rows)
+
+    out_dir = Path(cfg.output_dir)
+    ckpt_dir = out_dir / "checkpoints"
+    args = training_arguments(cfg, head, ckpt_dir, has_dev=False)  # dev is scored by generation afterwards
+    trainer = Trainer(model=model, args=args, train_dataset=dataset(splits.train),
+                      data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, padding=True),
+                      processing_class=tokenizer)
+    result = trainer.train()
+
+    tokenizer.padding_side = "left"
+    judge = GenerativeJudge(model, tokenizer, scheme, cfg.max_length, budget, cfg.ref_drop < 1.0,
+                            batch_size=cfg.eval_batch_size or cfg.batch_size)
+    validation: dict[str, Any] = {}
+    for name, records in [("dev", splits.dev), ("test", splits.test),
+                          *((f"eval:{n}", r) for n, r in splits.evals.items())]:
+        if records:
+            validation[name] = evaluate(judge, records)
+            if head.kind == "pair":
+                validation[name]["baselines"] = pair_baselines(records)
+    wall = time.monotonic() - start
+
+    trainer.save_model(str(out_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out_dir))
+        card = JudgeCard(
+            head=GENERATIVE, kind=head.kind, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,
+            truncation={"policy": asdict(prompts.policy), "use_reference": prompts.use_reference,
+                        "report": {"train": prompts.report.to_dict(), "eval": judge.prompts.report.to_dict()}},
+            template=getattr(SCHEMES.get(scheme), "template", ""),
+            label_map={"parser": SCHEMES.get(scheme).parser},
+            training={
+                "sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+                "backbone": asdict(info), "global_steps": result.global_step,
+                "train_loss": result.training_loss, "log_history": trainer.state.log_history,
+                "wall_time_s": round(wall, 1), "device": str(trainer.args.device),
+                "loss": "causal LM cross-entropy on the target tokens only",
+            },
+            validation=validation,
+            runtime={"backend": "generate", "max_new_tokens": budget, "decoding": "greedy",
+                     "parse_stats": judge.stats.to_dict()},
+        )
+        card.save(out_dir)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return out_dir
