@@ -90,7 +90,7 @@ def _int8_peak(threads: int, seconds: float) -> float:
 # -- one path in one process --------------------------------------------------------------------------------
 
 def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
-    from clfjudge.runtime import Judge
+    from clfjudge.judges.base import Judge
 
     if path.startswith("onnx"):
         return Judge.load(onnx_dir, variant=path.split()[1], threads=threads, batch_size=8).judge
@@ -98,7 +98,7 @@ def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
 
     torch.set_num_threads(threads)
     from clfjudge.card import JudgeCard
-    from clfjudge.embedding_judge import EmbeddingJudge, embedder_for_card
+    from clfjudge.judges.embedding import EmbeddingJudge, embedder_for_card
 
     card = JudgeCard.load(judge_dir)
     embedder = embedder_for_card(card, batch_size=8, precision=path.split()[1])
@@ -125,7 +125,7 @@ def run_best_of_n(args: tuple) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     from clfjudge.card import JudgeCard
-    from clfjudge.embedding_judge import embedder_for_card
+    from clfjudge.judges.embedding import embedder_for_card
 
     embedder = embedder_for_card(JudgeCard.load(judge_dir), batch_size=8, precision="bf16")
     embedder.shared_prefix_min = 4 if shared else 10 ** 9
@@ -152,7 +152,7 @@ def _peak_rss_mb() -> float:
 
 def token_counts(judge_dir: Path, pairs, groups) -> dict[str, Any]:
     from clfjudge.card import JudgeCard
-    from clfjudge.embedding_judge import embedder_for_card
+    from clfjudge.judges.embedding import embedder_for_card
 
     embedder = embedder_for_card(JudgeCard.load(judge_dir))
     embedder._load()
@@ -209,8 +209,8 @@ def main() -> int:
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
 
     from clfjudge.data import sources
-    from clfjudge.embedding_judge import verdicts_from_proba
     from clfjudge.export import ParityConfig, export_judge
+    from clfjudge.judges.embedding import verdicts_from_proba
 
     onnx_dir = args.judge_dir.parent / f"{args.judge_dir.name}-onnx-bench"
     if not onnx_dir.exists():

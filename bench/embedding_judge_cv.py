@@ -41,8 +41,8 @@ from clfjudge.data import sources
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
 from clfjudge.data.splits import decontaminate, group_kfold, train_dev_split
 from clfjudge.embedders import make_embedder
-from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, neighbour_negatives
-from clfjudge.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
+from clfjudge.judges.embedding import AUTO_C_GRID, EmbeddingJudge, neighbour_negatives
+from clfjudge.judges.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
 from clfjudge.metrics import autoj_agreement, correlations, paired_difference, pairwise_metrics, position_consistency
 from clfjudge.registry import Registry
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from clfjudge.audit import run_audit
 from clfjudge.card import JudgeCard
 from clfjudge.export import ParityError, export_judge
-from clfjudge.generative import GENERATIVE
+from clfjudge.judges.generative import GENERATIVE
 from clfjudge.pipeline import REFERENCE_JUDGES
 from clfjudge.training.config import TrainConfig
 from clfjudge.training.trainer import train

@@ -29,7 +29,7 @@ import sklearn
 
 from clfjudge.data import sources
 from clfjudge.data.records import Verdict
-from clfjudge.features import longer_answer_wins
+from clfjudge.judges.features import longer_answer_wins
 from clfjudge.metrics import (
     CI,
     autoj_agreement,

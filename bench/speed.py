@@ -64,7 +64,8 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
 
     from clfjudge.data.sources import load
     from clfjudge.export import ParityConfig, export_judge
-    from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend
+    from clfjudge.judges.base import ONNX_VARIANTS, Judge
+    from clfjudge.judges.model import OnnxBackend
 
     exports = {}
     for suffix, options in EXPORTS.items():

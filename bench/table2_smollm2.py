@@ -65,8 +65,8 @@ def held_out(recipe: str):
 
 def load(judge_dir: Path, threads: int):
     from clfjudge.card import JudgeCard
-    from clfjudge.generative import GENERATIVE, GenerativeJudge
-    from clfjudge.runtime import Judge
+    from clfjudge.judges.base import Judge
+    from clfjudge.judges.generative import GENERATIVE, GenerativeJudge
 
     head = JudgeCard.load(judge_dir).head
     if head == GENERATIVE:

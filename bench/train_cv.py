@@ -46,10 +46,10 @@ from embedding_judge_cv import (  # noqa: E402
 
 from clfjudge.card import JudgeCard  # noqa: E402
 from clfjudge.data.records import PairRecord, PointRecord  # noqa: E402
+from clfjudge.judges.base import Judge  # noqa: E402
 from clfjudge.metrics import paired_difference  # noqa: E402
 from clfjudge.models.heads import HEADS  # noqa: E402
 from clfjudge.paths import REPO_ROOT  # noqa: E402
-from clfjudge.runtime import Judge  # noqa: E402
 from clfjudge.training.config import TrainConfig  # noqa: E402
 from clfjudge.training.data import Splits, build_splits  # noqa: E402
 

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # public name -> "module:attribute"
 _LAZY = {
-    "Judge": "clfjudge.runtime:Judge",
+    "Judge": "clfjudge.judges.base:Judge",
     "TrainConfig": "clfjudge.training.config:TrainConfig",
     "train": "clfjudge.training.trainer:train",
     "export_judge": "clfjudge.export:export_judge",

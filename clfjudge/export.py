@@ -37,10 +37,11 @@ import numpy as np
 from .card import JudgeCard
 from .configs import config_path
 from .data.records import Record
+from .judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
+from .judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from .models.heads import HEADS, Head
 from .prompts.encoding import MODEL_INPUTS
 from .registry import Registry, resolve
-from .runtime import HEAD_TASKS, ONNX_VARIANTS, TORCH_WEIGHTS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 
 if TYPE_CHECKING:
     import onnx

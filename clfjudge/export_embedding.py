@@ -99,7 +99,7 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
     if thresholds.boundary_eps:
         gaps = np.minimum(np.abs(ref_p[:, 0] - ref_p[:, 2]), np.abs(ref_p[:, 1] - ref_p[:, [0, 2]].max(axis=1)))
         keep = gaps > thresholds.boundary_eps
-    from .embedding_judge import verdicts_from_proba
+    from .judges.embedding import verdicts_from_proba
 
     ref_v, v = verdicts_from_proba(ref_p[keep]), verdicts_from_proba(p[keep])
     gold = [r.verdict for r, k in zip(records, keep) if k]
@@ -119,7 +119,6 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                            parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False):
     from .embedders.decoder import DecoderEmbedder
     from .embedders.onnx_reader import READER_FILES, OnnxDecoderReader
-    from .embedding_judge import EmbeddingJudge, embedder_config
     from .export import (
         INT8_CONFIG,
         ExportResult,
@@ -132,6 +131,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         quantize_onnx,
         validation_records,
     )
+    from .judges.embedding import EmbeddingJudge, embedder_config
     from .training.embedding import EmbeddingDataHead
 
     judge_dir, out = Path(judge_dir), Path(out_dir)

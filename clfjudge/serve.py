@@ -284,7 +284,7 @@ def bearer_key_ok(header: str | None, key: bytes) -> bool:
 
 
 def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
-    """A Starlette app serving ``judge`` (a clfjudge.runtime.Judge or anything with compare_batch/score_batch
+    """A Starlette app serving ``judge`` (a clfjudge.judges.base.Judge or anything with compare_batch/score_batch
     and ``tasks``). With ``api_key``, /compare, /score and /metrics need ``Authorization: Bearer <key>``;
     /healthz stays open (load balancers probe it)."""
     from starlette.applications import Starlette
@@ -293,7 +293,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
 
-    from .runtime import as_pair, as_point
+    from .judges.base import as_pair, as_point
 
     stats = Stats()
     tasks: Sequence[str] = sorted(judge.tasks)

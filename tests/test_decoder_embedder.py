@@ -13,7 +13,7 @@ from clfjudge.data.records import Loc, PairRecord, Verdict
 from clfjudge.embedders import make_embedder
 from clfjudge.embedders.decoder import DecoderEmbedder, truncate_middle
 from clfjudge.embedders.sentence import TextEmbedder
-from clfjudge.embedding_judge import AUTO_C_GRID, EmbeddingJudge, embedder_for_card
+from clfjudge.judges.embedding import AUTO_C_GRID, EmbeddingJudge, embedder_for_card
 from clfjudge.testing import tiny_llama
 
 LOC = Loc("synthetic.jsonl", 1)

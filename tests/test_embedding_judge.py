@@ -11,8 +11,9 @@ import pytest
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.embedders.sentence import TextEmbedder
-from clfjudge.embedding_judge import PAIR_FEATURES, EmbeddingJudge, PairView, neighbour_negatives, verdicts_from_proba
-from clfjudge.features import (
+from clfjudge.judges.base import Judge
+from clfjudge.judges.embedding import PAIR_FEATURES, EmbeddingJudge, PairView, neighbour_negatives, verdicts_from_proba
+from clfjudge.judges.features import (
     char_lengths,
     lengths,
     log_length_difference,
@@ -22,8 +23,7 @@ from clfjudge.features import (
     row_cosine,
     word_lengths,
 )
-from clfjudge.linear_head import PickleRefused, load_head
-from clfjudge.runtime import Judge
+from clfjudge.judges.linear_head import PickleRefused, load_head
 
 FACTS = [
     ("the Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, completed in 1889."),
@@ -80,7 +80,7 @@ def pair_judge(embedder) -> EmbeddingJudge:
 
 
 # ---------------------------------------------------------------------------------------------------
-# features.py
+# judges/features.py
 
 
 def test_lengths_and_differences():
@@ -410,7 +410,7 @@ def test_cli_refuses_a_pickled_head_unless_trusted(pair_judge, tmp_path, capsys)
 
 
 def test_training_weights_balance_length_and_sources():
-    from clfjudge.embedding_judge import training_weights
+    from clfjudge.judges.embedding import training_weights
 
     def pair(i, source, longer_wins):
         a, b = ("a long answer", "short") if i % 2 else ("short", "a long answer")
@@ -447,7 +447,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     """features diff + length_diff and a linear head: P(A) > P(B) exactly when r(A) > r(B), and the runtime
     offers score (the reward) beside compare."""
     from clfjudge.card import JudgeCard
-    from clfjudge.runtime import SklearnJudge
+    from clfjudge.judges.embedding import SklearnJudge
 
     judge = EmbeddingJudge(embedder=embedder, features=("diff", "length_diff"), use_length=False,
                            head_params={"C": 1.0}).fit(_pairs(FACTS[:18]))

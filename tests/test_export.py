@@ -15,7 +15,8 @@ from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord
 from clfjudge.export import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
-from clfjudge.runtime import ONNX_VARIANTS, Judge, OnnxBackend, load_tokenizer
+from clfjudge.judges.base import ONNX_VARIANTS, Judge
+from clfjudge.judges.model import OnnxBackend, load_tokenizer
 
 N_RECORDS = 24  # real PandaLM-test records, in batches of 8 padded to their longest member
 ARCHS = ["tiny_bert_dir", "tiny_deberta_dir", "tiny_llama_dir"]
@@ -224,9 +225,9 @@ def test_decisions_on_a_boundary_are_set_aside_and_counted():
 
     import numpy as np
 
-    from clfjudge.calibration import Calibration
     from clfjudge.data.records import PairRecord, Verdict
     from clfjudge.export import compare_to_reference, decision_slack
+    from clfjudge.judges.calibration import Calibration
     from clfjudge.models.heads import PairOutputs
 
     class Stub(SimpleNamespace):  # raw rows are (P(A), P(TIE), P(B))

@@ -11,9 +11,9 @@ import pytest
 from test_decoder_embedder import TEMPLATE, _pairs
 
 from clfjudge.card import JudgeCard
-from clfjudge.embedding_judge import EmbeddingJudge
 from clfjudge.export import ParityConfig, ParityError, export_judge
-from clfjudge.runtime import Judge
+from clfjudge.judges.base import Judge
+from clfjudge.judges.embedding import EmbeddingJudge
 from clfjudge.testing import tiny_llama
 
 
@@ -49,7 +49,7 @@ def test_fp32_reader_matches_pytorch_and_loads_without_torch(judge_dir, tmp_path
     assert onnx_judge.backend_name.startswith("onnx")
     np.testing.assert_allclose([c.p_a for c in onnx_judge.compare_batch(items)],
                                [c.p_a for c in torch_judge.compare_batch(items)], atol=1e-4)
-    script = ("import sys, json; from clfjudge.runtime import Judge; "
+    script = ("import sys, json; from clfjudge.judges.base import Judge; "
               f"j = Judge.load({str(out)!r}); r = j.compare_batch({items!r}); "
               "print(json.dumps({'torch': 'torch' in sys.modules, 'transformers': 'transformers' in sys.modules, "
               "'p_a': [c.p_a for c in r]}))")

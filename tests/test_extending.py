@@ -22,8 +22,9 @@ from clfjudge.data.readers import iter_jsonl
 from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
+from clfjudge.judges.base import DEFAULT_BATCH_SIZE, LOADERS, Judge
+from clfjudge.judges.model import HEAD_TASKS
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
-from clfjudge.runtime import DEFAULT_BATCH_SIZE, HEAD_TASKS, LOADERS, Judge
 from clfjudge.training.config import TRAINERS, TrainConfig
 from clfjudge.training.data import build_splits
 
@@ -98,7 +99,7 @@ def test_a_bad_toy_line_is_an_error_naming_file_line_and_field(toy_source, tmp_p
         toy_source.load(bad)
 
 
-# -- recipe 2: a head (heads.py: @HEADS.register; runtime.HEAD_TASKS; calibration.CALIBRATORS if calibrated) --
+# -- recipe 2: a head (models/heads.py: @HEADS.register; judges.model.HEAD_TASKS; CALIBRATORS if calibrated) -
 
 class BinaryHead(Head):
     """Pairwise, two classes (A better / B better): ties are neither learned nor predicted."""
@@ -186,7 +187,7 @@ def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path
     assert card.training["split"]["train"] + card.training["split"]["dev"] == 16
 
 
-# -- recipe 4: a judge kind (runtime.py: a Judge subclass, a loader, LOADERS.register) ----------------------
+# -- recipe 4: a judge kind (judges/: a Judge subclass, a loader, LOADERS.register) -------------------------
 
 class LongerJudge(Judge):
     """Compares answers by length alone: the longer wins with the card's ``p_longer``, equal lengths tie."""

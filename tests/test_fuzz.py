@@ -29,10 +29,10 @@ from tiny_judges import make_judge
 from clfjudge.data.readers import iter_csv, iter_json_array, iter_json_dict, iter_jsonl
 from clfjudge.data.records import PairRecord, PointRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES
+from clfjudge.judges.base import Judge
 from clfjudge.prompts.parsers import PARSERS
 from clfjudge.prompts.schemes import SCHEMES, TEMPLATES_DIR, RenderError, load_schemes, render, target
 from clfjudge.prompts.truncation import TruncationError, TruncationPolicy, allocate, truncate
-from clfjudge.runtime import Judge
 from clfjudge.serve import Limits, create_app
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -6,7 +6,7 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
-from clfjudge.generative import GenerativeJudge, PromptEncoder
+from clfjudge.judges.generative import GenerativeJudge, PromptEncoder
 from clfjudge.paths import data_root
 from clfjudge.prompts.truncation import TruncationPolicy
 from clfjudge.training.config import TrainConfig
@@ -111,7 +111,7 @@ def test_audit_runs_a_zero_shot_generative_judge(tiny_llama_dir, tmp_path):
     assert row["n_failed"] < 6 or row["accuracy"] == 0.0 == row["consistency"]  # a failure is never right
 
 
-# -- through the one judge interface (clfjudge.runtime.Judge) ---------------------------------------------
+# -- through the one judge interface (clfjudge.judges.base.Judge) ---------------------------------------------
 
 SEVEN_NINE = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
 NINE_SEVEN = {"question": "Name a prime.", "answer_a": "nine", "answer_b": "seven"}
@@ -133,7 +133,8 @@ def _scripted(judge):
 
 
 def test_judge_load_opens_a_generative_directory(gen_dir):
-    from clfjudge.runtime import Comparison, GenerateJudge, Judge
+    from clfjudge.judges.base import Comparison, Judge
+    from clfjudge.judges.generative import GenerateJudge
 
     judge = Judge.load(gen_dir, batch_size=2)
     assert isinstance(judge, GenerateJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
@@ -150,7 +151,7 @@ def test_generative_judge_compares_and_flags_what_does_not_parse(gen_dir):
     import json
     import math
 
-    from clfjudge.runtime import Judge
+    from clfjudge.judges.base import Judge
 
     judge = _scripted(Judge.load(gen_dir))
     a, b, bad = judge.compare_batch([SEVEN_NINE, NINE_SEVEN, GIBBERISH])
@@ -170,7 +171,7 @@ def test_generative_judge_compares_and_flags_what_does_not_parse(gen_dir):
 def test_symmetric_compare_of_a_position_biased_generative_judge_is_a_tie(gen_dir):
     from tiny_judges import ScriptedLM
 
-    from clfjudge.runtime import Judge
+    from clfjudge.judges.base import Judge
 
     judge = Judge.load(gen_dir)
     judge.generator.model = ScriptedLM(judge.generator.tokenizer, lambda _prompt: "1")  # always the first answer
@@ -183,7 +184,7 @@ def test_a_pointwise_generative_judge_scores(tiny_llama_dir, tmp_path):
 
     from tiny_judges import ScriptedLM, make_generative_judge
 
-    from clfjudge.runtime import Judge, Score
+    from clfjudge.judges.base import Judge, Score
 
     judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen-point", "decoder-point-gen"))
     assert judge.tasks == {"score"}

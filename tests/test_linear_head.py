@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clfjudge.embedding_judge import PAIR_HEADS, POINT_HEADS
-from clfjudge.linear_head import LinearHead, load_head, save_head
+from clfjudge.judges.embedding import PAIR_HEADS, POINT_HEADS
+from clfjudge.judges.linear_head import LinearHead, load_head, save_head
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(120, 7))

@@ -8,7 +8,7 @@ import pytest
 def test_import_is_cheap_and_names_resolve_lazily():
     code = ("import sys, clfjudge; heavy = [m for m in ('torch', 'transformers', 'sklearn', 'onnxruntime') "
             "if m in sys.modules]; assert not heavy, heavy; "
-            "from clfjudge import Judge, best_of_n; from clfjudge.runtime import Judge as J; assert Judge is J; "
+            "from clfjudge import Judge, best_of_n; from clfjudge.judges.base import Judge as J; assert Judge is J; "
             "assert sorted(clfjudge.__all__) == sorted(dir(clfjudge))")
     subprocess.run([sys.executable, "-c", code], check=True)
 

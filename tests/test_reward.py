@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from tiny_judges import make_judge
 
+from clfjudge.judges.base import Judge
 from clfjudge.reward import as_text, best_of_n, reward_function
-from clfjudge.runtime import Judge
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,14 @@ import pytest
 from scipy.special import softmax
 from tiny_judges import make_judge
 
-from clfjudge.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
 from clfjudge.card import SCHEMA_VERSION, JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord, RecordError, Verdict
 from clfjudge.export import export_judge
+from clfjudge.judges.base import Comparison, Judge, Score
+from clfjudge.judges.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
+from clfjudge.judges.model import ModelJudge
 from clfjudge.models.heads import PairOutputs, davidson_probs
-from clfjudge.runtime import Comparison, Judge, ModelJudge, Score
 
 Q = "What is the capital of France?"
 ANSWERS = ["Paris.", "The cat sat on the mat.", "Paris is the capital and largest city of France. " * 5,
@@ -304,7 +305,7 @@ def test_calibrate_cli_writes_the_card(cls3_dir, tmp_path, capsys):
 @pytest.mark.slow
 def test_embedding_judge_through_the_runtime(tmp_path):
     from clfjudge.data import sources
-    from clfjudge.embedding_judge import EmbeddingJudge
+    from clfjudge.judges.embedding import EmbeddingJudge
 
     records = [r for r in sources.load("pandalm-test").records if r.verdict is not Verdict.TIE][:60]
     fitted = EmbeddingJudge(head_params={"C": 1.0}).fit(records[:40])

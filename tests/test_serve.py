@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 from tiny_judges import make_judge
 
-from clfjudge.runtime import Judge
+from clfjudge.judges.base import Judge
 from clfjudge.serve import Limits, create_app
 
 PAIR = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9 is a prime number."}

@@ -11,9 +11,9 @@ import pytest
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import PointRecord
+from clfjudge.judges.base import Judge
 from clfjudge.models.heads import RewardHead
 from clfjudge.paths import REPO_ROOT, data_root
-from clfjudge.runtime import Judge
 from clfjudge.training.config import TrainConfig
 
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()

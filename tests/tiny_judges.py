@@ -49,7 +49,7 @@ def make_judge(backbone_dir: str | Path, out_dir: str | Path, head: str = "cls3"
 def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme: str = "decoder-pair-gen",
                           max_new_tokens: int = 4) -> Path:
     """An untrained generative judge (a tiny decoder's causal LM), laid out as ``train_generative`` writes it."""
-    from clfjudge.generative import GENERATIVE
+    from clfjudge.judges.generative import GENERATIVE
     from clfjudge.models.backbones import load_causal_lm
     from clfjudge.prompts.schemes import SCHEMES
 

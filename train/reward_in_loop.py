@@ -11,8 +11,8 @@ import argparse
 import time
 
 from clfjudge.data.sources import load
+from clfjudge.judges.base import Judge
 from clfjudge.reward import best_of_n, reward_function
-from clfjudge.runtime import Judge
 
 
 def main() -> None:

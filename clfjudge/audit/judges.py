@@ -147,7 +147,7 @@ class SemScoreJudge(AuditJudge):
 
 
 class RuntimeJudge(AuditJudge):
-    """A ``clfjudge.runtime.Judge`` of any kind (PyTorch, ONNX, embedding, generative).
+    """A ``clfjudge.judges.base.Judge`` of any kind (PyTorch, ONNX, embedding, generative).
 
     Pair judges on point sets use the study's pairwise->pointwise transform (reference as answer 1; the
     prediction is P(answer 2) - P(answer 1)); point judges on pair sets grade each answer (rounded to the
@@ -223,10 +223,10 @@ class RuntimeJudge(AuditJudge):
 
 
 class DirectoryJudge(RuntimeJudge):
-    """A judge directory of any kind, loaded by ``clfjudge.runtime.Judge.load``."""
+    """A judge directory of any kind, loaded by ``clfjudge.judges.base.Judge.load``."""
 
     def __init__(self, directory: str | Path, trust_pickle: bool = False) -> None:
-        from ..runtime import Judge
+        from ..judges.base import Judge
 
         self.directory = Path(directory)
         judge = Judge.load(self.directory, trust_pickle=trust_pickle)
@@ -242,7 +242,7 @@ def _generative(rest: str) -> AuditJudge:
     backbone, _, scheme = rest.partition("@")
     if not scheme:
         return DirectoryJudge(backbone)
-    from ..runtime import GenerateJudge
+    from ..judges.generative import GenerateJudge
 
     return RuntimeJudge(GenerateJudge.zero_shot(backbone, scheme), f"gen:{backbone} zero-shot")
 

@@ -33,7 +33,7 @@ from ..data.records import Loc, PairRecord, Record, RecordError
 from . import add_trust_pickle
 
 if TYPE_CHECKING:
-    from ..runtime import Judge
+    from ..judges.base import Judge
 
 TASKS = ("auto", "compare", "score")
 # What a judge raises for an input it cannot take (tokenizers raise TypeError for text they cannot encode).
@@ -46,7 +46,7 @@ PROGRESS_VERSION = 1
 def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
-                        "sklearn, generate, or one registered in clfjudge.runtime.LOADERS")
+                        "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
     p.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
@@ -126,7 +126,7 @@ class Tally:
 
 def parse_line(text: str, loc: Loc, task: str) -> Record:
     """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field."""
-    from ..runtime import as_pair, as_point
+    from ..judges.base import as_pair, as_point
 
     try:
         item = json.loads(text)
@@ -308,7 +308,7 @@ def _seen_ids(path: Path, size: int) -> set[str]:
 def run_score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..runtime import Judge
+    from ..judges.base import Judge
 
     src, out = Path(args.input), Path(args.output)
     if not src.is_file():
@@ -424,11 +424,11 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from ..calibration import fit_calibration
     from ..card import JudgeCard
     from ..data import sources
     from ..export import card_sources
-    from ..runtime import Judge
+    from ..judges.base import Judge
+    from ..judges.calibration import fit_calibration
     from ..training.data import parse_source
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
-                        "sklearn, generate, or one registered in clfjudge.runtime.LOADERS")
+                        "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
@@ -50,7 +50,7 @@ def is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..runtime import Judge
+    from ..judges.base import Judge
     from ..serve import Limits, create_app
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None

@@ -147,7 +147,7 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
     if not cfg.neighbour_negatives:
         return []
     from ..embedders.sentence import TextEmbedder
-    from ..embedding_judge import neighbour_negatives
+    from ..judges.embedding import neighbour_negatives
 
     pairs = [r for r in train if isinstance(r, PairRecord)]
     embedder = TextEmbedder(cfg.neighbour_encoder)

@@ -17,7 +17,7 @@ from ..data.records import Record
 from ..models.heads import Head
 
 if TYPE_CHECKING:
-    from ..embedding_judge import EmbeddingJudge
+    from ..judges.embedding import EmbeddingJudge
     from .config import TrainConfig
 
 EMBEDDING = "embedding"
@@ -59,7 +59,7 @@ class EmbeddingDataHead(Head):
     def _unusable(self, record: Record) -> str | None:
         if record.kind != self.kind:
             return f"{record.kind} record (this embedding judge is a {self.kind} judge)"
-        from ..embedding_judge import KINDS
+        from ..judges.embedding import KINDS
 
         label = KINDS[self.kind].label_field
         if getattr(record, label) is None:
@@ -68,7 +68,7 @@ class EmbeddingDataHead(Head):
 
 
 def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
-    from ..embedding_judge import EmbeddingJudge
+    from ..judges.embedding import EmbeddingJudge
 
     options = dict(cfg.embedding)
     unknown = sorted(set(options) - set(OPTIONS))

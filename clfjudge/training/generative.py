@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..data.records import Record
-from ..generative import DEFAULT_SCHEME, GENERATIVE, GenerativeJudge, PromptEncoder, _tokenizer
+from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeJudge, PromptEncoder, _tokenizer
 from ..models.heads import Head
 from ..prompts.schemes import SCHEMES, RenderError, target
 from ..prompts.truncation import TruncationPolicy

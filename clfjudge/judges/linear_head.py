@@ -20,6 +20,9 @@ PICKLE_FILE = "head.joblib"
 # What skops may rebuild from a head file beyond its own defaults (scikit-learn estimators, NumPy arrays):
 # the tree predictors inside a gradient-boosting head. Anything else in a file is refused on load.
 SKOPS_TRUSTED = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",)
+# Where the functions a pickled head of clfjudge < 0.2 names by module path live now: its pipeline's
+# FunctionTransformer holds ``clfjudge.embedding_judge.weight_columns``.
+PICKLED_MODULES = {"clfjudge.embedding_judge": "clfjudge.judges.embedding"}
 
 
 class PickleRefused(ValueError):
@@ -150,8 +153,13 @@ def load_head(directory: Path, runtime: dict[str, Any], *, trust_pickle: bool = 
                 f"{path} is a pickle (a judge saved by clfjudge < 0.2): loading it runs whatever code it holds. "
                 "Load it only if you trust where the directory came from (trust_pickle=True / --trust-pickle), "
                 "then re-save it to get a pickle-free head")
+        import importlib
+        import sys
+
         import joblib
 
+        for old, new in PICKLED_MODULES.items():  # the pickle names the module by its old path
+            sys.modules.setdefault(old, importlib.import_module(new))
         return joblib.load(path)
     raise ValueError(f"{directory / 'judge_card.json'}: field 'runtime.format' is {fmt!r}; known: "
                      "safetensors-linear, skops, joblib")

@@ -19,13 +19,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .card import JudgeCard
-from .data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
-from .embedders import make_embedder
-from .embedders.sentence import DEFAULT_ENCODER, TextEmbedder
+from ..card import JudgeCard
+from ..data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
+from ..embedders import make_embedder
+from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
+from ..models.heads import Cls3Head, PairOutputs
+from ..registry import Registry
+from .base import DEFAULT_BATCH_SIZE, Judge
 from .features import log_length_difference, log_lengths, row_cosine
 from .linear_head import LinearHead
-from .registry import Registry
 
 # Column order of predict_proba: reversing the columns is exactly swapping the answers.
 PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
@@ -406,7 +408,7 @@ class EmbeddingJudge:
             y = np.array([r.score for r in records], dtype=np.float64)
             labels = Counter(str(r.score) for r in records)
         build = KINDS[self.kind].heads.get(self.head)
-        from .data.splits import group_ids
+        from ..data.splits import group_ids
 
         groups = group_ids(records)
         if self.kind == "pair":
@@ -650,3 +652,54 @@ def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *
                               verdict=verdict, source="neighbour-negatives",
                               meta={"neighbour_question": questions[j], "similarity": float(similarity[i, j])}))
     return out
+
+
+# -- its runtime judge (Judge.load) ------------------------------------------------------------------------
+
+class SklearnJudge(Judge):
+    """An embedding judge (frozen sentence encoder + scikit-learn head); its raw outputs for pairs are
+    log-probabilities in the study's class order (TIE, A, B), so temperature calibration applies as to logits."""
+
+    backend_name = "sklearn"
+    position_invariant = True  # EmbeddingJudge.predict_proba already averages both answer orders
+
+    def __init__(self, card: JudgeCard, judge: EmbeddingJudge, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        # a pair judge of difference features also scores one answer: its reward r(question, answer)
+        tasks = ("compare", "score") if judge.decomposable else ("compare",) if judge.kind == "pair" else ("score",)
+        super().__init__(card, tasks, batch_size)
+        self.judge = judge
+        self.judge.embedder.batch_size = batch_size
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        from .embedding import PROBA_COLUMNS
+
+        if self.judge.kind == "pair" and records and isinstance(records[0], PointRecord):
+            return self.judge.rewards(records).reshape(-1, 1)
+        if self.judge.kind == "point":
+            return np.asarray(self.judge.predict(records), dtype=np.float64).reshape(-1, 1)
+        proba = self.judge.predict_proba(records)
+        column = {v: i for i, v in enumerate(PROBA_COLUMNS)}
+        ordered = np.empty_like(proba)
+        for verdict, cls in CLASS_OF_VERDICT.items():
+            ordered[:, cls] = proba[:, column[verdict]]
+        return np.log(np.clip(ordered, 1e-12, None))
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        return Cls3Head().outputs(self.calibration.scale(raw))
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        return raw.reshape(-1)
+
+
+def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                  batch_size: int, trust_pickle: bool = False) -> Judge:
+    from .embedding import EmbeddingJudge, embedder_for_card
+
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges, not to an embedding judge")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
+    return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from .data.records import PairRecord, PointRecord, Verdict
+from ..data.records import PairRecord, PointRecord, Verdict
 
 LengthUnit = Literal["chars", "words"]
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data.records import CLASS_OF_VERDICT, Verdict
-from .models.heads import Cls3Head, PairOutputs, RewardHead, fit_davidson
-from .registry import Registry
+from ..data.records import CLASS_OF_VERDICT, Verdict
+from ..models.heads import Cls3Head, PairOutputs, RewardHead, fit_davidson
+from ..registry import Registry
 
 if TYPE_CHECKING:
-    from .card import JudgeCard
+    from ..card import JudgeCard
 
 # Largest number of candidate tie margins tried (quantiles of |P(A) - P(B)| when there are more).
 MAX_MARGIN_CANDIDATES = 400
@@ -85,7 +85,7 @@ def search_tie_margin(forward: PairOutputs, reversed_: PairOutputs, gold: Sequen
     """The tie margin maximising Auto-J agreement on pairs judged in both orders (``reversed_[i]`` is pair i
     with its answers swapped). Ties in the objective go to the higher forward accuracy, then the smaller
     margin. Returns the margin (None when plain argmax is best) and the agreement with and without it."""
-    from .metrics import autoj_agreement
+    from ..metrics import autoj_agreement
 
     gaps = np.abs(np.concatenate([forward.p_a - forward.p_b, reversed_.p_a - reversed_.p_b]))
     candidates = np.unique(gaps)

@@ -8,15 +8,20 @@ scheme's released-judge parser. A failed parse stays a failure: it is counted (`
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data.records import PairRecord, PointRecord, Record
-from .prompts.parsers import PARSERS, Parsed, ParseStats
-from .prompts.schemes import SCHEMES, target
-from .prompts.truncation import TruncationPolicy, TruncationReport
+import numpy as np
+
+from ..card import JudgeCard
+from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
+from ..prompts.parsers import PARSERS, Parsed, ParseStats
+from ..prompts.schemes import SCHEMES, target
+from ..prompts.truncation import TruncationPolicy, TruncationReport
+from .base import BATCH, DEFAULT_BATCH_SIZE, Comparison, Judge, PairInput, PointInput, Score, as_pair, as_point
 
 GENERATIVE = "generative"  # the judge card's head name
 DEFAULT_SCHEMES = {"pair": "decoder-pair-gen", "point": "decoder-point-gen"}
@@ -35,7 +40,7 @@ class PromptEncoder:
     report: TruncationReport = field(default_factory=TruncationReport)
 
     def prompt_ids(self, record: Record) -> list[int]:
-        from .prompts.encoding import Encoder
+        from ..prompts.encoding import Encoder
 
         encoder = Encoder(self.tokenizer, self.scheme, self.policy, self.use_reference, report=self.report)
         return encoder.encode(record)["input_ids"]
@@ -50,7 +55,7 @@ class PromptEncoder:
 
 class GenerativeJudge:
     """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``verdicts`` verdicts (None =
-    parse failure) and ``scores`` scores (None = parse failure). ``runtime.GenerateJudge`` serves it behind the
+    parse failure) and ``scores`` scores (None = parse failure). ``GenerateJudge`` (below) serves it behind the
     ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
 
     def __init__(self, model, tokenizer, scheme: str, max_length: int, max_new_tokens: int,
@@ -67,8 +72,8 @@ class GenerativeJudge:
     @classmethod
     def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeJudge:
         """A directory written by ``train_generative``."""
-        from .card import JudgeCard
-        from .models.backbones import load_causal_lm, resolve_backbone
+        from ..card import JudgeCard
+        from ..models.backbones import load_causal_lm, resolve_backbone
 
         card = JudgeCard.load(directory)
         if card.head != GENERATIVE:
@@ -83,7 +88,7 @@ class GenerativeJudge:
     def from_backbone(cls, backbone: str, scheme: str, max_length: int = 1024, max_new_tokens: int = 64,
                       batch_size: int = 8) -> GenerativeJudge:
         """An untrained (zero-shot) causal LM judging in ``scheme``."""
-        from .models.backbones import load_causal_lm, resolve_backbone
+        from ..models.backbones import load_causal_lm, resolve_backbone
 
         info = resolve_backbone(backbone)
         tokenizer = _tokenizer(info)
@@ -118,7 +123,88 @@ class GenerativeJudge:
 
 
 def _tokenizer(info):
-    from .models.backbones import load_tokenizer
+    from ..models.backbones import load_tokenizer
 
     return load_tokenizer(info, padding_side="left")  # generation continues every prompt at its end
 
+
+# -- its runtime judge (Judge.load) ------------------------------------------------------------------------
+
+class GenerateJudge(Judge):
+    """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeJudge``
+    writes the judgement greedily and the scheme's parser reads it. A pair scheme compares, a point scheme scores.
+
+    A parsed verdict is certain (one-hot probabilities); ``symmetric`` also judges the swapped pair (in the same
+    batches) and averages the two one-hots: the verdict both orders give, TIE when they differ. Every result
+    carries the generated text(s); one the parser cannot read is ``parsed=False``, never a default verdict or
+    score (a symmetric result is unparsed if either order is). ``rank`` is the base class's: point schemes score
+    each answer, pair schemes play every pair in both orders, and an unparsed game counts for neither answer."""
+
+    backend_name = "generate"
+
+    def __init__(self, card: JudgeCard, generator: GenerativeJudge,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), batch_size)
+        self.generator = generator
+        self.generator.batch_size = batch_size
+        self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
+
+    @classmethod
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerateJudge:
+        """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
+        from .generative import GENERATIVE, GenerativeJudge
+
+        gen = GenerativeJudge.from_backbone(backbone, scheme, batch_size=batch_size)
+        runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
+        card = JudgeCard(head=GENERATIVE, kind=gen.scheme.kind, backbone=backbone, scheme=scheme,
+                         max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
+                         label_map={"parser": gen.parser.name}, runtime=runtime)
+        return cls(card, gen, batch_size)
+
+    @property
+    def truncation(self) -> dict[str, Any]:
+        return self.encoder.report.to_dict()
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        raise ValueError(f"this {self.card.head} judge writes its verdict: it has no logits (nothing to "
+                         "calibrate)")
+
+    def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
+        self.require("compare")
+        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not symmetric:
+            return [_written_comparison([p]) for p in self.generator.generate(records)]
+        parsed = self.generator.generate(records + [r.swapped() for r in records])
+        return [_written_comparison([f, b]) for f, b in zip(parsed[:len(records)], parsed[len(records):])]
+
+    def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
+        self.require("score")
+        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        return [Score(p.score if p.ok else math.nan, parsed=p.ok, generated=(p.raw,))
+                for p in self.generator.generate(records)]
+
+
+def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
+    """A comparison from the parsed output of the pair (and of the swapped pair, second)."""
+    texts = tuple(p.raw for p in parsed)
+    if not all(p.ok and p.verdict is not None for p in parsed):
+        return Comparison(math.nan, math.nan, math.nan, None, parsed=False, generated=texts)
+    verdicts = [parsed[0].verdict, *(p.verdict.swapped() for p in parsed[1:])]
+    p_a, p_tie, p_b = (sum(v is side for v in verdicts) / len(verdicts)
+                       for side in (Verdict.A, Verdict.TIE, Verdict.B))
+    return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
+
+
+def _load_generate(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                   batch_size: int, trust_pickle: bool = False) -> Judge:
+    from .generative import GenerativeJudge
+
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges; a generative judge has no ONNX form")
+    if provider != "cpu":
+        raise ValueError(f"provider {provider!r}: the generate backend runs on the CPU only")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return GenerateJudge(card, GenerativeJudge.load(directory, batch_size), batch_size)

@@ -1,0 +1,251 @@
+"""The judge runtime: ``Judge.load(dir)`` -> a judge that takes a batch and returns typed results.
+
+The directory says what it is (judge_card.json), and its card names the loader (``LOADERS``, one per kind, each
+in its kind's module): a fine-tuned head served by PyTorch (model.safetensors) or onnxruntime (model.onnx and its
+variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge (a scikit-learn head over a
+frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that writes its verdict, read by
+the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes through the same steps:
+
+records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
+in training) -> length-bucketed batches (sorted by token length so little padding is computed, order
+restored) -> raw outputs (logits) -> head mapping with the card's calibration -> ``Comparison`` / ``Score``.
+
+``compare(..., symmetric=True)`` judges both answer orders and averages P(A) of (A, B) with P(B) of (B, A)
+(and P(TIE) over both), which makes the result independent of the answer order; judges that are
+position-invariant by construction (reward heads, embedding judges) skip the second pass.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..card import JudgeCard
+from ..data.records import Loc, PairRecord, PointRecord, Verdict
+from ..models.heads import PairOutputs
+from ..registry import Registry, resolve
+from .calibration import Calibration
+
+DEFAULT_BATCH_SIZE = 16
+# ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
+ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}
+TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item's index in the batch
+_PAIR_FIELDS = ("id", "question", "answer_a", "answer_b", "rubric", "reference", "verdict", "scores", "source",
+                "scenario", "model_a", "model_b")
+_POINT_FIELDS = ("id", "question", "answer", "rubric", "reference", "score", "scale", "source", "scenario", "model")
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """P(answer A better), P(tie), P(answer B better) and the calibrated verdict. ``margin``: r_A - r_B for
+    reward heads. ``generated``: a generative judge's text (one per answer order judged); ``parsed=False``
+    when its parser could not read it: then there is no verdict (None) and no probabilities (NaN)."""
+
+    p_a: float
+    p_tie: float
+    p_b: float
+    verdict: Verdict | None
+    margin: float | None = None
+    parsed: bool = True
+    generated: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        probs = (self.p_a, self.p_tie, self.p_b) if self.parsed else (None, None, None)
+        out = {**dict(zip(("p_a", "p_tie", "p_b"), probs)),
+               "verdict": None if self.verdict is None else self.verdict.value}
+        if self.margin is not None:
+            out["margin"] = self.margin
+        return out if self.generated is None else {**out, "parsed": self.parsed, "generated": list(self.generated)}
+
+
+@dataclass(frozen=True)
+class Score:
+    """A point judge's score on the card's ``score_scale``, or a reward head's raw reward r(question, answer).
+    ``generated`` / ``parsed`` as in ``Comparison`` (an unparsed output has no score: NaN)."""
+
+    value: float
+    parsed: bool = True
+    generated: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"score": self.value if self.parsed else None}
+        return out if self.generated is None else {**out, "parsed": self.parsed, "generated": list(self.generated)}
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+
+PairInput = PairRecord | Mapping[str, Any]
+PointInput = PointRecord | Mapping[str, Any]
+
+
+def _pick(item: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {k: item[k] for k in names if item.get(k) is not None}
+
+
+def as_pair(item: PairInput, loc: Loc = Loc()) -> PairRecord:
+    """A pair record from a record or a dict with question / answer_a / answer_b [/ rubric / reference / id];
+    bad input raises ``RecordError`` naming ``loc`` and the field."""
+    if isinstance(item, PairRecord):
+        return item
+    if not isinstance(item, Mapping):
+        raise loc.error(None, f"expected a pair (a mapping or a PairRecord), got {type(item).__name__}")
+    return PairRecord.build(loc, **_pick(item, _PAIR_FIELDS), unlabelled=True, allow_empty_answers=True)
+
+
+def as_point(item: PointInput, loc: Loc = Loc()) -> PointRecord:
+    """A point record from a record or a dict with question / answer [/ rubric / reference / id]."""
+    if isinstance(item, PointRecord):
+        return item
+    if not isinstance(item, Mapping):
+        raise loc.error(None, f"expected an answer to score (a mapping or a PointRecord), got {type(item).__name__}")
+    return PointRecord.build(loc, **_pick(item, _POINT_FIELDS), unlabelled=True, allow_empty_answers=True)
+
+
+# -- judges -----------------------------------------------------------------------------------------------
+
+def symmetrize(forward: PairOutputs, reversed_: PairOutputs) -> PairOutputs:
+    """Combine a pair judged in both orders: P(A) = mean(P(A | A,B), P(B | B,A)), likewise P(B), P(TIE)."""
+    margin = None if forward.margin is None else (forward.margin - reversed_.margin) / 2
+    return PairOutputs(p_a=(forward.p_a + reversed_.p_b) / 2, p_tie=(forward.p_tie + reversed_.p_tie) / 2,
+                       p_b=(forward.p_b + reversed_.p_a) / 2, margin=margin)
+
+
+class Judge:
+    """A loaded judge. ``compare*`` for pair judges, ``score*`` for point judges (and reward heads, whose score
+    is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``."""
+
+    backend_name: str
+    position_invariant: bool = False
+
+    def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.card = card
+        self.tasks = frozenset(tasks)
+        self.batch_size = batch_size
+        self.calibration = Calibration.from_card(card)
+
+    # -- loading ------------------------------------------------------------------------------------------
+    @staticmethod
+    def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
+             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> Judge:
+        """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
+        "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
+        ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
+        ``threads``: intra-op threads;
+        ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
+        directory = Path(directory)
+        card = JudgeCard.load(directory)
+        name = detect_backend(directory, card) if backend == "auto" else backend
+        loader = LOADERS.get(name)
+        loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target
+        return loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
+                      trust_pickle=trust_pickle)
+
+    # -- what subclasses provide --------------------------------------------------------------------------
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        """One row of raw model outputs per record (what calibration is fitted on)."""
+        raise NotImplementedError
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        raise NotImplementedError
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------------------------
+    def require(self, task: str) -> None:
+        if task not in self.tasks:
+            can = " / ".join(sorted(self.tasks))
+            raise ValueError(f"this {self.card.head} judge ({self.card.kind}) cannot {task}; it can {can}")
+
+    def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
+        self.require("compare")
+        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not records:
+            return []
+        outputs = self.pair_outputs(self.raw_outputs(records))
+        if symmetric and not self.position_invariant:
+            outputs = symmetrize(outputs, self.pair_outputs(self.raw_outputs([r.swapped() for r in records])))
+        verdicts = self.calibration.verdicts(outputs)
+        margins = outputs.margin if outputs.margin is not None else [None] * len(records)
+        return [Comparison(float(a), float(t), float(b), v, None if m is None else float(m))
+                for a, t, b, v, m in zip(outputs.p_a, outputs.p_tie, outputs.p_b, verdicts, margins)]
+
+    def compare(self, question: str, a: str, b: str, rubric: str | None = None, reference: str | None = None,
+                symmetric: bool = False) -> Comparison:
+        item = {"question": question, "answer_a": a, "answer_b": b, "rubric": rubric, "reference": reference}
+        return self.compare_batch([item], symmetric=symmetric)[0]
+
+    def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
+        self.require("score")
+        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        if not records:
+            return []
+        return [Score(float(s)) for s in self.point_scores(self.raw_outputs(records))]
+
+    def score(self, question: str, answer: str, rubric: str | None = None, reference: str | None = None) -> Score:
+        item = {"question": question, "answer": answer, "rubric": rubric, "reference": reference}
+        return self.score_batch([item])[0]
+
+    def rank(self, question: str, answers: Sequence[str]) -> list[float]:
+        """One score per answer, higher = better: a judge that scores answers scores each once (a decoder judge
+        reads the question once for all of them); a pairwise judge plays every pair in both orders and scores
+        an answer by its mean P(win) - P(loss). A generative judge's output that did not parse is no score
+        (NaN) and no game (left out of the mean; NaN for an answer with no parsed game)."""
+        if not answers:
+            raise ValueError("rank needs at least one answer")
+        if "score" in self.tasks:
+            return [s.value for s in self.score_batch([{"question": question, "answer": a} for a in answers])]
+        from itertools import combinations
+
+        pairs = list(combinations(range(len(answers)), 2))
+        results = self.compare_batch([{"question": question, "answer_a": answers[i], "answer_b": answers[k]}
+                                      for i, k in pairs], symmetric=True)
+        total, played = np.zeros(len(answers)), np.zeros(len(answers))
+        for (i, k), c in zip(pairs, results):
+            if not c.parsed:
+                continue
+            total[i] += c.p_a - c.p_b
+            total[k] += c.p_b - c.p_a
+            played[[i, k]] += 1
+        if len(answers) == 1:
+            return [0.0]
+        return [float(t / n) if n else math.nan for t, n in zip(total, played)]
+
+
+# -- loaders ----------------------------------------------------------------------------------------------
+
+def detect_backend(directory: Path, card: JudgeCard) -> str:
+    """The loader the card names (every export says "onnx", a generative judge "generate", a registered kind its
+    own name); else sklearn for embedding judges, generate for generative judges, onnx when the directory holds an
+    export, torch for HF weights."""
+    named = card.runtime.get("backend")
+    if named in LOADERS.names():
+        return named
+    if card.head == "embedding":
+        return "onnx" if card.runtime.get("backend") == "onnx" else "sklearn"
+    if card.head == "generative":
+        return "generate"
+    if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
+        return "onnx"
+    if any((directory / name).exists() for name in TORCH_WEIGHTS):
+        return "torch"
+    raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
+                            f"{' / '.join(TORCH_WEIGHTS)})")
+
+
+# The loaders, one per judge kind, as lazy targets (registry.resolve): a kind's module builds on this one.
+LOADERS: Registry[Callable[..., Judge] | str] = Registry("judge backend")
+LOADERS.register("torch", "clfjudge.judges.model:_load_torch")
+LOADERS.register("onnx", "clfjudge.judges.model:_load_onnx")
+LOADERS.register("sklearn", "clfjudge.judges.embedding:_load_sklearn")
+LOADERS.register("generate", "clfjudge.judges.generative:_load_generate")

@@ -1,0 +1,188 @@
+"""Fine-tuned classifier judges: a sequence-classification model (``TorchBackend``) or its ONNX export
+(``OnnxBackend``) behind ``ModelJudge``, which encodes records the way the judge was trained, runs them in
+length-bucketed batches and maps the logits through the head and the card's calibration; and the ``torch`` /
+``onnx`` loaders of ``Judge.load`` (an exported embedding judge opens through ``onnx`` too)."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..card import JudgeCard
+from ..data.records import PairRecord, PointRecord
+from ..models.heads import HEADS, Head, PairOutputs, RewardHead
+from ..models.onnx_session import PROVIDERS, inference_session
+from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# -- backends: padded numpy batch -> logits ------------------------------------------------------------------
+
+Backend = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+
+
+class TorchBackend:
+    """A HF sequence-classification model in eval mode (``device`` "cpu" or "cuda")."""
+
+    name = "torch"
+
+    def __init__(self, directory: str | Path, device: str = "cpu", threads: int | None = None) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("provider 'cuda' asked for, but torch sees no CUDA device")
+        if threads:
+            torch.set_num_threads(threads)  # process-wide in PyTorch
+        self.device = device
+        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
+        self.model = model.to(device).eval()
+        self.inputs = tuple(inspect.signature(self.model.forward).parameters)
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        feed = {k: torch.from_numpy(np.asarray(v)).to(self.device) for k, v in batch.items() if k in self.inputs}
+        with torch.inference_mode():
+            return self.model(**feed).logits.float().cpu().numpy()
+
+
+class OnnxBackend:
+    """An onnxruntime session on one ONNX file (CPUExecutionProvider or CUDAExecutionProvider)."""
+
+    name = "onnx"
+
+    def __init__(self, model_path: str | Path, provider: str = "cpu", threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}; known: {sorted(PROVIDERS)}")
+        wanted = PROVIDERS[provider][0]
+        if wanted not in ort.get_available_providers():
+            raise ValueError(f"provider {provider!r} needs onnxruntime's {wanted}, which this onnxruntime build "
+                             f"lacks (available: {ort.get_available_providers()}; for CUDA install onnxruntime-gpu)")
+        self.path = Path(model_path)
+        self.session = inference_session(self.path, provider, threads)
+        self.inputs = tuple(i.name for i in self.session.get_inputs())
+        self.output = self.session.get_outputs()[0].name
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        missing = [name for name in self.inputs if name not in batch]
+        if missing:
+            raise ValueError(f"{self.path}: the model takes inputs {list(self.inputs)}, the tokenizer gave "
+                             f"{sorted(batch)} (missing {missing})")
+        feed = {name: np.asarray(batch[name], dtype=np.int64) for name in self.inputs}
+        return self.session.run([self.output], feed)[0]
+
+
+# What each fine-tuned head can do: a reward head also scores one answer (its reward).
+HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",)}
+
+
+class ModelJudge(Judge):
+    """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
+
+    def __init__(self, card: JudgeCard, tokenizer: PreTrainedTokenizerBase, backend: Backend,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        from ..prompts.encoding import Encoder
+
+        if card.head not in HEAD_TASKS:
+            raise ValueError(f"judge_card.json field 'head': {card.head!r} is not a fine-tuned classifier head "
+                             f"({', '.join(HEAD_TASKS)})")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the judge's tokenizer has no pad token: batches cannot be padded")
+        super().__init__(card, HEAD_TASKS[card.head], batch_size)
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.backend_name = getattr(backend, "name", type(backend).__name__)
+        self.head: Head = HEADS.get(card.head).from_card(card)
+        self.position_invariant = self.head.position_invariant
+        self.encoder = Encoder.from_card(card, tokenizer)
+
+    @property
+    def truncation(self) -> dict[str, Any]:
+        """How many inputs this judge had to cut, and which fields (``TruncationReport``)."""
+        return self.encoder.report.to_dict()
+
+    def encode(self, record: PairRecord | PointRecord) -> list[dict[str, list[int]]]:
+        """The token ids of the sequence(s) the backbone sees for one record (the judge's own encoding)."""
+        inputs = self.head.inputs(record) if isinstance(record, PairRecord) else [record]
+        return [self.encoder.encode(r) for r in inputs]
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        """Logits per record, shape (records, k * num_labels) for k sequences per record. Records are
+        encoded, sorted by token length, run in batches of ``batch_size`` and put back in order."""
+        encoded = [self.encode(r) for r in records]
+        order = sorted(range(len(records)), key=lambda i: max(len(s["input_ids"]) for s in encoded[i]))
+        rows: list[np.ndarray | None] = [None] * len(records)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            seqs = [s for i in chunk for s in encoded[i]]
+            batch = self.tokenizer.pad(seqs, padding=True, return_tensors="np")
+            logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
+            for i, row in zip(chunk, logits):
+                rows[i] = row
+        return self.head.adjust(np.stack(rows), records)
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        return self.head.outputs(self.calibration.scale(raw))
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        if isinstance(self.head, RewardHead):
+            return RewardHead.rewards(raw)
+        return self.head.outputs(raw).scores
+
+
+# -- loaders ----------------------------------------------------------------------------------------------
+
+def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Path:
+    """The ONNX file of ``variant`` ("fp32" | "optimized" | "int8" | a file name); default: the card's primary."""
+    if variant is None:
+        name = card.runtime.get("onnx", {}).get("primary", ONNX_VARIANTS["fp32"])
+    else:
+        name = ONNX_VARIANTS.get(variant, variant)
+    path = directory / name
+    if not path.exists():
+        have = sorted(p.name for p in directory.glob("*.onnx"))
+        raise FileNotFoundError(f"{path} does not exist "
+                                f"(variant {variant!r}; this directory holds {have or 'no ONNX files'})")
+    return path
+
+
+def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                batch_size: int, trust_pickle: bool = False) -> Judge:
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges; the torch backend loads the HF weights")
+    if not any((directory / name).exists() for name in TORCH_WEIGHTS):
+        raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
+                                "an exported directory holds ONNX files only (use backend='onnx')")
+    return ModelJudge(card, load_tokenizer(directory), TorchBackend(directory, provider, threads), batch_size)
+
+
+def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+               batch_size: int, trust_pickle: bool = False) -> Judge:
+    if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
+        from ..embedders.onnx_reader import OnnxDecoderReader
+        from .embedding import EmbeddingJudge, SklearnJudge, embedder_config
+
+        if "reader" not in card.runtime:
+            raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
+                             "clfjudge export first, or load it with backend='sklearn'")
+        reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
+                                   provider=provider, threads=threads, batch_size=batch_size)
+        judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
+                             batch_size)
+        judge.backend_name = f"onnx ({reader.variant})"
+        return judge
+    backend = OnnxBackend(onnx_model_path(directory, card, variant), provider, threads)
+    return ModelJudge(card, load_tokenizer(directory), backend, batch_size)
