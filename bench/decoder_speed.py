@@ -209,7 +209,7 @@ def main() -> int:
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
 
     from clfjudge.data import sources
-    from clfjudge.export import ParityConfig, export_judge
+    from clfjudge.export.onnx import ParityConfig, export_judge
     from clfjudge.judges.embedding import verdicts_from_proba
 
     onnx_dir = args.judge_dir.parent / f"{args.judge_dir.name}-onnx-bench"

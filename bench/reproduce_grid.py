@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clfjudge.audit import run_audit
 from clfjudge.card import JudgeCard
-from clfjudge.export import ParityError, export_judge
+from clfjudge.export.onnx import ParityError, export_judge
 from clfjudge.judges.generative import GENERATIVE
 from clfjudge.pipeline import REFERENCE_JUDGES
 from clfjudge.training.config import TrainConfig

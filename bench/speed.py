@@ -63,7 +63,7 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
     import torch
 
     from clfjudge.data.sources import load
-    from clfjudge.export import ParityConfig, export_judge
+    from clfjudge.export.onnx import ParityConfig, export_judge
     from clfjudge.judges.base import ONNX_VARIANTS, Judge
     from clfjudge.judges.model import OnnxBackend
 

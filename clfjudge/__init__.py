@@ -15,7 +15,7 @@ _LAZY = {
     "Judge": "clfjudge.judges.base:Judge",
     "TrainConfig": "clfjudge.training.config:TrainConfig",
     "train": "clfjudge.training.trainer:train",
-    "export_judge": "clfjudge.export:export_judge",
+    "export_judge": "clfjudge.export.onnx:export_judge",
     "run_audit": "clfjudge.audit:run_audit",
     "reward_function": "clfjudge.reward:reward_function",
     "best_of_n": "clfjudge.reward:best_of_n",

@@ -113,7 +113,7 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 @STEPS.register("export")
 def export_int8(state: RunState) -> dict[str, Any]:
-    from .export import ParityConfig, export_judge
+    from .export.onnx import ParityConfig, export_judge
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
         return {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}

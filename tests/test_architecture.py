@@ -71,7 +71,7 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_lazy_registry_targets_resolve():
-    from clfjudge.export import EXPORTERS
+    from clfjudge.export.onnx import EXPORTERS
     from clfjudge.judges.base import LOADERS
     from clfjudge.registry import resolve
     from clfjudge.training.config import TRAINERS

@@ -14,7 +14,7 @@ from transformers import AutoConfig
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord
-from clfjudge.export import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
+from clfjudge.export.onnx import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
 from clfjudge.judges.base import ONNX_VARIANTS, Judge
 from clfjudge.judges.model import OnnxBackend, load_tokenizer
 
@@ -125,7 +125,7 @@ def test_int8_keeps_products_of_gelu_outputs_in_fp32(judges, tmp_path):
     product is quantized."""
     import onnx
 
-    from clfjudge.export import fp32_nodes
+    from clfjudge.export.onnx import fp32_nodes
 
     parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])
     result = export_judge(judges["tiny_bert_dir"], tmp_path / "int8", int8=True, n_records=N_RECORDS, parity=parity)
@@ -226,7 +226,7 @@ def test_decisions_on_a_boundary_are_set_aside_and_counted():
     import numpy as np
 
     from clfjudge.data.records import PairRecord, Verdict
-    from clfjudge.export import compare_to_reference, decision_slack
+    from clfjudge.export.onnx import compare_to_reference, decision_slack
     from clfjudge.judges.calibration import Calibration
     from clfjudge.models.heads import PairOutputs
 

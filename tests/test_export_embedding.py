@@ -11,7 +11,7 @@ import pytest
 from test_decoder_embedder import TEMPLATE, _pairs
 
 from clfjudge.card import JudgeCard
-from clfjudge.export import ParityConfig, ParityError, export_judge
+from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingJudge
 from clfjudge.testing import tiny_llama

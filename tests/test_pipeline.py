@@ -38,7 +38,8 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
     """A judge whose decisions int8 tips is served as fp32 ONNX from one export, and run.json says why."""
     from types import SimpleNamespace
 
-    from clfjudge import export, pipeline
+    from clfjudge import pipeline
+    from clfjudge.export import onnx as export
 
     calls = []
 

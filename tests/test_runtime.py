@@ -20,7 +20,7 @@ from tiny_judges import make_judge
 from clfjudge.card import SCHEMA_VERSION, JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord, RecordError, Verdict
-from clfjudge.export import export_judge
+from clfjudge.export.onnx import export_judge
 from clfjudge.judges.base import Comparison, Judge, Score
 from clfjudge.judges.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
 from clfjudge.judges.model import ModelJudge

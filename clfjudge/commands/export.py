@@ -40,7 +40,7 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export import PARITY_CONFIG, ParityConfig, ParityError, export_judge
+    from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge
 
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     try:

@@ -426,7 +426,7 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 def run_calibrate(args: argparse.Namespace) -> int:
     from ..card import JudgeCard
     from ..data import sources
-    from ..export import card_sources
+    from ..export.onnx import card_sources
     from ..judges.base import Judge
     from ..judges.calibration import fit_calibration
     from ..training.data import parse_source

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .card import JudgeCard
-from .configs import config_path
-from .data.records import Record
-from .judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
-from .judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
-from .models.heads import HEADS, Head
-from .prompts.encoding import MODEL_INPUTS
-from .registry import Registry, resolve
+from ..card import JudgeCard
+from ..configs import config_path
+from ..data.records import Record
+from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
+from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
+from ..models.heads import HEADS, Head
+from ..prompts.encoding import MODEL_INPUTS
+from ..registry import Registry, resolve
 
 if TYPE_CHECKING:
     import onnx
@@ -199,8 +199,8 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
                        n_records: int | None = None) -> tuple[list[Record], dict[str, Any]]:
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
     from the card's sources, else from the parity config's defaults for the judge's kind."""
-    from .data import sources
-    from .training.data import parse_source
+    from ..data import sources
+    from ..training.data import parse_source
 
     n = n_records or config.n_records
     if source:
@@ -241,7 +241,7 @@ def _decisions(judge: ModelJudge, raw: np.ndarray) -> list[Any]:
 
 
 def _metric(judge: ModelJudge, raw: np.ndarray, records: Sequence[Record]) -> tuple[str, float]:
-    from .metrics import correlations, pairwise_metrics
+    from ..metrics import correlations, pairwise_metrics
 
     if "compare" in judge.tasks:
         return "accuracy", pairwise_metrics([r.verdict for r in records], _decisions(judge, raw)).accuracy
@@ -431,7 +431,7 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
 # Heads exported by another module, which builds on this one's parity gate and int8 settings: head ->
 # "module:function" (registry.resolve), imported only when such a judge is exported.
 EXPORTERS: Registry[str] = Registry("exporter")
-EXPORTERS.register("embedding", "clfjudge.export_embedding:export_embedding_judge")
+EXPORTERS.register("embedding", "clfjudge.export.embedding:export_embedding_judge")
 
 
 @dataclass

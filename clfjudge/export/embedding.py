@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from .card import JudgeCard
-from .data.records import PairRecord
+from ..card import JudgeCard
+from ..data.records import PairRecord
 
 REPORT_NAME = "parity_report.json"
 
@@ -63,11 +63,11 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
     import onnx
     import torch
 
-    from .embedders.onnx_reader import graph_feed
+    from ..embedders.onnx_reader import graph_feed
 
     embedder._load()
     if hasattr(embedder._model, "set_attn_implementation"):
-        embedder._model.set_attn_implementation("eager")  # no SDPA NaN guard in the graph (export.py)
+        embedder._model.set_attn_implementation("eager")  # no SDPA NaN guard in the graph (onnx.py)
     names = ["input_ids", "attention_mask", "pool", *(("positions", "targets") if embedder.stats else ())]
     feed = graph_feed(list(sample), embedder._eos, embedder.stats_tokens)
     args = tuple(torch.from_numpy(feed[k]) for k in names)
@@ -87,7 +87,7 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
 def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> dict[str, Any]:
     """Features (pooled vectors, token statistics), probabilities, decisions and accuracy of ``candidate``
     against ``reference`` on the same pairs (both answer orders, as the judge decides)."""
-    from .metrics import pairwise_metrics
+    from ..metrics import pairwise_metrics
 
     questions = [r.question for r in records] * 2
     answers = [r.answer_a for r in records] + [r.answer_b for r in records]
@@ -99,7 +99,7 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
     if thresholds.boundary_eps:
         gaps = np.minimum(np.abs(ref_p[:, 0] - ref_p[:, 2]), np.abs(ref_p[:, 1] - ref_p[:, [0, 2]].max(axis=1)))
         keep = gaps > thresholds.boundary_eps
-    from .judges.embedding import verdicts_from_proba
+    from ..judges.embedding import verdicts_from_proba
 
     ref_v, v = verdicts_from_proba(ref_p[keep]), verdicts_from_proba(p[keep])
     gold = [r.verdict for r, k in zip(records, keep) if k]
@@ -117,9 +117,11 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
                            isa: str = "auto", source: str | None = None, n_records: int | None = None,
                            parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False):
-    from .embedders.decoder import DecoderEmbedder
-    from .embedders.onnx_reader import READER_FILES, OnnxDecoderReader
-    from .export import (
+    from ..embedders.decoder import DecoderEmbedder
+    from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
+    from ..judges.embedding import EmbeddingJudge, embedder_config
+    from ..training.embedding import EmbeddingDataHead
+    from .onnx import (
         INT8_CONFIG,
         ExportResult,
         ParityConfig,
@@ -131,8 +133,6 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         quantize_onnx,
         validation_records,
     )
-    from .judges.embedding import EmbeddingJudge, embedder_config
-    from .training.embedding import EmbeddingDataHead
 
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
