@@ -17,8 +17,8 @@ _LAZY = {
     "train": "clfjudge.training.trainer:train",
     "export_judge": "clfjudge.export.onnx:export_judge",
     "run_audit": "clfjudge.audit:run_audit",
-    "reward_function": "clfjudge.reward:reward_function",
-    "best_of_n": "clfjudge.reward:best_of_n",
+    "reward_function": "clfjudge.serving.reward:reward_function",
+    "best_of_n": "clfjudge.serving.reward:best_of_n",
 }
 __all__ = [*_LAZY, "__version__"]
 

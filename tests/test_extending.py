@@ -219,7 +219,7 @@ def load_longer(directory: Path, card: JudgeCard, *, provider: str, variant: str
 def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path, monkeypatch):
     from starlette.testclient import TestClient
 
-    from clfjudge.serve import create_app
+    from clfjudge.serving.server import create_app
 
     JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
               runtime={"backend": "toy-longer", "p_longer": 0.8}).save(tmp_path)

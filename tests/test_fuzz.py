@@ -33,7 +33,7 @@ from clfjudge.judges.base import Judge
 from clfjudge.prompts.parsers import PARSERS
 from clfjudge.prompts.schemes import SCHEMES, TEMPLATES_DIR, RenderError, load_schemes, render, target
 from clfjudge.prompts.truncation import TruncationError, TruncationPolicy, allocate, truncate
-from clfjudge.serve import Limits, create_app
+from clfjudge.serving.server import Limits, create_app
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                        HealthCheck.data_too_large])

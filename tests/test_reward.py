@@ -5,7 +5,7 @@ import pytest
 from tiny_judges import make_judge
 
 from clfjudge.judges.base import Judge
-from clfjudge.reward import as_text, best_of_n, reward_function
+from clfjudge.serving.reward import as_text, best_of_n, reward_function
 
 
 @pytest.fixture(scope="module")

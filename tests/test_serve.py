@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from tiny_judges import make_judge
 
 from clfjudge.judges.base import Judge
-from clfjudge.serve import Limits, create_app
+from clfjudge.serving.server import Limits, create_app
 
 PAIR = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9 is a prime number."}
 
@@ -190,7 +190,7 @@ def test_every_error_is_json_and_unexpected_ones_are_500(pair_judge, monkeypatch
         assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
         wrong = client.get("/compare")
         assert wrong.status_code == 405 and "error" in wrong.json() and wrong.headers["allow"] == "POST"
-        monkeypatch.setattr("clfjudge.serve.parse_body", lambda raw, limits: 1 / 0)
+        monkeypatch.setattr("clfjudge.serving.server.parse_body", lambda raw, limits: 1 / 0)
         broken = client.post("/compare", json=PAIR)
     assert broken.status_code == 500 and broken.json() == {"error": "internal server error (ZeroDivisionError)"}
     assert app.state.stats.requests[("compare", 500)] == 1

@@ -12,7 +12,7 @@ import time
 
 from clfjudge.data.sources import load
 from clfjudge.judges.base import Judge
-from clfjudge.reward import best_of_n, reward_function
+from clfjudge.serving.reward import best_of_n, reward_function
 
 
 def main() -> None:

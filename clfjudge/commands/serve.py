@@ -12,7 +12,7 @@ API_KEY_ENV = "CLFJUDGE_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ..serve import Limits
+    from ..serving.server import Limits
 
     d = Limits()
     p = subparsers.add_parser("serve", help="serve a judge over HTTP with dynamic batching")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..judges.base import Judge
-    from ..serve import Limits, create_app
+    from ..serving.server import Limits, create_app
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     if api_key is not None and not api_key.strip():

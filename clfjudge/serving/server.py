@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .data.records import Loc, RecordError
+from ..data.records import Loc, RecordError
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}
@@ -293,7 +293,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     from starlette.responses import JSONResponse, PlainTextResponse
     from starlette.routing import Route
 
-    from .judges.base import as_pair, as_point
+    from ..judges.base import as_pair, as_point
 
     stats = Stats()
     tasks: Sequence[str] = sorted(judge.tasks)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .judges.base import Judge
+from ..judges.base import Judge
 
 Text = str | list[dict[str, Any]]
 
