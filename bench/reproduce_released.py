@@ -27,6 +27,16 @@ import numpy as np
 import scipy
 import sklearn
 
+from clfjudge.audit.released import (
+    PANDALM_CODES,
+    RAW_GOLD,
+    RELEASED,
+    Aligned,
+    ReleasedPredictions,
+    gold_verdicts,
+    majority_verdict,
+    read_pandalm_votes,
+)
 from clfjudge.data import sources
 from clfjudge.data.records import Verdict
 from clfjudge.judges.features import longer_answer_wins
@@ -39,16 +49,6 @@ from clfjudge.metrics import (
     position_consistency,
 )
 from clfjudge.paths import data_root
-from clfjudge.released import (
-    PANDALM_CODES,
-    RAW_GOLD,
-    RELEASED,
-    Aligned,
-    ReleasedPredictions,
-    gold_verdicts,
-    majority_verdict,
-    read_pandalm_votes,
-)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAIRWISE_KEYS = ("accuracy", "precision", "recall", "f1")

@@ -154,7 +154,7 @@ def test_a_set_limit_caps_one_set_and_limit_the_rest():
 @pytest.mark.slow
 @pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
 def test_semscore_in_bf16_matches_fp32():
-    from clfjudge.semscore import SemScore
+    from clfjudge.audit.semscore import SemScore
 
     answers = ["Paris is the capital of France.", "The mitochondria is the powerhouse of the cell.", "42"]
     refs = ["The capital of France is Paris.", "Cells get energy from mitochondria.", "forty-two"]

@@ -9,11 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clfjudge.data import sources
-from clfjudge.data.records import RecordError, Verdict
-from clfjudge.metrics import autoj_agreement, pairwise_metrics, position_consistency
-from clfjudge.paths import data_root
-from clfjudge.released import (
+from clfjudge.audit.released import (
     RAW_GOLD,
     RELEASED,
     gold_verdicts,
@@ -23,6 +19,10 @@ from clfjudge.released import (
     read_autoj_labels,
     read_pandalm_votes,
 )
+from clfjudge.data import sources
+from clfjudge.data.records import RecordError, Verdict
+from clfjudge.metrics import autoj_agreement, pairwise_metrics, position_consistency
+from clfjudge.paths import data_root
 
 A, B, T = Verdict.A, Verdict.B, Verdict.TIE
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,8 @@
 
 Flow: test sets (suites.TEST_SETS, sources absent here are listed as not available) -> records (optionally a
 seeded sample of ``limit`` per set) -> each judge's predictions per set (judges.build_judge; cached in
-``out/cache``) -> every suite in suites.SUITES -> report.write_report.
+``out/cache``) -> every suite in suites.SUITES -> report.write_report. Judges that are not judge directories
+read here too: the released judges' prediction files (``released``) and SemScore (``semscore``).
 """
 from __future__ import annotations
 

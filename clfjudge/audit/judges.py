@@ -102,7 +102,7 @@ class ReleasedJudgeFile(AuditJudge):
     """A released judge's prediction file: it covers only the test set it was released with."""
 
     def __init__(self, name: str) -> None:
-        from ..released import RELEASED
+        from .released import RELEASED
 
         self.released = RELEASED.get(name)
         self.name = name
@@ -129,7 +129,7 @@ class SemScoreJudge(AuditJudge):
     name = "semscore"
 
     def __init__(self) -> None:
-        from ..semscore import SemScore
+        from .semscore import SemScore
 
         self.semscore = SemScore()
 

@@ -272,7 +272,7 @@ def agreement_suite(d: AuditData) -> Table:
 def system_level_suite(d: AuditData) -> Table:
     """SemScore's protocol (seed 002): per-system mean of each point judge's score against the per-system mean
     gold score, |Kendall tau| and |Pearson r| across systems."""
-    from ..semscore import system_level
+    from .semscore import system_level
 
     out: dict[str, dict[str, Any]] = {}
     for s in d.sets:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data.records import PointRecord
+from ..data.records import PointRecord
 
 DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base-v2
 
 
 def _resolve_model_path(spec: str) -> str:
-    from .models.backbones import resolve_backbone
+    from ..models.backbones import resolve_backbone
 
     return str(resolve_backbone(spec).path_or_id)
 
@@ -30,7 +30,7 @@ class SemScore:
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu",
                  precision: str = "auto") -> None:
-        from .embedders.decoder import resolve_precision
+        from ..embedders.decoder import resolve_precision
 
         self.model_spec = model
         self.batch_size = batch_size
@@ -60,7 +60,7 @@ class SemScore:
 
     def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """L2-normalised float32 embeddings of ``texts``."""
-        from .embedders.decoder import autocast
+        from ..embedders.decoder import autocast
 
         with autocast(self.precision, self.device):
             emb = self.encoder.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data.records import Loc, RecordError, Verdict
-from .paths import data_root
-from .registry import Registry
+from ..data.records import Loc, RecordError, Verdict
+from ..paths import data_root
+from ..registry import Registry
 
 # ---------------------------------------------------------------------------------------------------
 # file readers that keep line numbers
@@ -373,7 +373,7 @@ def raw_gold(test_source: str, root: Path | None = None) -> Gold:
 def gold_verdicts(test_source: str, root: Path | None = None) -> Gold:
     """Gold from the source loader (``clfjudge.data.sources.load``), or from the raw file when the loader is not
     registered yet; ``provenance`` says which."""
-    from .data import sources  # imported here: the source modules pull in their loaders' dependencies
+    from ..data import sources  # imported here: the source modules pull in their loaders' dependencies
 
     if test_source not in sources.SOURCES:
         return raw_gold(test_source, root)
