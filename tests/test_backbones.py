@@ -141,7 +141,7 @@ def test_importing_loads_nothing_heavy(tmp_path):
     proc = run_python(
         """
         import sys
-        import clfjudge.models.backbones, clfjudge.models.offline_weights, clfjudge.testing, clfjudge.commands.models
+        import clfjudge.models.backbones, clfjudge.models.offline_weights, clfjudge.testing, clfjudge.cli.models
         heavy = sorted(m for m in ("torch", "transformers", "huggingface_hub", "sentencepiece", "tokenizers")
                        if m in sys.modules)
         print(heavy)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clfjudge.commands import models as models_cmd
+from clfjudge.cli import models as models_cmd
 from clfjudge.models.offline_weights import (
     MANIFEST_NAME,
     OFFLINE_WEIGHTS,

@@ -468,7 +468,7 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
 def test_score_disk_failure_mid_write_is_cut_back_and_resumed(cls3_dir, tmp_path, monkeypatch, capsys,
                                                               uninterrupted):
     """The disk fills up halfway through writing the third chunk's lines: the half-written lines are cut off."""
-    from clfjudge.commands.score import Sink
+    from clfjudge.cli.score import Sink
 
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     original, calls = Sink.write, [0]
@@ -499,7 +499,7 @@ def test_score_killed_hard_resumes_from_its_last_checkpoint(cls3_dir, tmp_path, 
     script = f"""
 import os, signal, sys
 from clfjudge.cli import main
-from clfjudge.commands import score
+from clfjudge.cli import score
 commit, calls = score.Sink.commit, [0]
 def dying(self):
     if self.path.name == "out.jsonl":

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from . import add_trust_pickle
+from .common import add_trust_pickle
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 

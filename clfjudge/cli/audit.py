@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import add_trust_pickle
+from .common import add_trust_pickle
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""`clfjudge` entry point. Thin: each sub-command lives in clfjudge/commands/<name>.py and exposes
+"""`clfjudge` entry point. Thin: each sub-command lives in clfjudge/cli/<name>.py and exposes
 ``register(subparsers)``; heavy libraries are imported only when a command runs."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clfjudge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"clfjudge.commands.{name}").register(sub)
+        importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 

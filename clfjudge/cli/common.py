@@ -1,4 +1,4 @@
-"""Sub-commands of the `clfjudge` CLI, one module each (see clfjudge/cli.py)."""
+"""What several sub-commands of the `clfjudge` CLI share (each sub-command: clfjudge/cli/<name>.py)."""
 
 
 TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickle (head.joblib): unpickling runs "

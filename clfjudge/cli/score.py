@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..data.records import Loc, PairRecord, Record, RecordError
-from . import add_trust_pickle
+from .common import add_trust_pickle
 
 if TYPE_CHECKING:
     from ..judges.base import Judge
