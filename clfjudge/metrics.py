@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 from sklearn.metrics import f1_score
 
-from .data.records import PairRecord, Verdict
+from .data.records import PairRecord, PointRecord, Verdict
 from .registry import Registry
 
 # The study's class order: win, tie, lose.
@@ -471,3 +471,49 @@ def shorter_answer_wins(records: Sequence[PairRecord]) -> list[Verdict]:
 BASELINES: Registry[Callable[[Sequence[PairRecord]], list[Verdict]]] = Registry("baseline")
 BASELINES.register("majority-class", majority_class)
 BASELINES.register("longer-answer-wins", longer_answer_wins)
+
+
+# ---------------------------------------------------------------------------------------------------
+# a judge on labelled records: the one evaluation of training, export, benches and the audit
+
+
+def pair_baselines(records: Sequence[PairRecord]) -> dict[str, dict[str, float]]:
+    """Accuracy and macro F1 of the registered baselines (majority class of the set, longer answer wins)."""
+    gold = [r.verdict for r in records]
+    scored = {name: pairwise_metrics(gold, fn(records)) for name, fn in BASELINES.items()}
+    return {name: {"accuracy": m.accuracy, "f1": m.f1} for name, m in scored.items()}
+
+
+def evaluate_pairs(
+    records: Sequence[PairRecord],
+    forward: Sequence[MaybeVerdict],
+    swapped: Sequence[MaybeVerdict] | None = None,
+    *,
+    failures: str = "error",
+    baselines: bool = False,
+) -> dict[str, Any]:
+    """A judge's verdicts on labelled pairs: the study's pairwise metrics (``PairwiseMetrics``: accuracy, macro
+    P/R/F1, counts); with its verdicts on the swapped pairs (``swapped``, in the swapped order's terms) also the
+    Auto-J ``agreement`` and position ``consistency``; with ``baselines`` the registered baselines on the same
+    pairs (``pair_baselines``). ``failures``: the policy for verdicts that failed to parse (None)."""
+    gold = [r.verdict for r in records]
+    out = pairwise_metrics(gold, forward, failures=failures).as_dict()
+    if swapped is not None:
+        both = autoj_agreement(gold, forward, swapped, failures=failures)
+        out.update(agreement=both.agreement, consistency=both.consistency)
+    if baselines:
+        out["baselines"] = pair_baselines(records)
+    return out
+
+
+def evaluate_points(
+    records: Sequence[PointRecord], scores: Sequence[float | None], *, failures: str = "error"
+) -> dict[str, Any]:
+    """A judge's scores of labelled answers: ``Correlations`` with the gold scores. With ``failures="exclude"``
+    scores that failed to parse (None) are left out and counted, and with fewer than two left the correlations
+    are missing (None), not zero."""
+    if failures == "exclude" and sum(s is not None for s in scores) < 2:
+        n_failed = sum(s is None for s in scores)
+        return {"n": len(scores), "n_scored": len(scores) - n_failed, "n_failed": n_failed,
+                "pearson": None, "kendall": None, "spearman": None}
+    return correlations([r.score for r in records], scores, failures=failures).as_dict()

@@ -17,7 +17,8 @@ from ..metrics import (
     agreement_matrix,
     autoj_agreement,
     bootstrap_ci,
-    correlations,
+    evaluate_pairs,
+    evaluate_points,
     pairwise_metrics,
     position_consistency,
 )
@@ -64,8 +65,8 @@ def _gold_verdicts(records: Sequence[PairRecord]) -> list[Verdict]:
 
 
 def selection(records, p: Predictions) -> dict[str, float]:
-    m = pairwise_metrics(_gold_verdicts(records), p.forward, failures="count_wrong")
-    return {"accuracy": m.accuracy, "f1": m.f1, "n_failed": m.n_failed}
+    m = evaluate_pairs(records, p.forward, failures="count_wrong")
+    return {"accuracy": m["accuracy"], "f1": m["f1"], "n_failed": m["n_failed"]}
 
 
 def autoj(records, p: Predictions) -> dict[str, float]:
@@ -89,11 +90,8 @@ def llmbar(records, p: Predictions) -> dict[str, float]:
 
 
 def grading(records, p: Predictions) -> dict[str, float]:
-    failed = sum(v is None for v in p.scores)
-    if len(p.scores) - failed < 2:  # nothing to correlate: missing, not zero
-        return {"pearson": None, "kendall": None, "spearman": None, "n_failed": failed}
-    c = correlations([r.score for r in records], p.scores, failures="exclude")
-    return {"pearson": c.pearson, "kendall": c.kendall, "spearman": c.spearman, "n_failed": c.n_failed}
+    m = evaluate_points(records, p.scores, failures="exclude")  # fewer than two scores: missing, not zero
+    return {k: m[k] for k in ("pearson", "kendall", "spearman", "n_failed")}
 
 
 PROTOCOLS: Registry[Callable[[Sequence[Any], Predictions], dict[str, float]]] = Registry("metric protocol")

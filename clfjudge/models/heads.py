@@ -156,14 +156,9 @@ class Head:
 
 def _pair_metrics(outputs: PairOutputs, records: Sequence[Record], swapped: PairOutputs | None) -> dict[str, Any]:
     """The study's pairwise metrics; with predictions on the swapped pairs also Auto-J agreement/consistency."""
-    from ..metrics import autoj_agreement, pairwise_metrics
+    from ..metrics import evaluate_pairs
 
-    gold, pred = [r.verdict for r in records], outputs.verdicts()
-    out = pairwise_metrics(gold, pred).as_dict()
-    if swapped is not None:
-        both = autoj_agreement(gold, pred, swapped.verdicts())
-        out.update(agreement=both.agreement, consistency=both.consistency)
-    return out
+    return evaluate_pairs(records, outputs.verdicts(), None if swapped is None else swapped.verdicts())
 
 
 HEADS: Registry[type[Head]] = Registry("head")
@@ -264,12 +259,10 @@ class RegressionHead(Head):
         return PointOutputs(scores=np.clip(lo + raw * width, lo, lo + width))
 
     def evaluate(self, outputs, records, swapped=None):
-        from ..metrics import correlations
+        from ..metrics import evaluate_points
 
         gold = np.array([r.score for r in records], dtype=np.float64)
-        out = correlations(gold, outputs.scores).as_dict()
-        out["mse"] = float(np.mean((gold - outputs.scores) ** 2))
-        return out
+        return {**evaluate_points(records, outputs.scores), "mse": float(np.mean((gold - outputs.scores) ** 2))}
 
     def card_fields(self) -> dict[str, Any]:
         lo, width = self._span()

@@ -1,8 +1,8 @@
 """The data of one training run, shared by every trainer (``trainer.py``, ``generative.py``,
 ``embedding.py``): records from the train sources, kept or excluded (counted) by the head -> grouped
 held-out fold (optional) -> removal of training questions that also occur in any evaluation data -> grouped dev
-split -> mixed-in sources -> cap -> hard negatives, reference drop and swap augmentation (``build_splits``); and
-the baselines every labelled pair set is scored beside (``pair_baselines``).
+split -> mixed-in sources -> cap -> hard negatives, reference drop and swap augmentation (``build_splits``). What a
+trained judge is scored with on those splits is ``metrics.evaluate_pairs`` / ``evaluate_points``.
 """
 from __future__ import annotations
 
@@ -213,15 +213,3 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     if not train:
         raise ValueError(f"no training records left after the splits: {counts}")
     return Splits(train, dev, test, evals, counts, {"train": stats, "eval": eval_stats})
-
-
-# -- baselines on labelled pairs --------------------------------------------------------------------------
-
-def pair_baselines(records: Sequence[PairRecord]) -> dict[str, dict[str, float]]:
-    """Accuracy and macro F1 of the registered baselines (majority class of the set, longer answer wins)."""
-    from ..metrics import BASELINES, pairwise_metrics
-
-    gold = [r.verdict for r in records]
-    scored = {name: pairwise_metrics(gold, fn(records)) for name, fn in BASELINES.items()}
-    return {name: {"accuracy": m.accuracy, "f1": m.f1} for name, m in scored.items()}
-

@@ -88,17 +88,12 @@ def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
 
 def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
-    from ..metrics import autoj_agreement, correlations, pairwise_metrics
-    from .data import pair_baselines
+    from ..metrics import evaluate_pairs, evaluate_points
 
     if judge.kind == "point":
-        return asdict(correlations([r.score for r in records], judge.predict(records).tolist()))
-    gold = [r.verdict for r in records]
-    forward = judge.predict(records)
-    backward = judge.predict([r.swapped() for r in records])
-    both = autoj_agreement(gold, forward, backward)
-    return {**pairwise_metrics(gold, forward).as_dict(), "agreement": both.agreement,
-            "consistency": both.consistency, "baselines": pair_baselines(records)}
+        return evaluate_points(records, judge.predict(records).tolist())
+    return evaluate_pairs(records, judge.predict(records), judge.predict([r.swapped() for r in records]),
+                          baselines=True)
 
 
 def train_embedding(cfg: TrainConfig) -> Path:

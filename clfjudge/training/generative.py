@@ -58,24 +58,15 @@ def max_target_tokens(tokenizer, scheme: str, records: Sequence[Record]) -> int:
 def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; a parse failure counts as a wrong verdict (pairs) or is left out
     and counted (scores). Pairs are also judged swapped (Auto-J agreement and position consistency)."""
-    from ..metrics import autoj_agreement, correlations, pairwise_metrics
+    from ..metrics import evaluate_pairs, evaluate_points
 
     before = judge.stats.total(judge.parser.name)
     if judge.scheme.kind == "pair":
-        gold = [r.verdict for r in records]
         forward = judge.verdicts(records)
         swapped = judge.verdicts([r.swapped() for r in records])
-        out = pairwise_metrics(gold, forward, failures="count_wrong").as_dict()
-        both = autoj_agreement(gold, forward, swapped, failures="count_wrong")
-        out.update(agreement=both.agreement, consistency=both.consistency)
-    else:
-        scores = judge.scores(records)
-        n_failed = sum(s is None for s in scores)
-        if len(scores) - n_failed >= 2:
-            out = asdict(correlations([r.score for r in records], scores, failures="exclude"))
-        else:  # nothing to correlate: reported as missing, not as zero
-            out = {"n": len(scores), "n_scored": len(scores) - n_failed, "n_failed": n_failed,
-                   "pearson": None, "kendall": None, "spearman": None}
+        out = evaluate_pairs(records, forward, swapped, failures="count_wrong")
+    else:  # fewer than two parsed scores: correlations reported as missing, not as zero
+        out = evaluate_points(records, judge.scores(records), failures="exclude")
     out["outputs"] = judge.stats.total(judge.parser.name) - before
     return out
 
@@ -87,9 +78,10 @@ def train_generative(cfg: TrainConfig) -> Path:
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
     from ..card import JudgeCard
+    from ..metrics import pair_baselines
     from ..models.backbones import load_causal_lm, resolve_backbone
     from .config import training_arguments
-    from .data import build_splits, pair_baselines
+    from .data import build_splits
 
     start = time.monotonic()
     if not torch.cuda.is_available():

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..data.records import Record
+from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
 from ..registry import resolve
 from .config import TRAINERS, TrainConfig, training_arguments
-from .data import build_splits, pair_baselines
+from .data import build_splits
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
