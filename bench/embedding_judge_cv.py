@@ -23,39 +23,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import cpu_model, vs_longer_cell
+from common import (
+    LLMBAR,
+    Embedders,
+    PairPredictor,
+    PointPredictor,
+    Variant,
+    cpu_model,
+    judge_predictor,
+    load,
+    longer_predictor,
+    majority_predictor,
+    pair_report,
+    point_report,
+    vs_longer_cell,
+)
 
 from clfjudge.card import library_versions
-from clfjudge.data import sources
-from clfjudge.data.records import PairRecord, PointRecord, Verdict
+from clfjudge.data.records import PairRecord, Verdict
 from clfjudge.data.splits import decontaminate, group_kfold, train_dev_split
-from clfjudge.embedders import make_embedder
 from clfjudge.judges.embedding import AUTO_C_GRID, EmbeddingJudge, neighbour_negatives
-from clfjudge.judges.features import log_lengths, longer_answer_wins, majority_score, majority_verdict
-from clfjudge.metrics import autoj_agreement, correlations, paired_difference, pairwise_metrics, position_consistency
+from clfjudge.judges.features import log_lengths, majority_score
+from clfjudge.metrics import paired_difference
 from clfjudge.registry import Registry
+from clfjudge.training.data import randomize_order
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LLMBAR = ["llmbar-natural", "llmbar-neighbor", "llmbar-gptinst", "llmbar-gptout", "llmbar-manual"]
 ALPACA = "alpacaeval-gpt4"
-
-# A pair predictor is trained on records and returns a function: test pairs -> (verdicts in the given order,
-# verdicts with the answers swapped). A point predictor likewise returns test points -> scores.
-PairJudge = Callable[[Sequence[PairRecord]], tuple[list[Verdict], list[Verdict]]]
-PairPredictor = Callable[[Sequence[PairRecord]], PairJudge]
-PointPredictor = Callable[[Sequence[PointRecord]], Callable[[Sequence[PointRecord]], np.ndarray]]
-
 
 def git_commit() -> str | None:
     try:
@@ -67,73 +70,6 @@ def git_commit() -> str | None:
 
 # ---------------------------------------------------------------------------------------------------
 # predictors
-
-
-@dataclass
-class Embedders:
-    """One shared embedder per encoder (a sentence encoder, or a decoder reading answers after their
-    questions), backed by an on-disk cache."""
-
-    cache_dir: Path
-    by_encoder: dict[str, Any] = field(default_factory=dict)
-
-    def path(self, embedder) -> Path:
-        return self.cache_dir / (embedder.cache_id.replace("|", "_").replace("=", "") + ".npz")
-
-    def get(self, spec: str):
-        """``spec``: an encoder, or "DECODER@LAYER" for a decoder's layer other than the middle one."""
-        if spec not in self.by_encoder:
-            encoder, _, layer = spec.partition("@")
-            embedder = make_embedder(encoder, batch_size=16, show_progress=True,
-                                     **({"layer": int(layer)} if layer else {}))
-            if self.path(embedder).exists():
-                embedder.load_cache(self.path(embedder))
-            self.by_encoder[spec] = embedder
-        return self.by_encoder[spec]
-
-    def save(self) -> None:
-        for embedder in self.by_encoder.values():
-            embedder.save_cache(self.path(embedder))
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One embedding-judge configuration (a row of the tables)."""
-
-    encoder: str
-    head: str
-    use_length: bool
-    features: tuple[str, ...] | None = None  # None: the judge's default groups
-    label: str = ""  # what the feature set is, for the table
-    auto_c: bool = False  # logreg C chosen by question-grouped CV inside the training fold (else C = 0.01)
-
-    @property
-    def name(self) -> str:
-        return (f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} "
-                f"{'+' if self.use_length else '-'}len{' C=auto' if self.auto_c else ''}")
-
-    def judge(self, embedders: Embedders, kind: str) -> EmbeddingJudge:
-        embedder = embedders.get(self.encoder)
-        return EmbeddingJudge(encoder=embedder.encoder, head=self.head, kind=kind, features=self.features,
-                              use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
-                              embedder=embedder)
-
-
-def both_orders(predict: Callable[[Sequence[PairRecord]], list[Verdict]]) -> PairJudge:
-    return lambda test: (predict(test), predict([p.swapped() for p in test]))
-
-
-def judge_predictor(variant: Variant, embedders: Embedders, extra: Sequence[PairRecord] = ()) -> PairPredictor:
-    return lambda train: both_orders(variant.judge(embedders, "pair").fit([*train, *extra]).predict)
-
-
-def majority_predictor(train: Sequence[PairRecord]) -> PairJudge:
-    verdict = majority_verdict(train)
-    return both_orders(lambda test: [verdict] * len(test))
-
-
-def longer_predictor(train: Sequence[PairRecord]) -> PairJudge:
-    return both_orders(longer_answer_wins)
 
 
 COS_ONLY = ("cos_diff", "cos_sym")
@@ -169,49 +105,7 @@ def pair_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedder
 
 
 # ---------------------------------------------------------------------------------------------------
-# metrics
-
-
-def pair_report(gold: Sequence[PairRecord], forward: Sequence[Verdict], backward: Sequence[Verdict]) -> dict[str, Any]:
-    verdicts = [r.verdict for r in gold]
-    m = pairwise_metrics(verdicts, forward)
-    no_tie = [i for i, v in enumerate(verdicts) if v != Verdict.TIE]
-    agreement = autoj_agreement(verdicts, forward, backward)
-    return {
-        "n": m.n,
-        "accuracy": m.accuracy,
-        "macro_f1": m.f1,
-        "accuracy_non_tie_gold": float(np.mean([forward[i] == verdicts[i] for i in no_tie])) if no_tie else None,
-        "n_non_tie_gold": len(no_tie),
-        "position_consistency": position_consistency(forward, backward).consistency,
-        "autoj_agreement": agreement.agreement,
-        "pred_counts": m.pred_counts,
-        "gold_counts": m.gold_counts,
-    }
-
-
-def point_report(gold: Sequence[PointRecord], pred: np.ndarray) -> dict[str, Any]:
-    if np.ptp(pred) == 0:  # a constant prediction has no correlation
-        return {"n": len(gold), "pearson": None, "kendall": None, "spearman": None,
-                "note": "constant prediction: correlations undefined"}
-    c = correlations([r.score for r in gold], pred.tolist())
-    return {"n": c.n, "pearson": c.pearson, "kendall": c.kendall, "spearman": c.spearman}
-
-
-# ---------------------------------------------------------------------------------------------------
 # experiments
-
-
-def load(name: str) -> list:
-    result = sources.load(name)
-    if result.excluded:
-        print(f"  {name}: {len(result.records)} records, excluded {dict(result.excluded)}", flush=True)
-    return list(result.records)
-
-
-def randomise_order(pairs: Sequence[PairRecord], seed: int) -> list[PairRecord]:
-    rng = random.Random(seed)
-    return [p.swapped() if rng.random() < 0.5 else p for p in pairs]
 
 
 def against_longer(records: Sequence[PairRecord], out: dict[str, Any], forward: dict[str, list[Verdict]]) -> None:
@@ -240,8 +134,8 @@ def cross_validate(records: list[PairRecord], rows: dict[str, PairPredictor], k:
         forward_of[name] = forward
         out[name] = {**pair_report(records, forward, backward), "fold_accuracy_std": float(np.std(fold_acc)),
                      "seconds": round(time.perf_counter() - start, 1)}
-        print(f"    {name:45s} acc {out[name]['accuracy']:.3f} f1 {out[name]['macro_f1']:.3f} "
-              f"agree {out[name]['autoj_agreement']:.3f} ({out[name]['seconds']}s)", flush=True)
+        print(f"    {name:45s} acc {out[name]['accuracy']:.3f} f1 {out[name]['f1']:.3f} "
+              f"agree {out[name]['agreement']:.3f} ({out[name]['seconds']}s)", flush=True)
     against_longer(records, out, forward_of)
     return out
 
@@ -254,7 +148,7 @@ def alpaca_encoders(args) -> list[str]:
 def mixed_in(mix: str, source: str, records: Sequence[PairRecord], seed: int) -> tuple[list[PairRecord], dict]:
     """The pairs of ``mix`` (source names joined by "+"), answer order randomised, decontaminated against the
     CV set ``source``."""
-    pairs = [p for name in mix.split("+") for p in randomise_order(load(name), seed)]
+    pairs = [p for name in mix.split("+") for p in randomize_order(load(name), seed)[0]]
     kept, removed, _ = decontaminate(pairs, {source: records})
     return kept, {"n_added_per_fold": len(kept), "n_removed_contaminated": removed}
 
@@ -276,7 +170,7 @@ def cv_experiment(source: str, args, embedders: Embedders) -> dict[str, Any]:
 
 
 def alpacaeval_experiment(args, embedders: Embedders) -> dict[str, Any]:
-    pairs = randomise_order(load(ALPACA), args.seed)
+    pairs, _ = randomize_order(load(ALPACA), args.seed)
     train_idx, dev_idx = train_dev_split(pairs, args.alpaca_dev_fraction, args.seed)
     dev = [pairs[i] for i in dev_idx]
     evals = {"alpacaeval-dev": dev, **{name: load(name) for name in ["pandalm-test", "autoj-test", *LLMBAR]}}
@@ -432,9 +326,9 @@ def markdown(result: dict[str, Any]) -> str:
                   "| row | acc | macro F1 | acc (non-tie gold) | Auto-J agreement | position consistency | s | "
                   "acc - longer [95% CI] |", "|---|---|---|---|---|---|---|---|"]
         for name, r in e["rows"].items():
-            lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['macro_f1'])} "
-                         f"| {_fmt(r['accuracy_non_tie_gold'])} | {_fmt(r['autoj_agreement'])} "
-                         f"| {_fmt(r['position_consistency'])} | {r['seconds']} "
+            lines.append(f"| {name} | {_fmt(r['accuracy'])} | {_fmt(r['f1'])} "
+                         f"| {_fmt(r['accuracy_non_tie_gold'])} | {_fmt(r['agreement'])} "
+                         f"| {_fmt(r['consistency'])} | {r['seconds']} "
                          f"| {vs_longer_cell(r.get('vs_longer'))} |")
         lines.append("")
     if "alpacaeval" in ex:
@@ -449,7 +343,7 @@ def markdown(result: dict[str, Any]) -> str:
                   "| row | " + " | ".join(f"{s} ({e['eval_sets'][s]})" for s in sets) + " |",
                   "|---|" + "---|" * len(sets)]
         for name, r in e["rows"].items():
-            cells = [_fmt(r[s]["accuracy"]) + (f" [{_fmt(r[s]['autoj_agreement'])}]" if s == "autoj-test" else "")
+            cells = [_fmt(r[s]["accuracy"]) + (f" [{_fmt(r[s]['agreement'])}]" if s == "autoj-test" else "")
                      for s in sets]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")

@@ -31,17 +31,19 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, vs_longer_cell, write  # noqa: E402
-from embedding_judge_cv import (  # noqa: E402
+from common import (  # noqa: E402
     LLMBAR,
     Embedders,
     Variant,
     judge_predictor,
     load,
     longer_predictor,
+    machine,
     majority_predictor,
     pair_report,
     point_report,
+    vs_longer_cell,
+    write,
 )
 
 from clfjudge.card import JudgeCard  # noqa: E402
@@ -280,8 +282,8 @@ def markdown(result: dict[str, Any]) -> str:
         for row, r in part["rows"].items():
             wall = "+".join(f"{w:.0f}" for w in r.get("train_wall_s", [])) or "-"
             diff = vs_longer_cell(r.get("vs_longer"))
-            lines.append(f"| {row} | {_f(r['accuracy'])} | {_f(r['macro_f1'])} | {_f(r['accuracy_non_tie_gold'])} "
-                         f"| {_f(r['autoj_agreement'])} | {_f(r['position_consistency'])} | {diff} | {wall} |")
+            lines.append(f"| {row} | {_f(r['accuracy'])} | {_f(r['f1'])} | {_f(r['accuracy_non_tie_gold'])} "
+                         f"| {_f(r['agreement'])} | {_f(r['consistency'])} | {diff} | {wall} |")
         for row, (acc, f1, agree) in PAPER.get(name, {}).items():
             pct = lambda x: "" if x is None else f"{x / 100:.3f}"  # noqa: E731
             lines.append(f"| {row} | {pct(acc)} | {pct(f1)} | | {pct(agree)} | | | |")
