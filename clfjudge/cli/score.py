@@ -429,16 +429,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..export.onnx import card_sources
     from ..judges.base import Judge
     from ..judges.calibration import fit_calibration
-    from ..training.data import parse_source
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
                        threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
-    name, limit = parse_source(args.source)
+    name, limit = sources.parse_source(args.source)
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "
               "probabilities and its reported metrics optimistic", file=sys.stderr)
-    loaded = sources.load(name)
-    pairs, excluded = labelled_pairs(loaded.records)
+    usable = sources.load_usable(args.source, labelled_pairs)
+    loaded, pairs, excluded = usable.loaded, usable.records, usable.excluded
     n = limit or args.n_records
     if len(pairs) > n:
         excluded[f"beyond the sample of {n}"] += len(pairs) - n

@@ -200,11 +200,10 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
     from the card's sources, else from the parity config's defaults for the judge's kind."""
     from ..data import sources
-    from ..training.data import parse_source
 
     n = n_records or config.n_records
     if source:
-        name, limit = parse_source(source)
+        name, limit = sources.parse_source(source)
         candidates, n = [name], limit or n
     else:
         candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(card.kind, [])]))
@@ -216,8 +215,8 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
         if not sources.SOURCES.get(name).available():
             skipped[name] = f"file {sources.SOURCES.get(name).path()} not present"
             continue
-        result = sources.load(name)
-        usable, excluded = head.select(result.records)
+        usable_source = sources.load_usable(name, head.select)
+        result, usable, excluded = usable_source.loaded, usable_source.records, usable_source.excluded
         if not usable:
             skipped[name] = f"no records a {head.name} head can judge (excluded: {dict(excluded)})"
             continue

@@ -12,37 +12,25 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..data.records import PairRecord, Record
+from ..data.sources import load_usable, parse_source
 from ..models.heads import Head
 from .config import TrainConfig
 
 
-def parse_source(spec: str) -> tuple[str, int | None]:
-    """``"name"`` or ``"name:N"`` (a seeded sample of N usable records; nested: N < M samples a prefix of M's)."""
-    name, sep, limit = spec.partition(":")
-    if not sep:
-        return name, None
-    if not limit.isdigit() or int(limit) <= 0:
-        raise ValueError(f"source {spec!r}: expected name or name:N with N a positive integer")
-    return name, int(limit)
-
-
 def load_source_records(spec: str, head: Head, rng: random.Random) -> tuple[list[Record], dict[str, Any]]:
     """Records of one source that the head can learn from, and the counts of everything else."""
-    from ..data import sources
-
-    name, limit = parse_source(spec)
-    result = sources.load(name)
-    usable, excluded = head.select(result.records)
+    source = load_usable(spec, head.select)
+    usable, excluded, limit = source.records, source.excluded, source.limit
     if not usable:
-        raise ValueError(f"source {name!r}: none of its {len(result.records)} records suits a {head.name} head "
-                         f"(excluded: {dict(excluded)})")
+        raise ValueError(f"source {source.name!r}: none of its {len(source.loaded.records)} records suits a "
+                         f"{head.name} head (excluded: {dict(excluded)})")
     # one draw per source whatever its cap, and a permutation of its own: a smaller N samples a prefix of what a
     # larger N samples (a pool grown or shrunk keeps its other records, and their cached embeddings)
     permutation = random.Random(rng.random()).sample(range(len(usable)), len(usable))
     if limit is not None and len(usable) > limit:
         excluded[f"beyond the sample of {limit}"] += len(usable) - limit
         usable = [usable[i] for i in permutation[:limit]]
-    stats = {"loaded": len(result.records), "excluded_by_loader": dict(result.excluded),
+    stats = {"loaded": len(source.loaded.records), "excluded_by_loader": dict(source.loaded.excluded),
              "excluded_for_head": dict(excluded), "used": len(usable)}
     return usable, stats
 
