@@ -1,6 +1,6 @@
-"""Imports run one way (data -> prompts / encoding -> backbones / embedders -> judges -> training -> export ->
-runtime / serving -> audit -> pipeline / cli): the package's module import graph has no cycle, counting imports
-inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
+"""Imports run one way (data -> prompts -> models -> embedders -> judges -> training -> export -> serving ->
+audit -> pipeline -> cli): neither the package's module import graph nor its subpackage graph has a cycle, counting
+imports inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
 target ("module:attribute", ``registry.resolve``) instead of importing it."""
 import ast
 from pathlib import Path
@@ -68,6 +68,27 @@ def test_the_graph_sees_every_kind_of_import_and_the_search_finds_cycles():
 def test_the_package_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def _subpackage(module: str) -> str:
+    """clfjudge.data.sources.base -> data; a top-level module is its own unit (clfjudge.metrics -> metrics)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_the_subpackages_import_one_way():
+    """data -> prompts -> models -> embedders -> judges -> training -> export -> serving -> audit -> cli: no
+    subpackage imports one that imports it back (the lazy registry targets excepted, as for modules)."""
+    units: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        unit = units.setdefault(_subpackage(module), set())
+        unit.update(t for t in map(_subpackage, targets) if t != _subpackage(module))
+    for targets in list(units.values()):
+        for t in targets:
+            units.setdefault(t, set())
+    cycle = find_cycle(units)
+    assert cycle is None, "subpackage import cycle: " + " -> ".join(cycle)
+    assert "judges" in units["training"] and "training" not in units["judges"]
 
 
 def test_lazy_registry_targets_resolve():
