@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from clfjudge import Judge, best_of_n, reward_function
 from clfjudge.data.sources import load
-from clfjudge.judges.base import Judge
-from clfjudge.serving.reward import best_of_n, reward_function
 
 
 def main() -> None:

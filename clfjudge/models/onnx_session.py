@@ -1,5 +1,5 @@
-"""onnxruntime sessions as every ONNX judge opens them: the classifier backend (``runtime.OnnxBackend``) and
-the embedding judge's decoder reader (``onnx_reader.OnnxDecoderReader``)."""
+"""onnxruntime sessions as every ONNX judge opens them: the classifier backend (``judges.model.OnnxBackend``) and
+the embedding judge's decoder reader (``embedders.onnx_reader.OnnxDecoderReader``)."""
 from __future__ import annotations
 
 from pathlib import Path

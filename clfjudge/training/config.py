@@ -75,7 +75,7 @@ class TrainConfig:
                                                              "label swapped"})
     neighbour_negatives: int = field(default=0, metadata={
         "help": "copies of LLMBar-style hard negatives added from the training split "
-                "(embedding_judge.neighbour_negatives)"})
+                "(judges.embedding.neighbour_negatives)"})
     neighbour_encoder: str = field(default="minilm", metadata={"help": "the sentence encoder that finds each "
                                                                          "question's nearest neighbour"})
     neighbour_limit: int | None = field(default=None, metadata={"help": "at most this many training questions get "

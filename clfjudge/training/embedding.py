@@ -25,11 +25,11 @@ EMBEDDING = "embedding"
 OPTIONS = {
     "kind": "pair (verdicts) or point (scores); default pair",
     "head": "logreg | gbdt (pairs), ridge | gbdt (points); default logreg / ridge",
-    "features": "feature groups (embedding_judge.PAIR_FEATURES / POINT_FEATURES); default the judge's",
+    "features": "feature groups (judges.embedding.PAIR_FEATURES / POINT_FEATURES); default the judge's",
     "use_length": "add the length feature groups; default true",
     "head_params": "scikit-learn parameters of the head; default {C: auto} for logreg",
     "weighting": "training weights: [length] balances longer- and shorter-answer wins per source, [source] the "
-                 "sources (embedding_judge.training_weights); default none",
+                 "sources (judges.embedding.training_weights); default none",
     "length_at_prediction": "factor on the fitted length coefficients at prediction (0: removed); default 1",
     "layer": "decoder backbones: the layer whose states are pooled; default the middle one",
     "max_prompt_tokens": "decoder backbones: prompt (template + question) budget",
