@@ -15,7 +15,9 @@ from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import PAIR_FEATURES, EmbeddingJudge, PairView, neighbour_negatives, verdicts_from_proba
 from clfjudge.judges.features import (
     char_lengths,
+    information_lengths,
     lengths,
+    log_information_length_difference,
     log_length_difference,
     longer_answer_wins,
     majority_score,
@@ -69,6 +71,23 @@ def _pairs(facts, start: int = 0, ties: bool = False) -> list[PairRecord]:
     return out
 
 
+EVASIONS = ("I am not sure what {t} is.", "Sorry, I cannot help with questions about {t}.",
+            "That is a good question about {t}; you could look it up.")
+
+
+def _evasive_pairs(facts, start: int = 0) -> list[PairRecord]:
+    """The answer vs an evasion of the same question (label: the answer), alternating sides. Unlike ``_pairs``
+    (where every fact is once the right and once the wrong answer, so the best *linear reward* is zero), a
+    reward r(answer) can learn these."""
+    out = []
+    for i, (topic, fact) in enumerate(facts):
+        evasion = EVASIONS[i % len(EVASIONS)].format(t=topic)
+        a, b, verdict = (fact, evasion, "A") if (i + start) % 2 == 0 else (evasion, fact, "B")
+        out.append(PairRecord.build(LOC, id=f"e{start + i}", question=f"Tell me about {topic}.", answer_a=a,
+                                    answer_b=b, verdict=verdict, source="synthetic"))
+    return out
+
+
 @pytest.fixture(scope="module")
 def embedder() -> TextEmbedder:
     return TextEmbedder("minilm")
@@ -94,6 +113,36 @@ def test_lengths_and_differences():
     assert d.shape == (2, 2)
     np.testing.assert_allclose(d, -log_length_difference(["short", "xx yy"], ["long answer here", "x"]))
     assert d[0, 0] > 0 and d[1, 1] < 0
+
+
+def test_information_length_discounts_repetition():
+    answer = "Paris is the capital of France and its largest city."
+    padded = " ".join([answer] * 8)
+    varied = " ".join(f"{answer[:-1]}, fact {i}: {w}." for i, w in enumerate("abcdefgh"))
+    info = information_lengths(["", answer, padded, varied, "caf\ud83d"])  # a lone surrogate is measured
+    assert info[0] == 0 and info[1] > 0 and info[4] > 0
+    # eight copies cost 8x the characters but barely more information; varied text of that length costs more
+    assert len(padded) > 7 * len(answer) and info[2] < 1.5 * info[1] < info[3]
+    d = log_information_length_difference([padded, answer], [answer, varied])
+    assert d.shape == (2, 1)
+    np.testing.assert_allclose(d, -log_information_length_difference([answer, varied], [padded, answer]))
+
+
+def test_info_length_diff_is_a_length_group_of_one_side_terms(embedder):
+    pairs = _evasive_pairs(FACTS[:18])
+    options = dict(embedder=embedder, features=["diff", "info_length_diff"], use_length=False, head_params={"C": 1.0})
+    judge = EmbeddingJudge(**options).fit(pairs)
+    assert judge.decomposable and judge.widths_[-1] == 1
+    test = _evasive_pairs(FACTS[18:], start=18)
+    r_a, r_b = (judge.rewards([PointRecord.build(LOC, question=p.question, answer=getattr(p, side), unlabelled=True)
+                               for p in test]) for side in ("answer_a", "answer_b"))
+    proba = judge.predict_proba(test)
+    np.testing.assert_array_equal(np.sign(proba[:, 0] - proba[:, 2]), np.sign(r_a - r_b))
+    assert (np.sign(r_a - r_b) == [1 if p.verdict == "A" else -1 for p in test]).all()
+    # length_at_prediction scales it as it scales the character-length groups
+    removed = EmbeddingJudge(**options, length_at_prediction=0.0).fit(pairs)
+    assert judge.model_.coef[:, -1].any() and not removed.model_.coef[:, -1].any()
+    np.testing.assert_array_equal(removed.model_.coef[:, :-1], judge.model_.coef[:, :-1])
 
 
 def test_row_cosine():
@@ -450,9 +499,9 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     from clfjudge.judges.embedding import SklearnJudge
 
     judge = EmbeddingJudge(embedder=embedder, features=("diff", "length_diff"), use_length=False,
-                           head_params={"C": 1.0}).fit(_pairs(FACTS[:18]))
-    assert judge.decomposable
-    test = _pairs(FACTS[18:], start=18)
+                           head_params={"C": 1.0}).fit(_evasive_pairs(FACTS[:18]))
+    assert judge.decomposable and judge.model_.coef.any()
+    test = _evasive_pairs(FACTS[18:], start=18)
     r_a = judge.rewards([PointRecord.build(LOC, question=p.question, answer=p.answer_a, unlabelled=True)
                          for p in test])
     r_b = judge.rewards([PointRecord.build(LOC, question=p.question, answer=p.answer_b, unlabelled=True)

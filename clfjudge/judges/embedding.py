@@ -26,7 +26,13 @@ from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
 from ..models.heads import Cls3Head, PairOutputs
 from ..registry import Registry
 from .base import DEFAULT_BATCH_SIZE, Judge
-from .features import log_length_difference, log_lengths, row_cosine
+from .features import (
+    log_information_length_difference,
+    log_information_lengths,
+    log_length_difference,
+    log_lengths,
+    row_cosine,
+)
 from .linear_head import LinearHead
 
 # Column order of predict_proba: reversing the columns is exactly swapping the answers.
@@ -76,6 +82,7 @@ class FeatureGroup:
     # antisymmetric groups that are a difference f(A) - f(B): f on one answer (a PointView), so a judge made of
     # such groups scores each answer on its own (``EmbeddingJudge.rewards``)
     one_side: Callable[[Any], np.ndarray] | None = None
+    length_like: bool = False  # measures how long the answers are: ``length_at_prediction`` scales it
 
 
 def _col(x: np.ndarray) -> np.ndarray:
@@ -98,10 +105,15 @@ PAIR_FEATURES.register("cos_sym", FeatureGroup(
 PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True,
                                                    one_side=lambda v: v.a_stats))
 PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti",
-                                                   one_side=lambda v: log_lengths(v.a_text)))
+                                                   one_side=lambda v: log_lengths(v.a_text), length_like=True))
 PAIR_FEATURES.register("length_sym", FeatureGroup(
     lambda v: np.hstack([np.abs(log_length_difference(v.a_text, v.b_text)),
-                         log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym"))
+                         log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym",
+    length_like=True))
+# Information length (compressed bytes): the length signal without the padding (features.information_lengths).
+PAIR_FEATURES.register("info_length_diff", FeatureGroup(
+    lambda v: log_information_length_difference(v.a_text, v.b_text), "anti",
+    one_side=lambda v: log_information_lengths(v.a_text), length_like=True))
 
 POINT_FEATURES: Registry[FeatureGroup] = Registry("point feature group")
 POINT_FEATURES.register("q", FeatureGroup(lambda v: v.q, "point", needs_question=True))
@@ -111,7 +123,9 @@ POINT_FEATURES.register("cos", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a))
 POINT_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats, "point", needs_stats=True))
 POINT_FEATURES.register("ref_cos", FeatureGroup(lambda v: _col(row_cosine(v.a, v.ref)), "point", needs_reference=True))
 POINT_FEATURES.register("length", FeatureGroup(lambda v: np.hstack([log_lengths(v.a_text), log_lengths(v.q_text)]),
-                                               "point"))
+                                               "point", length_like=True))
+POINT_FEATURES.register("info_length", FeatureGroup(lambda v: log_information_lengths(v.a_text), "point",
+                                                    length_like=True))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -310,9 +324,9 @@ class EmbeddingJudge:
         self.seed = seed
         self.weighting = tuple(weighting)
         training_weights([], self.weighting)  # fail early on an unknown weighting
-        if length_at_prediction != 1.0 and not any(g in spec.length_features for g in self.groups):
+        if length_at_prediction != 1.0 and not any(spec.features.get(g).length_like for g in self.groups):
             raise ValueError("length_at_prediction scales the length features: it needs use_length=True (or a "
-                             "length group in features)")
+                             "length group such as info_length_diff in features)")
         self.length_at_prediction = float(length_at_prediction)
         if embedder is not None and embedder.encoder != encoder:
             raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
@@ -443,7 +457,7 @@ class EmbeddingJudge:
             raise ValueError(f"length_at_prediction needs a linear head, not {self.head!r}")
         start = 0
         for group, width in zip(self.groups, self.widths_):
-            if group in KINDS[self.kind].length_features:
+            if KINDS[self.kind].features.get(group).length_like:
                 self.model_.coef[:, start:start + width] *= self.length_at_prediction
             start += width
 
@@ -462,8 +476,8 @@ class EmbeddingJudge:
         self._require_fitted()
         if not self.decomposable:
             raise ValueError(f"this judge compares pairs through non-difference feature groups {list(self.groups)}; "
-                             "only a judge of difference groups (diff, token_stats, length_diff, q_diff, cos_diff) "
-                             "and a linear head scores answers on its own")
+                             "only a judge of difference groups (diff, token_stats, length_diff, info_length_diff, "
+                             "q_diff, cos_diff) and a linear head scores answers on its own")
         points = list(points)
         if not points:
             return np.zeros(0)

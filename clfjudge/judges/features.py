@@ -1,12 +1,15 @@
 """Cheap features shared by the embedding judge and the baselines, and the two baseline judges.
 
 - lengths of texts (characters, words) and their log differences;
+- information length: the bytes a text takes compressed (zlib), a length that repetition and boilerplate
+  do not inflate;
 - question-answer cosine similarity from embeddings computed elsewhere;
 - baselines as plain functions: the majority class of a training set, and "longer answer wins" (equal
   lengths -> TIE), the verbosity heuristic every learned judge has to beat.
 """
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
@@ -44,6 +47,28 @@ def log_lengths(texts: Sequence[str]) -> np.ndarray:
 def log_length_difference(texts_a: Sequence[str], texts_b: Sequence[str]) -> np.ndarray:
     """(n, 2): log-length of A minus log-length of B (characters, words); antisymmetric under A <-> B."""
     return log_lengths(texts_a) - log_lengths(texts_b)
+
+
+_EMPTY_COMPRESSED = len(zlib.compress(b""))
+
+
+def information_lengths(texts: Sequence[str]) -> np.ndarray:
+    """Bytes each text takes compressed by zlib (level 6), minus the empty text's: how much an answer says
+    rather than how long it is. Measured on the pool (bench/results/reader_probe_*.md), the information-length
+    rule beats the character-length rule out of distribution; padding by repetition barely moves it."""
+    # surrogatepass: a lone surrogate (valid JSON, not valid UTF-8) is measured, not an error
+    return np.fromiter((len(zlib.compress(t.encode("utf-8", "surrogatepass"))) - _EMPTY_COMPRESSED for t in texts),
+                       dtype=np.float64, count=len(texts))
+
+
+def log_information_lengths(texts: Sequence[str]) -> np.ndarray:
+    """(n, 1): log(1 + compressed bytes)."""
+    return np.log1p(information_lengths(texts))[:, None]
+
+
+def log_information_length_difference(texts_a: Sequence[str], texts_b: Sequence[str]) -> np.ndarray:
+    """(n, 1): log information length of A minus that of B; antisymmetric under A <-> B."""
+    return log_information_lengths(texts_a) - log_information_lengths(texts_b)
 
 
 def row_cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
