@@ -141,9 +141,12 @@ class DecoderEmbedder:
 
     @property
     def cache_id(self) -> str:
+        # the prompt frame the answer is read in (chat template or the base-model frame) is part of the reading
+        frame = hashlib.blake2b("\0".join(self.template_parts()).encode("utf-8", "surrogatepass"),
+                                digest_size=4).hexdigest()
         return (f"{self.encoder}|layer={self._resolved_layer()}|prompt={self.max_prompt_tokens}"
                 f"|answer={self.max_answer_tokens}|stats={int(self.stats)}"
-                f"{f'@{self.stats_tokens}' if self.stats_tokens else ''}|{self.precision}")
+                f"{f'@{self.stats_tokens}' if self.stats_tokens else ''}|frame={frame}|{self.precision}")
 
     @property
     def hidden_size(self) -> int:
@@ -189,11 +192,11 @@ class DecoderEmbedder:
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 
-        from ..models.backbones import load_tokenizer, resolve_backbone
+        from ..models.backbones import resolve_backbone
 
         layer = self._resolved_layer()
         info = resolve_backbone(self.encoder)
-        self._tokenizer = load_tokenizer(info)
+        self._load_tokenizer()
         if self.stats:  # the whole model: the LM head scores every answer token
             lm = AutoModelForCausalLM.from_pretrained(info.path_or_id, dtype=torch.float32)
             model, self._lm_head = lm.get_decoder(), lm.get_output_embeddings().eval().to(self.device)
@@ -203,6 +206,13 @@ class DecoderEmbedder:
             model.layers = model.layers[:layer]  # later layers never influence the pooled one
         model.layers[layer - 1].register_forward_hook(self._capture)
         self._model = model.eval().to(self.device)
+
+    def _load_tokenizer(self) -> None:
+        """The tokenizer alone (the prompt frame, hence the cache identity, needs it; the weights wait)."""
+        if self._tokenizer is None:
+            from ..models.backbones import load_tokenizer, resolve_backbone
+
+            self._tokenizer = load_tokenizer(resolve_backbone(self.encoder))
 
     def _capture(self, module, inputs, output) -> None:
         self._captured = output[0] if isinstance(output, tuple) else output
@@ -223,11 +233,13 @@ class DecoderEmbedder:
         if tok.chat_template:
             return tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                            add_generation_prompt=True)
-        return f"{question}\n\n"
+        # A base model (e.g. gemma-3-270m): a plain question/answer frame, opened by BOS as in pre-training
+        # (Gemma's states collapse without it; the tokenizer parses the special token in the text).
+        return f"{tok.bos_token or ''}Question: {question}\n\nAnswer: "
 
     def template_parts(self) -> tuple[str, str]:
         """(text before, text after) the question in the rendered prompt: what an exported reader renders."""
-        self._load()
+        self._load_tokenizer()
         sentinel = "\uE000clfjudge-question\uE000"  # a private-use character no template produces
         before, found, after = self._render(sentinel).partition(sentinel)
         if not found:

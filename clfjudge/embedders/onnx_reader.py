@@ -50,6 +50,9 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
 
+    def _load_tokenizer(self) -> None:
+        pass  # the prompt frame is on the card (_render); the tokenizer comes with the session
+
     def _ids(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
