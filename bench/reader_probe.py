@@ -1,0 +1,226 @@
+"""Which frozen reader, layer, length feature and regularisation generalize across preference sources?
+
+A probe of the embedding judge's design space, cheaper than the scoreboard: each answer is read once after its
+question by a frozen decoder with forward hooks on several layers (the mean state over the answer tokens of
+each hooked layer is kept: one pass gives every layer), and linear pairwise heads over difference features are
+fitted in seconds. The protocol is the one the default recipe was chosen by:
+
+- **leave one source out** over the training pool (AlpacaEval GPT-4, AlpacaEval 2 GPT-4-turbo, Chatbot Arena
+  votes, HH-RLHF, UltraFeedback, LLMEval²): train on five sources, score the sixth, whose annotators and answer
+  styles the head never saw;
+- **dev**: LLMBar's case-study sets (never reported as held out);
+- every number is accuracy on the set's non-tie pairs minus "longer answer wins" on the same pairs.
+
+The evaluation sets (PandaLM, Auto-J, LLMBar) are scored and written too, as a report; no choice reads them.
+Features: the hooked layer's mean state, ``info`` = log zlib-compressed bytes of the answer (information length,
+``judges.features.information_lengths``), ``chars`` = log characters. Heads: logistic regression without
+intercept on both answer orders, every pool source carrying the same total weight, feature groups scaled to
+equal variance (as ``EmbeddingJudge``'s linear heads).
+
+Readings are cached as ``.npz`` per (reader, set) under ``--cache`` (default ``~/.cache/clfjudge/probe``), so a
+re-run only fits. Writes bench/results/reader_probe_<date>.{md,json}.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/reader_probe.py [--readers smollm2:8,15,20,30 gemma3:6,9]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write  # noqa: E402
+
+POOL = {"alpacaeval-gpt4": 1200, "alpacaeval-gpt4turbo": 400, "arena-votes": 1200, "hh-rlhf": 800,
+        "ultrafeedback": 1195, "llmeval2": 1000}
+DEV = ("llmbar-case-constraint", "llmbar-case-negation", "llmbar-case-normal", "llmbar-case-base9",
+       "llmbar-case-base10")
+TEST = ("pandalm-test", "autoj-test", "llmbar-natural", "llmbar-neighbor", "llmbar-gptinst", "llmbar-gptout",
+        "llmbar-manual", "llmbar-faireval", "llmbar-llmeval2")
+MAX_PROMPT, MAX_ANSWER, BATCH_TOKENS = 256, 384, 4096
+
+
+def load_sets() -> dict[str, list]:
+    """Pool samples (decontaminated against every dev and test set, seeded) and the dev and test sets."""
+    from clfjudge.data.records import PairRecord
+    from clfjudge.data.sources import load
+    from clfjudge.data.splits import decontaminate
+
+    named = {n: [r for r in load(n).records if isinstance(r, PairRecord)] for n in (*DEV, *TEST)}
+    against = [r for recs in named.values() for r in recs]
+    against += load("prometheus-mtbench").records + load("prometheus-vicuna").records
+    rng = random.Random(0)
+    for source, cap in POOL.items():
+        kept = decontaminate([r for r in load(source).records if isinstance(r, PairRecord)], against)[0]
+        rng.shuffle(kept)
+        named[f"pool:{source}"] = kept[:cap]
+    return named
+
+
+def text_key(question: str, answer: str) -> str:
+    return hashlib.blake2b((question + "\0" + answer).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def read(spec: str, layers: list[int], name: str, records: list, cache: Path, precision: str) -> Path:
+    """Mean state of every hooked layer over each answer's tokens, each answer read once after its question."""
+    path = cache / spec / f"{name}.npz"
+    if path.exists():
+        return path
+    import torch
+    from transformers import AutoModel
+
+    from clfjudge.embedders.decoder import DecoderEmbedder, autocast, resolve_precision
+
+    reader = DecoderEmbedder(spec, layer=max(layers), max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
+    reader._load()  # the tokenizer and the prompt template of the library's reader
+    model = AutoModel.from_pretrained(str(reader_path(spec)), dtype=torch.float32).eval()
+    model.layers = model.layers[:max(layers)]
+    captured = {}
+    for layer in layers:
+        model.layers[layer - 1].register_forward_hook(
+            lambda m, i, o, layer=layer: captured.__setitem__(layer, o[0] if isinstance(o, tuple) else o))
+    items = {}
+    for r in records:
+        for answer in (r.answer_a, r.answer_b):
+            items.setdefault(text_key(r.question, answer),
+                             (reader._prompt_ids(r.question), reader._answer_ids(answer)))
+    keys = sorted(items, key=lambda k: sum(map(len, items[k])))
+    means = {layer: np.zeros((len(keys), model.config.hidden_size), np.float32) for layer in layers}
+    start, i = time.monotonic(), 0
+    with torch.inference_mode(), autocast(resolve_precision(precision)):
+        while i < len(keys):  # token-budget batches of answers sorted by length
+            batch, width = [], 0
+            while i < len(keys) and (not batch or max(width, sum(map(len, items[keys[i]]))) * (len(batch) + 1)
+                                     <= BATCH_TOKENS):
+                width = max(width, sum(map(len, items[keys[i]])))
+                batch.append(i)
+                i += 1
+            ids = torch.full((len(batch), width), reader._eos)
+            mask, pool = torch.zeros_like(ids), torch.zeros(len(batch), width)
+            for row, j in enumerate(batch):
+                prompt, body = items[keys[j]]
+                ids[row, :len(prompt) + len(body)] = torch.tensor(prompt + body)
+                mask[row, :len(prompt) + len(body)] = 1
+                pool[row, len(prompt):len(prompt) + len(body)] = 1 / len(body)
+            model(input_ids=ids, attention_mask=mask)
+            for layer in layers:
+                means[layer][batch] = torch.einsum("bt,btd->bd", pool, captured[layer].float()).numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(keys), **{f"mean{layer}": v for layer, v in means.items()})
+    print(f"[{spec}] {name}: {len(keys)} answers in {time.monotonic() - start:.0f} s", flush=True)
+    return path
+
+
+def reader_path(spec: str):
+    from clfjudge.models.backbones import resolve_backbone
+
+    return resolve_backbone(spec).path_or_id
+
+
+class Pairs:
+    """Non-tie pairs of one set as difference features."""
+
+    def __init__(self, records: list, vectors: dict[str, np.ndarray] | None) -> None:
+        from clfjudge.judges.features import information_lengths
+
+        pairs = [r for r in records if r.verdict is not None and r.verdict.value in ("A", "B")]
+        self.y = np.array([r.verdict.value == "A" for r in pairs], dtype=float)
+        a, b = [r.answer_a for r in pairs], [r.answer_b for r in pairs]
+        self.info = np.log1p(information_lengths(a)) - np.log1p(information_lengths(b))
+        self.chars = np.log1p([len(t) for t in a]) - np.log1p([len(t) for t in b])
+        self.longer = 100 * np.mean(np.where(self.chars == 0, 0.5, (self.chars > 0) == (self.y == 1)))
+        if vectors is not None:
+            self.emb = {layer: v[[vectors["index"][text_key(r.question, r.answer_a)] for r in pairs]]
+                        - v[[vectors["index"][text_key(r.question, r.answer_b)] for r in pairs]]
+                        for layer, v in vectors.items() if layer != "index"}
+
+
+def design(p: Pairs, layer: str | None, length: str, scale: dict) -> np.ndarray:
+    cols = [] if layer is None else [p.emb[layer] / scale["emb"] / np.sqrt(p.emb[layer].shape[1])]
+    cols += [getattr(p, length)[:, None] / scale[length]] if length != "none" else []
+    return np.hstack(cols)
+
+
+def fit(train: list[Pairs], layer: str | None, length: str, c: float):
+    from sklearn.linear_model import LogisticRegression
+
+    scale = {length: np.concatenate([getattr(p, length) for p in train]).std() for length in ("info", "chars")}
+    if layer is not None:
+        scale["emb"] = np.vstack([p.emb[layer] for p in train]).std(0) + 1e-6
+    x = np.vstack([design(p, layer, length, scale) for p in train])
+    y = np.concatenate([p.y for p in train])
+    w = np.concatenate([np.full(len(p.y), len(y) / (len(train) * len(p.y))) for p in train])
+    head = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
+    head.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
+    return lambda p: 100 * np.mean((design(p, layer, length, scale) @ head.coef_[0] > 0) == (p.y == 1)) - p.longer
+
+
+def probe(data: dict[str, Pairs], layer: str | None, length: str, c: float) -> dict:
+    pool = [n for n in data if n.startswith("pool:")]
+    loso = {n: fit([data[m] for m in pool if m != n], layer, length, c)(data[n]) for n in pool}
+    judge = fit([data[n] for n in pool], layer, length, c)
+    return {"loso": loso, "loso_mean": float(np.mean(list(loso.values()))),
+            "dev": {n: judge(data[n]) for n in DEV}, "dev_mean": float(np.mean([judge(data[n]) for n in DEV])),
+            "test": {n: judge(data[n]) for n in TEST}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--readers", nargs="+", default=["smollm2:8,15,20,30", "gemma3:6,9"],
+                   help="SPEC:LAYER,LAYER,... (one pass per reader hooks every listed layer)")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "clfjudge" / "probe")
+    p.add_argument("--precision", default="auto")
+    p.add_argument("--c", nargs="+", type=float, default=[0.01, 0.03, 0.1])
+    args = p.parse_args()
+    started = time.monotonic()
+    named = load_sets()
+    rows = {}
+    base = {n: Pairs(recs, None) for n, recs in named.items()}
+    for length in ("chars", "info"):
+        rows[f"learned length rule ({length})"] = probe(base, None, length, 1.0)
+    for reader in args.readers:
+        spec, layers = reader.split(":")
+        layers = [int(x) for x in layers.split(",")]
+        data = {}
+        for name, recs in named.items():
+            z = np.load(read(spec, layers, name, recs, args.cache, args.precision))
+            vectors = {f"mean{layer}": z[f"mean{layer}"] for layer in layers}
+            vectors["index"] = dict(zip(z["keys"], range(len(z["keys"]))))
+            data[name] = Pairs(recs, vectors)
+        for layer in layers:
+            for c in args.c:
+                for length in ("info", "chars"):
+                    if length == "chars" and c != 0.03:
+                        continue
+                    rows[f"{spec} layer {layer} + {length}, C={c}"] = probe(data, f"mean{layer}", length, c)
+    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
+              "pool": POOL, "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    print(f"wrote {write('reader_probe', result, markdown(result))}")
+    return 0
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    pool = list(next(iter(result["rows"].values()))["loso"])
+    lines = [f"# Reader probe ({m['date'][:10]})", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores; commit {m['commit']}; {result['wall_time_s']} s. "
+             "Accuracy on non-tie pairs minus longer-answer-wins on the same pairs (points). LOSO: trained on the "
+             "other five pool sources, scored on this one; dev: LLMBar case-study sets (the knobs were read off "
+             "LOSO + dev); test: scored for the record, never used for a choice.", "",
+             "| variant | LOSO mean | " + " | ".join(n.removeprefix("pool:") for n in pool)
+             + " | dev mean | " + " | ".join(n.removeprefix("llmbar-") for n in TEST) + " |",
+             "|---" * (3 + len(pool) + len(TEST)) + "|"]
+    for name, r in result["rows"].items():
+        lines.append(f"| {name} | {r['loso_mean']:+.1f} | " + " | ".join(f"{r['loso'][n]:+.1f}" for n in pool)
+                     + f" | {r['dev_mean']:+.1f} | " + " | ".join(f"{r['test'][n]:+.1f}" for n in TEST) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
