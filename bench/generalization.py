@@ -42,19 +42,16 @@ class Variant:
 
 FEATURES = "embedding.features"
 VARIANTS = {
-    "length": Variant("length difference only (a learned length rule)", (f"{FEATURES}=[length_diff]",)),
-    "emb": Variant("middle-layer embedding + length (the session-9 features, on the pool)",
-                   (f"{FEATURES}=[diff,length_diff]",)),
-    "stats": Variant("token statistics (PMI with the question, fluency) + length",
-                     (f"{FEATURES}=[token_stats,length_diff]",)),
-    "emb+stats": Variant("embedding + token statistics + length (the recipe as written)", ()),
-    "emb+stats, length-balanced": Variant("... longer- and shorter-answer wins weighted equally in training",
-                                          ("embedding.weighting=[length]",)),
-    "emb+stats, source-balanced": Variant("... every pool source weighted equally", ("embedding.weighting=[source]",)),
-    "emb+stats, length removed": Variant("... length fitted, then removed from the decision",
-                                         ("embedding.length_at_prediction=0.0",)),
-    "emb+stats, hard negatives": Variant("... + 800 length-matched off-instruction negatives mined from the pool",
-                                         ("neighbour_negatives=1", "neighbour_limit=800", "neighbour_candidates=5")),
+    "length": Variant("character-length difference only (a learned length rule)", (f"{FEATURES}=[length_diff]",)),
+    "info-length": Variant("information-length difference only (log zlib bytes; a learned rule)",
+                           (f"{FEATURES}=[info_length_diff]",)),
+    "emb+info": Variant("layer-8 embedding + information length (the default judge's recipe)", ()),
+    "emb+chars": Variant("layer-8 embedding + character length (the previous default's features)",
+                         (f"{FEATURES}=[diff,length_diff]",)),
+    "emb+info, length-balanced": Variant("... longer- and shorter-answer wins weighted equally in training",
+                                         ("embedding.weighting=[length,source]",)),
+    "emb+info, length removed": Variant("... information length fitted, then removed from the decision",
+                                        ("embedding.length_at_prediction=0.0",)),
 }
 
 
@@ -107,7 +104,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
     p.add_argument("--variants", nargs="+", help="variant names (default: all, and the LOSO rows of the last)")
-    p.add_argument("--loso", default="emb+stats", help="the variant whose leave-one-source-out rows are run")
+    p.add_argument("--loso", default="emb+info", help="the variant whose leave-one-source-out rows are run")
     p.add_argument("--out", type=Path, default=REPO / "runs" / "generalization")  # judges + prediction cache
     p.add_argument("--bootstrap", type=int, default=2000)
     args = p.parse_args()
