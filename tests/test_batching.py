@@ -1,0 +1,86 @@
+"""Token-budget batching (clfjudge.batching): every sequence or request is served exactly once, and no batch is
+over budget unless one request alone is; a judge's results do not depend on the budget."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clfjudge.batching import next_call, padded_tokens, token_batches
+
+lengths_st = st.lists(st.integers(0, 600), max_size=60)
+budget_st = st.one_of(st.none(), st.integers(1, 3000))
+
+
+def test_padded_tokens_counts_rows_times_the_longest():
+    assert padded_tokens([3, 10, 5]) == 30
+    assert padded_tokens([]) == 0
+
+
+@given(lengths_st, st.integers(1, 16), budget_st)
+def test_token_batches_cover_every_index_once_within_budget(lengths, max_rows, budget):
+    batches = token_batches(lengths, max_rows, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert 1 <= len(b) <= max_rows
+        assert budget is None or len(b) == 1 or padded_tokens([lengths[i] for i in b]) <= budget
+    # length buckets: each batch is a run of the sorted lengths
+    for first, second in zip(batches, batches[1:]):
+        assert max(lengths[i] for i in first) <= min(lengths[i] for i in second)
+
+
+def test_token_batches_cut_at_the_budget_not_only_at_the_row_count():
+    assert token_batches([100, 10, 10, 100], 8, 200) == [[1, 2], [0, 3]]
+    assert token_batches([100, 10, 10, 100], 8) == [[1, 2, 0, 3]]
+    assert token_batches([500, 10], 8, 100) == [[1], [0]]  # one over the budget runs alone
+
+
+@pytest.mark.parametrize("max_rows, budget", [(0, None), (4, 0), (4, -5)])
+def test_a_budget_that_admits_nothing_is_refused(max_rows, budget):
+    with pytest.raises(ValueError):
+        token_batches([1, 2], max_rows, budget)
+
+
+queued_st = st.lists(st.tuples(st.integers(1, 4), st.lists(st.integers(0, 600), max_size=8)), max_size=30)
+
+
+@given(queued_st, st.integers(1, 40), budget_st)
+def test_next_call_takes_the_oldest_and_stays_within_the_limits(queued, max_items, budget):
+    chosen = next_call(queued, max_items, budget)
+    if not queued:
+        assert chosen == []
+        return
+    assert chosen[0] == 0 and chosen == sorted(set(chosen))
+    if len(chosen) > 1:
+        assert sum(queued[j][0] for j in chosen) <= max(max_items, queued[0][0])
+        cost = padded_tokens([n for j in chosen for n in queued[j][1]])
+        assert budget is None or cost <= max(budget, padded_tokens(queued[0][1]))
+
+
+def test_next_call_prefers_the_oldest_requests_length_bucket():
+    queued = [(1, [100]), (1, [900]), (1, [110]), (1, [95]), (1, [400])]
+    assert next_call(queued, 3) == [0, 2, 3]  # nearest to 100 in length, not the next in line
+    assert next_call(queued, 8, 400) == [0, 2, 3]  # a fourth at 110 tokens would cost 440
+    assert next_call([(1, [5000]), (1, [10]), (1, [])], 8, 100) == [0, 2]  # over budget alone; a cache hit is free
+
+
+# -- the same policy in-process: results do not depend on how the sequences were batched -------------------
+
+@pytest.mark.parametrize("head", ["cls3", "reward"])
+def test_a_judge_gives_the_same_results_under_any_token_budget(tiny_bert_dir, tmp_path, head):
+    from tiny_judges import make_judge
+
+    from clfjudge.judges.base import Judge, as_pair
+
+    judge = Judge.load(make_judge(tiny_bert_dir, tmp_path / head, head), batch_size=4)
+    words = "the a prime number seven is odd and nine is not".split()
+    pairs = [{"question": "Name a prime " + " ".join(words[:i % 5]), "answer_a": " ".join(words[:i % 11 + 1]),
+              "answer_b": " ".join(words[(i * 3) % 7:])} for i in range(13)]
+    unbudgeted = judge.compare_batch(pairs)
+    lengths = judge.sequence_lengths([as_pair(p) for p in pairs])
+    assert len(lengths) == len(pairs) and all(len(seqs) == (2 if head == "reward" else 1) for seqs in lengths)
+    assert judge.truncation["records"] == len(pairs) * len(lengths[0])  # measuring does not count as encoding
+    judge.max_batch_tokens = max(n for seqs in lengths for n in seqs)  # about one sequence per forward pass
+    for want, got in zip(unbudgeted, judge.compare_batch(pairs)):
+        assert got.verdict == want.verdict
+        assert (got.p_a, got.p_tie, got.p_b) == pytest.approx((want.p_a, want.p_tie, want.p_b), abs=1e-5)
