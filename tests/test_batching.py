@@ -1,12 +1,16 @@
-"""Token-budget batching (clfjudge.batching): every sequence or request is served exactly once, and no batch is
-over budget unless one request alone is; a judge's results do not depend on the budget."""
+"""Token-budget batching (clfjudge.batching) and the server's Batcher driven by it: every sequence or request is
+served exactly once, no batch is over budget unless one request alone is, and every caller gets its own results
+back in order."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clfjudge.batching import next_call, padded_tokens, token_batches
+from clfjudge.serving.server import Batcher, Limits, Stats
 
 lengths_st = st.lists(st.integers(0, 600), max_size=60)
 budget_st = st.one_of(st.none(), st.integers(1, 3000))
@@ -62,6 +66,52 @@ def test_next_call_prefers_the_oldest_requests_length_bucket():
     assert next_call(queued, 3) == [0, 2, 3]  # nearest to 100 in length, not the next in line
     assert next_call(queued, 8, 400) == [0, 2, 3]  # a fourth at 110 tokens would cost 440
     assert next_call([(1, [5000]), (1, [10]), (1, [])], 8, 100) == [0, 2]  # over budget alone; a cache hit is free
+
+
+# -- the server's Batcher on this policy ------------------------------------------------------------------
+
+requests_st = st.lists(st.tuples(st.lists(st.integers(1, 300), min_size=1, max_size=4), st.booleans()),
+                       min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests_st, st.integers(1, 8), budget_st, st.integers(0, 3))
+def test_the_batcher_serves_every_request_once_in_order_within_budget(requests, max_batch, budget, delay_every):
+    """Each request is a list of items (an item is its own token length) and an order mode; the judge echoes
+    its items. Calls may merge requests, never modes, and never go over budget unless one request alone is."""
+    calls: list[tuple[list[tuple[int, int]], bool]] = []
+
+    def run(items, symmetric):
+        calls.append(([(it["req"], it["pos"]) for it in items], symmetric))
+        return [{"req": it["req"], "pos": it["pos"], "symmetric": symmetric} for it in items]
+
+    async def main():
+        limits = Limits(max_batch_size=max_batch, max_batch_tokens=budget, max_wait_ms=1, max_queue=10_000)
+        batcher = Batcher(run, limits, Stats())
+        batcher.start()
+
+        async def client(r, lengths, symmetric):
+            if delay_every and r % delay_every == 0:
+                await asyncio.sleep(0)  # let some arrive while a call runs
+            items = [{"req": r, "pos": i} for i in range(len(lengths))]
+            return await batcher.submit(items, symmetric, lengths)
+
+        got = await asyncio.gather(*(client(r, lengths, sym) for r, (lengths, sym) in enumerate(requests)))
+        await batcher.drain()
+        return got, batcher
+
+    got, batcher = asyncio.run(main())
+    for r, ((lengths, symmetric), results) in enumerate(zip(requests, got)):
+        assert results == [{"req": r, "pos": i, "symmetric": symmetric} for i in range(len(lengths))]
+    served = [key for items, _ in calls for key in items]
+    assert sorted(served) == sorted((r, i) for r, (lengths, _) in enumerate(requests) for i in range(len(lengths)))
+    for items, symmetric in calls:
+        reqs = sorted({r for r, _ in items})
+        assert all(requests[r][1] is symmetric for r in reqs)
+        if len(reqs) > 1:
+            assert len(items) <= max_batch
+            assert budget is None or padded_tokens([requests[r][0][i] for r, i in items]) <= budget
+    assert batcher.queued_items == 0 and batcher.queue == []
 
 
 # -- the same policy in-process: results do not depend on how the sequences were batched -------------------
