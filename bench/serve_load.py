@@ -1,9 +1,10 @@
 """Server load test: token-budget batching vs batching by count vs one request at a time, on loopback.
 
     python bench/serve_load.py JUDGE_DIR [--clients 1 8 32 64] [--requests 32] [--threads 2] [--max-chars N]
+                               [--configs token count one]
 
-Starts one `clfjudge serve` subprocess per configuration (token budget: max 32 items / 4096 padded tokens / 5 ms;
-by count: max 32 / 5 ms, no token budget; one at a time: max batch 1) and keeps them all up; then, level by level,
+Starts one `clfjudge serve` subprocess per configuration (``CONFIGS``; ``--configs`` picks some, "one" is always
+run: the ratios are against it) and keeps them all up; then, level by level,
 runs each configuration in turn (so that a machine shared with other jobs loads them alike): every client sends
 its share of real Auto-J test pairs (httpx, asyncio) and the run records throughput, p50 and p99 latency, every
 non-200 answer, and from /metrics the judge calls' mean size, padded tokens and padding fraction. Each level sends
@@ -26,14 +27,13 @@ from typing import Any
 import httpx
 from common import machine, write
 
-CONFIGS = {
-    "token budget (max 32, 4096 tokens, 5 ms)": ["--max-batch-size", "32", "--max-batch-tokens", "4096",
-                                                 "--max-wait-ms", "5"],
-    "by count (max 32, 5 ms, no token budget)": ["--max-batch-size", "32", "--max-batch-tokens", "0",
-                                                 "--max-wait-ms", "5"],
-    "one at a time (max batch 1)": ["--max-batch-size", "1", "--max-wait-ms", "0"],
+CONFIGS = {  # id: (label, flags)
+    "token": ("token budget (max 32, 4096 tokens, 10% padding, 5 ms)",
+              ["--max-batch-size", "32", "--max-batch-tokens", "4096", "--max-padding", "0.1", "--max-wait-ms", "5"]),
+    "count": ("by count (max 32, 5 ms, no token budget)",
+              ["--max-batch-size", "32", "--max-batch-tokens", "0", "--max-padding", "1", "--max-wait-ms", "5"]),
+    "one": ("one at a time (max batch 1)", ["--max-batch-size", "1", "--max-wait-ms", "0"]),
 }
-ONE = "one at a time (max batch 1)"
 
 
 def free_port() -> int:
@@ -115,12 +115,13 @@ def start_server(judge: Path, flags: list[str], threads: int) -> tuple[subproces
 
 
 async def run(judge: Path, payloads: list[dict[str, str]], args) -> dict[str, list[dict[str, Any]]]:
-    servers = {name: start_server(judge, flags, args.threads) for name, flags in CONFIGS.items()}
+    chosen = dict.fromkeys([*args.configs, "one"])
+    servers = {CONFIGS[c][0]: start_server(judge, CONFIGS[c][1], args.threads) for c in chosen}
     try:
         for proc, url in servers.values():
             await wait_ready(url, proc)
             await load(url, payloads[-2:], 1, 2)  # warm-up on pairs no level sends
-        results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
         offset = 0
         for clients in args.clients:
             per_client = max(1, args.requests // clients) if clients > 1 else max(1, args.requests // 2)
@@ -149,6 +150,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32, help="requests per configuration and level "
                                                                  "(1 client: half; at least one per client)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--max-chars", type=int, help="only pairs whose question and answers are this short (a "
                                                       "slow judge on a shared machine; the lengths still vary)")
     args = parser.parse_args()
@@ -157,7 +159,7 @@ def main() -> None:
                 if args.max_chars is None or max(len(r.question), len(r.answer_a), len(r.answer_b)) <= args.max_chars]
     meta = machine(args.threads)
     results = asyncio.run(run(args.judge, payloads, args))
-    one = {r["clients"]: r for r in results[ONE]}
+    one = {r["clients"]: r for r in results[CONFIGS["one"][0]]}
     lines = [f"# Server load: token-budget batching vs by count vs one at a time ({meta['date']})", "",
              f"CPU: {meta['cpu']} ({meta['cores']} cores, shared with other jobs), judge threads {args.threads}, "
              f"load average at start {tuple(round(x, 2) for x in meta['loadavg_at_start'])}; commit "
@@ -176,7 +178,8 @@ def main() -> None:
                          f"{cell(r['mean_items_per_call'], '.1f')} | "
                          f"{cell(r['mean_padded_tokens_per_call'], '.0f')} | "
                          f"{cell(r['padding_fraction'], '.1%')} | {r['loadavg']:.1f} |")
-    report = {"machine": meta, "judge": str(args.judge), "configs": CONFIGS, "max_chars": args.max_chars,
+    configs = {CONFIGS[c][0]: CONFIGS[c][1] for c in dict.fromkeys([*args.configs, "one"])}
+    report = {"machine": meta, "judge": str(args.judge), "configs": configs, "max_chars": args.max_chars,
               "pairs": len(payloads), "results": results}
     print(write("serve_load", report, "\n".join(lines) + "\n"))
 

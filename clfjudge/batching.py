@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Padded token positions per forward pass when a judge is loaded for serving (``clfjudge serve --max-batch-tokens``).
-# On 2 CPU cores throughput per token is flat from a few hundred tokens up (bench/results/serve_load_*.md).
+# What ``clfjudge serve`` batches by (--max-batch-tokens, --max-padding): padded token positions per judge call and
+# forward pass, and the padding a forward pass may hold (bench/results/serve_load_2026-11-25*.md).
 DEFAULT_MAX_BATCH_TOKENS = 4096
+DEFAULT_MAX_PADDING = 0.1
 
 
 def padded_tokens(lengths: Sequence[int]) -> int:
@@ -23,27 +24,37 @@ def padded_tokens(lengths: Sequence[int]) -> int:
     return max(lengths, default=0) * len(lengths)
 
 
-def check_budget(max_rows: int, max_tokens: int | None) -> None:
+def check_budget(max_rows: int, max_tokens: int | None, max_padding: float | None = None) -> None:
     if max_rows < 1:
         raise ValueError(f"a batch must hold at least one row, got max_rows={max_rows}")
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive number of tokens or None, got {max_tokens}")
+    if max_padding is not None and not 0 <= max_padding <= 1:
+        raise ValueError(f"max_padding must be a fraction in [0, 1] or None, got {max_padding}")
 
 
-def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None = None,
+                  max_padding: float | None = None) -> list[list[int]]:
     """Indices of ``lengths`` in batches: sorted by length (stable), cut into consecutive runs of at most
-    ``max_rows`` rows whose padded size (rows x longest) stays within ``max_tokens`` (None: no budget). A
-    sequence longer than the budget on its own runs alone."""
-    check_budget(max_rows, max_tokens)
+    ``max_rows`` rows whose padded size (rows x longest) stays within ``max_tokens`` (None: no budget) and whose
+    padding stays within ``max_padding`` of it (None: any). A sequence longer than the budget runs alone.
+
+    ``max_padding`` is for CPUs: there a row costs about the same alone or batched (bench/results/serve_load_*),
+    so padding is pure loss and a batch pays only while it is small; on a GPU leave it None, as TEI does."""
+    check_budget(max_rows, max_tokens, max_padding)
     batches: list[list[int]] = []
     current: list[int] = []
+    real = 0
     for i in sorted(range(len(lengths)), key=lengths.__getitem__):
         # ascending order: the newcomer is the longest of its batch
-        full = len(current) >= max_rows or (max_tokens is not None and lengths[i] * (len(current) + 1) > max_tokens)
+        padded = lengths[i] * (len(current) + 1)
+        full = (len(current) >= max_rows or (max_tokens is not None and padded > max_tokens)
+                or (max_padding is not None and padded - real - lengths[i] > max_padding * padded))
         if current and full:
             batches.append(current)
-            current = []
+            current, real = [], 0
         current.append(i)
+        real += lengths[i]
     if current:
         batches.append(current)
     return batches

@@ -21,13 +21,16 @@ def test_padded_tokens_counts_rows_times_the_longest():
     assert padded_tokens([]) == 0
 
 
-@given(lengths_st, st.integers(1, 16), budget_st)
-def test_token_batches_cover_every_index_once_within_budget(lengths, max_rows, budget):
-    batches = token_batches(lengths, max_rows, budget)
+@settings(deadline=None)  # no timed assertions: the machine is shared
+@given(lengths_st, st.integers(1, 16), budget_st, st.one_of(st.none(), st.floats(0, 1)))
+def test_token_batches_cover_every_index_once_within_budget(lengths, max_rows, budget, max_padding):
+    batches = token_batches(lengths, max_rows, budget, max_padding)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for b in batches:
         assert 1 <= len(b) <= max_rows
-        assert budget is None or len(b) == 1 or padded_tokens([lengths[i] for i in b]) <= budget
+        padded = padded_tokens([lengths[i] for i in b])
+        assert budget is None or len(b) == 1 or padded <= budget
+        assert max_padding is None or padded - sum(lengths[i] for i in b) <= max_padding * padded + 1e-9
     # length buckets: each batch is a run of the sorted lengths
     for first, second in zip(batches, batches[1:]):
         assert max(lengths[i] for i in first) <= min(lengths[i] for i in second)
@@ -37,17 +40,19 @@ def test_token_batches_cut_at_the_budget_not_only_at_the_row_count():
     assert token_batches([100, 10, 10, 100], 8, 200) == [[1, 2], [0, 3]]
     assert token_batches([100, 10, 10, 100], 8) == [[1, 2, 0, 3]]
     assert token_batches([500, 10], 8, 100) == [[1], [0]]  # one over the budget runs alone
+    assert token_batches([100, 10, 10, 95], 8, None, 0.1) == [[1, 2], [3, 0]]  # 10 with 95: 45% padding
 
 
-@pytest.mark.parametrize("max_rows, budget", [(0, None), (4, 0), (4, -5)])
-def test_a_budget_that_admits_nothing_is_refused(max_rows, budget):
+@pytest.mark.parametrize("max_rows, budget, padding", [(0, None, None), (4, 0, None), (4, -5, None), (4, 9, 1.5)])
+def test_a_budget_that_admits_nothing_is_refused(max_rows, budget, padding):
     with pytest.raises(ValueError):
-        token_batches([1, 2], max_rows, budget)
+        token_batches([1, 2], max_rows, budget, padding)
 
 
 queued_st = st.lists(st.tuples(st.integers(1, 4), st.lists(st.integers(0, 600), max_size=8)), max_size=30)
 
 
+@settings(deadline=None)
 @given(queued_st, st.integers(1, 40), budget_st)
 def test_next_call_takes_the_oldest_and_stays_within_the_limits(queued, max_items, budget):
     chosen = next_call(queued, max_items, budget)
@@ -130,7 +135,8 @@ def test_a_judge_gives_the_same_results_under_any_token_budget(tiny_bert_dir, tm
     lengths = judge.sequence_lengths([as_pair(p) for p in pairs])
     assert len(lengths) == len(pairs) and all(len(seqs) == (2 if head == "reward" else 1) for seqs in lengths)
     assert judge.truncation["records"] == len(pairs) * len(lengths[0])  # measuring does not count as encoding
-    judge.max_batch_tokens = max(n for seqs in lengths for n in seqs)  # about one sequence per forward pass
-    for want, got in zip(unbudgeted, judge.compare_batch(pairs)):
-        assert got.verdict == want.verdict
-        assert (got.p_a, got.p_tie, got.p_b) == pytest.approx((want.p_a, want.p_tie, want.p_b), abs=1e-5)
+    budgets = [(max(n for seqs in lengths for n in seqs), None), (None, 0.0)]  # ~ one sequence / equal lengths
+    for judge.max_batch_tokens, judge.max_padding in budgets:
+        for want, got in zip(unbudgeted, judge.compare_batch(pairs)):
+            assert got.verdict == want.verdict
+            assert (got.p_a, got.p_tie, got.p_b) == pytest.approx((want.p_a, want.p_tie, want.p_b), abs=1e-5)

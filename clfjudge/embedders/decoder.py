@@ -120,6 +120,7 @@ class DecoderEmbedder:
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
         self.max_batch_tokens: int | None = None  # padded tokens per forward pass (None: rows only)
+        self.max_padding: float | None = None  # the fraction of them that may be padding
         self.shared_prefix_min = SHARED_PREFIX_MIN
         self.store_every = STORE_EVERY
         self.device = device
@@ -275,9 +276,9 @@ class DecoderEmbedder:
         return body if self.stats_tokens is None else body[:self.stats_tokens]
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices by token length in batches of at most ``batch_size`` rows and ``max_batch_tokens`` padded
-        tokens (``batching.token_batches``)."""
-        return token_batches(lengths, self.batch_size, self.max_batch_tokens)
+        """Indices by token length in batches of at most ``batch_size`` rows, ``max_batch_tokens`` padded
+        tokens and ``max_padding`` padding (``batching.token_batches``)."""
+        return token_batches(lengths, self.batch_size, self.max_batch_tokens, self.max_padding)
 
     def _read(self, items: list[tuple[list[int], list[int]]],
               with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:

@@ -124,12 +124,13 @@ class Judge:
     """A loaded judge. ``compare*`` for pair judges, ``score*`` for point judges (and reward heads, whose score
     is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``,
     and where they can tell cheaply ``sequence_lengths`` (what the server's token budget counts).
-    ``max_batch_tokens``: padded token positions per forward pass (None: batches are cut at ``batch_size``
-    only)."""
+    ``max_batch_tokens`` / ``max_padding``: padded token positions per forward pass, and the fraction of them
+    that may be padding (None: no limit; ``batching.token_batches``)."""
 
     backend_name: str
     position_invariant: bool = False
     max_batch_tokens: int | None = None
+    max_padding: float | None = None
 
     def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         if batch_size < 1:
@@ -143,14 +144,14 @@ class Judge:
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
              threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
-             max_batch_tokens: int | None = None) -> Judge:
+             max_batch_tokens: int | None = None, max_padding: float | None = None) -> Judge:
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
         "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
         ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
-        ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens``: rows / padded tokens per forward
-        pass (``clfjudge.batching.token_batches``);
+        ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens`` / ``max_padding``: rows, padded
+        tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);
         ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
-        check_budget(batch_size, max_batch_tokens)
+        check_budget(batch_size, max_batch_tokens, max_padding)
         directory = Path(directory)
         card = JudgeCard.load(directory)
         name = detect_backend(directory, card) if backend == "auto" else backend
@@ -158,7 +159,7 @@ class Judge:
         loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target
         judge = loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
                        trust_pickle=trust_pickle)
-        judge.max_batch_tokens = max_batch_tokens
+        judge.max_batch_tokens, judge.max_padding = max_batch_tokens, max_padding
         return judge
 
     # -- what subclasses provide --------------------------------------------------------------------------

@@ -689,6 +689,7 @@ class SklearnJudge(Judge):
 
         if hasattr(self.judge.embedder, "max_batch_tokens"):  # a decoder reader batches by the judge's budget
             self.judge.embedder.max_batch_tokens = self.max_batch_tokens
+            self.judge.embedder.max_padding = self.max_padding
         if self.judge.kind == "pair" and records and isinstance(records[0], PointRecord):
             return self.judge.rewards(records).reshape(-1, 1)
         if self.judge.kind == "point":

@@ -115,14 +115,15 @@ class ModelJudge(Judge):
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         """Logits per record, shape (records, k * num_labels) for k sequences per record. The sequences are
-        encoded, sorted by token length, run in batches of at most ``batch_size`` records' worth of rows and
-        ``max_batch_tokens`` padded tokens (``batching.token_batches``) and put back in order."""
+        encoded, sorted by token length, run in batches of at most ``batch_size`` records' worth of rows,
+        ``max_batch_tokens`` padded tokens and ``max_padding`` padding (``batching.token_batches``) and put back in
+        order."""
         encoded = [self.encode(r) for r in records]
         seqs = [s for e in encoded for s in e]
         per_record = max(len(e) for e in encoded)
         rows: list[np.ndarray | None] = [None] * len(seqs)
         for chunk in token_batches([len(s["input_ids"]) for s in seqs], self.batch_size * per_record,
-                                   self.max_batch_tokens):
+                                   self.max_batch_tokens, self.max_padding):
             batch = self.tokenizer.pad([seqs[i] for i in chunk], padding=True, return_tensors="np")
             logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
             for i, row in zip(chunk, logits):

@@ -376,7 +376,8 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
         return [] if per_record is None else [n for seqs in per_record for n in seqs]
 
     def plan(call_lengths: list[int]) -> list[list[int]]:  # as the judge cuts a call into forward passes
-        return token_batches(call_lengths, judge_rows, getattr(judge, "max_batch_tokens", None))
+        return token_batches(call_lengths, judge_rows, getattr(judge, "max_batch_tokens", None),
+                             getattr(judge, "max_padding", None))
 
     def passes(symmetric: bool) -> int:  # a judge that is not position-invariant reads both orders
         return 2 if symmetric and not getattr(judge, "position_invariant", False) else 1
