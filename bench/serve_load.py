@@ -4,12 +4,12 @@
                                [--configs token count one]
 
 Starts one `clfjudge serve` subprocess per configuration (``CONFIGS``; ``--configs`` picks some, "one" is always
-run: the ratios are against it) and keeps them all up; then, level by level,
-runs each configuration in turn (so that a machine shared with other jobs loads them alike): every client sends
-its share of real Auto-J test pairs (httpx, asyncio) and the run records throughput, p50 and p99 latency, every
-non-200 answer, and from /metrics the judge calls' mean size, padded tokens and padding fraction. Each level sends
-pairs no earlier level sent, so an embedding judge's reading cache never answers for the model. The run ends by
-itself.
+run: the ratios are against it) and keeps them all up; then, level by level, runs each configuration in turn (so
+that a machine shared with other jobs loads them alike): every client sends its share of real Auto-J test pairs
+(httpx, asyncio) and the run records throughput, p50 and p99 latency, every non-200 answer, the server process's
+CPU time per request (robust to a shared machine's load), and from /metrics the judge calls' mean size, padded
+tokens and padding fraction. Each level sends pairs no earlier level sent, so an embedding judge's reading cache
+never answers for the model. The run ends by itself.
 """
 from __future__ import annotations
 
@@ -77,7 +77,17 @@ def batching(before: dict[str, float], after: dict[str, float]) -> dict[str, flo
                              if delta("clfjudge_queue_seconds_count") else None)}
 
 
-async def load(url: str, payloads: list[dict[str, str]], clients: int, per_client: int) -> dict[str, Any]:
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far (all its threads): what a judge costs, whatever else the shared
+    machine runs meanwhile (wall-clock throughput moves with the other jobs' load)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def load(url: str, payloads: list[dict[str, str]], clients: int, per_client: int,
+               pid: int | None = None) -> dict[str, Any]:
     latencies, errors = [], {}
 
     async def client_loop(cid: int, http: httpx.AsyncClient) -> None:
@@ -94,14 +104,16 @@ async def load(url: str, payloads: list[dict[str, str]], clients: int, per_clien
                 errors[str(code)] = errors.get(str(code), 0) + 1
 
     limits = httpx.Limits(max_connections=clients + 4)
-    before = await scrape(url)
+    before, cpu = await scrape(url), cpu_seconds(pid)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         start = time.perf_counter()
         await asyncio.gather(*(client_loop(c, http) for c in range(clients)))
         wall = time.perf_counter() - start
+    cpu = cpu_seconds(pid) - cpu
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
     return {"clients": clients, "requests": len(latencies), "seconds": wall, "throughput_rps": len(latencies) / wall,
             "p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * q[98], "errors": errors,
+            "server_cpu_s_per_request": cpu / len(latencies) if pid is not None else None,
             "loadavg": os.getloadavg()[0], **batching(before, await scrape(url))}
 
 
@@ -127,8 +139,8 @@ async def run(judge: Path, payloads: list[dict[str, str]], args) -> dict[str, li
             per_client = max(1, args.requests // clients) if clients > 1 else max(1, args.requests // 2)
             level = payloads[offset:offset + clients * per_client]
             offset += len(level)
-            for name, (_proc, url) in servers.items():
-                results[name].append(await load(url, level, clients, per_client))
+            for name, (proc, url) in servers.items():
+                results[name].append(await load(url, level, clients, per_client, proc.pid))
                 print(name, results[name][-1], flush=True)
         return results
     finally:
@@ -166,15 +178,19 @@ def main() -> None:
              f"{meta['commit']}; judge `{args.judge}`; {len(payloads)} real Auto-J test pairs"
              f"{'' if args.max_chars is None else f' (question and answers at most {args.max_chars} characters)'}, "
              "each level sending pairs no earlier level sent; clients and servers on loopback; the configurations "
-             "take turns level by level.", "",
+             "take turns level by level. Wall-clock figures move with the other jobs' load (last column); the "
+             "server's own CPU time per request does much less so.", "",
              "| configuration | clients | requests | req/s | p50 ms | p99 ms | errors | × one-at-a-time | "
-             "items / call | padded tokens / call | padding | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "server CPU s / request | × one-at-a-time by CPU | items / call | padded tokens / call | padding | "
+             "load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         for r in rows:
             lines.append(f"| {name} | {r['clients']} | {r['requests']} | {r['throughput_rps']:.2f} | "
                          f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors'] or 0} | "
                          f"{r['throughput_rps'] / one[r['clients']]['throughput_rps']:.2f} | "
+                         f"{r['server_cpu_s_per_request']:.2f} | "
+                         f"{one[r['clients']]['server_cpu_s_per_request'] / r['server_cpu_s_per_request']:.2f} | "
                          f"{cell(r['mean_items_per_call'], '.1f')} | "
                          f"{cell(r['mean_padded_tokens_per_call'], '.0f')} | "
                          f"{cell(r['padding_fraction'], '.1%')} | {r['loadavg']:.1f} |")
