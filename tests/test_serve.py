@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 from tiny_judges import make_judge
 
-from clfjudge.judges.base import Judge
+from clfjudge.judges.base import Judge, as_pair
 from clfjudge.serving.server import Limits, create_app
 
 PAIR = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9 is a prime number."}
@@ -38,6 +38,9 @@ class SlowJudge:
     def compare_batch(self, items, symmetric=False):
         time.sleep(self.delay)
         return self.judge.compare_batch(items, symmetric=symmetric)
+
+    def sequence_lengths(self, records):
+        return self.judge.sequence_lengths(records)
 
 
 def test_compare_matches_the_judge(pair_judge):
@@ -112,6 +115,31 @@ def test_concurrent_requests_are_batched(pair_judge):
     assert float(values["clfjudge_batch_size_sum"]) == 16 and batches < 16 and single < batches  # merged
     assert values["clfjudge_queue_depth"] == "0" and values["clfjudge_request_seconds_count"] == "16"
     assert 'clfjudge_requests_total{endpoint="compare",status="200"} 16' in metrics
+
+
+def test_token_budget_batching_gives_the_same_answers_and_its_metrics(pair_judge):
+    """Requests of different lengths, merged under a token budget, get what they get without one; /metrics
+    shows the padded tokens per call, the padding fraction and the time spent queued."""
+    bodies = [{**PAIR, "answer_b": "nine " * (1 + 7 * (i % 4))} for i in range(12)]
+    longest = max(n for seqs in pair_judge.sequence_lengths([as_pair(b) for b in bodies]) for n in seqs)
+    answers = {}
+    for budget in (None, 2 * longest):  # a call of the longest fits two
+        app = create_app(SlowJudge(pair_judge, 0.05), Limits(max_batch_size=8, max_batch_tokens=budget,
+                                                             max_wait_ms=20))
+        with TestClient(app) as client, ThreadPoolExecutor(6) as pool:
+            answers[budget] = list(pool.map(lambda b: client.post("/compare", json=b).json(), bodies))
+            metrics = client.get("/metrics").text
+    for want, got in zip(answers[None], answers[2 * longest]):
+        assert got["verdict"] == want["verdict"] and got["p_a"] == pytest.approx(want["p_a"], abs=1e-5)
+    values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    calls = int(values["clfjudge_batch_tokens_count"])
+    assert calls == int(values["clfjudge_batch_size_count"]) and float(values["clfjudge_batch_size_sum"]) == 12
+    real, padded = (float(values[f'clfjudge_tokens_total{{kind="{k}"}}']) for k in ("real", "padded"))
+    assert 0 < real <= padded == float(values["clfjudge_batch_tokens_sum"])
+    assert int(values["clfjudge_batch_padding_fraction_count"]) == calls
+    assert int(values["clfjudge_queue_seconds_count"]) == 12
+    for name in ("clfjudge_batch_tokens", "clfjudge_batch_padding_fraction", "clfjudge_queue_seconds"):
+        assert f"# TYPE {name} histogram" in metrics
 
 
 def test_full_queue_gives_503_and_nothing_is_lost(pair_judge):

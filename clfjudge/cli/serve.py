@@ -12,6 +12,7 @@ API_KEY_ENV = "CLFJUDGE_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ..batching import DEFAULT_MAX_PADDING
     from ..serving.server import Limits
 
     d = Limits()
@@ -25,6 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
+    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+                   help="token budget of a judge call and of each forward pass, padding included (rows x longest "
+                        "sequence, in the judge's own tokens); queued requests join the call nearest the oldest "
+                        "one in length. 0: no budget, calls are cut at --max-batch-size only")
+    p.add_argument("--max-padding", type=float, default=DEFAULT_MAX_PADDING,
+                   help="the fraction of a forward pass that may be padding (a CPU computes padding at full cost "
+                        "and gains little from bigger batches; 1: any, as on a GPU)")
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="how long a batch waits to fill")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="queued items before 503")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="per-request timeout (504)")
@@ -59,11 +67,12 @@ def run(args: argparse.Namespace) -> int:
     if api_key is None and not is_loopback(args.host):
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
+    budget = args.max_batch_tokens or None
     judge = Judge.load(args.model, backend=args.backend, threads=args.threads, batch_size=args.max_batch_size,
-                       trust_pickle=args.trust_pickle)
-    limits = Limits(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes, max_items=args.max_items,
-                    max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
+                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding)
+    limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
+                    max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
+                    max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
     uvicorn.run(create_app(judge, limits, api_key=api_key), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=int(args.timeout_s) + 1)
     return 0

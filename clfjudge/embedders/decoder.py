@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching import token_batches
 from .cache import Cached, load_vectors, save_vectors
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
@@ -118,6 +119,8 @@ class DecoderEmbedder:
         self.precision_spec = precision  # as asked ("auto" is resolved per machine)
         self.precision = resolve_precision(precision, device)
         self.batch_size = batch_size
+        self.max_batch_tokens: int | None = None  # padded tokens per forward pass (None: rows only)
+        self.max_padding: float | None = None  # the fraction of them that may be padding
         self.shared_prefix_min = SHARED_PREFIX_MIN
         self.store_every = STORE_EVERY
         self.device = device
@@ -272,8 +275,10 @@ class DecoderEmbedder:
         of a token does not depend on what follows it, so this is exact for them, and cheaper)."""
         return body if self.stats_tokens is None else body[:self.stats_tokens]
 
-    def _batches(self, order: list[int]):
-        return [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices by token length in batches of at most ``batch_size`` rows, ``max_batch_tokens`` padded
+        tokens and ``max_padding`` padding (``batching.token_batches``)."""
+        return token_batches(lengths, self.batch_size, self.max_batch_tokens, self.max_padding)
 
     def _read(self, items: list[tuple[list[int], list[int]]],
               with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
@@ -282,14 +287,13 @@ class DecoderEmbedder:
         padding (a causal model's states at real tokens do not see the padding after them)."""
         import torch
 
-        order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
         out = np.zeros((len(items), self._model.config.hidden_size), dtype=np.float32)
         log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(items) if with_log_probs else None
         # padding sits after every real token and is never pooled: any in-vocabulary id will do (a pad token that
         # load_tokenizer had to add would be outside the frozen model's embedding table)
         pad = self._eos
         with torch.inference_mode(), self._autocast():
-            for batch in self._batches(order):
+            for batch in self._batches([len(p) + len(b) for p, b in items]):
                 width = max(len(items[i][0]) + len(items[i][1]) for i in batch)
                 ids = torch.full((len(batch), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -318,12 +322,11 @@ class DecoderEmbedder:
         body. Same numbers as reading prefix + body whole, up to float rounding."""
         import torch
 
-        order = sorted(range(len(bodies)), key=lambda i: len(bodies[i]))
         vectors = np.zeros((len(bodies), self._model.config.hidden_size), dtype=np.float32)
         log_probs: list[np.ndarray] | None = [np.zeros(0)] * len(bodies) if with_log_probs else None
         pad = self._eos
         with torch.inference_mode(), self._autocast():
-            for batch in self._batches(order):
+            for batch in self._batches([len(prefix) + len(b) for b in bodies]):
                 head = self._model(input_ids=torch.tensor([prefix], device=self.device), use_cache=True)
                 cache = head.past_key_values
                 cache.batch_repeat_interleave(len(batch))
@@ -433,6 +436,18 @@ class DecoderEmbedder:
         questions, answers = list(questions), list(answers)
         return self._lookup([_key("answer", q, a) for q, a in zip(questions, answers)],
                             lambda i: (self._prompt_ids(questions[i]), self._answer_ids(answers[i])), self.stats)
+
+    def pending_lengths(self, questions: Sequence[str], answers: Sequence[str]) -> list[int]:
+        """Token lengths (prompt + answer) of the answers ``embed_answers`` would read now: those not in the
+        in-memory cache (a token budget counts what runs, and a cached answer does not)."""
+        self._load_tokenizer()
+        return [len(self._prompt_ids(q)) + len(self._answer_ids(a)) for q, a in zip(questions, answers)
+                if _key("answer", q, a) not in self._cache]
+
+    def pending_text_lengths(self, texts: Sequence[str]) -> list[int]:
+        """``pending_lengths`` of ``embed``: the token lengths of the texts not in the in-memory cache."""
+        self._load_tokenizer()
+        return [len(self._text_ids(t)) for t in texts if _key("text", t) not in self._cache]
 
     def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
         """(n, hidden) of each answer read after its question in the chat template."""

@@ -40,18 +40,20 @@ class OnnxDecoderReader(DecoderEmbedder):
     def _load(self) -> None:
         if self._session is not None:
             return
-        from tokenizers import Tokenizer
-
         path = self.directory / READER_FILES.get(self.variant, self.variant)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
         self._session = inference_session(path, self._provider, self._threads)
-        self._tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        self._load_tokenizer()
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
 
     def _load_tokenizer(self) -> None:
-        pass  # the prompt frame is on the card (_render); the tokenizer comes with the session
+        """tokenizer.json alone (the prompt frame is on the card: ``_render``); the session waits."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
 
     def _ids(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
@@ -69,10 +71,9 @@ class OnnxDecoderReader(DecoderEmbedder):
         return int(self._reader["hidden_size"])
 
     def _read(self, items, with_log_probs):
-        order = sorted(range(len(items)), key=lambda i: len(items[i][0]) + len(items[i][1]))
         out = np.zeros((len(items), self.hidden_size), dtype=np.float32)
         log_probs = [np.zeros(0)] * len(items) if with_log_probs else None
-        for batch in self._batches(order):
+        for batch in self._batches([len(p) + len(b) for p, b in items]):
             feed = graph_feed([items[i] for i in batch], self._eos, self.stats_tokens)
             outputs = self._session.run(None, {k: feed[k] for k in self._inputs})
             out[batch] = outputs[0]
@@ -81,6 +82,12 @@ class OnnxDecoderReader(DecoderEmbedder):
                 for row, i in enumerate(batch):
                     log_probs[i] = token_log_probs[row, :len(self._scored(items[i][1]))].astype(np.float32)
         return out, log_probs
+
+    def _read_all(self, items, with_log_probs):
+        """One length-sorted ``_read`` of every item: with no key/value cache in the graph, grouping answers by
+        their shared prompt (``DecoderEmbedder._read_all``) would only cut the batches smaller -- every pair's two
+        answers share one, so a call of many pairs would run as one small batch per pair."""
+        return self._read(items, with_log_probs)
 
     def _read_shared(self, prefix, bodies, with_log_probs):
         """No key/value cache inputs in the graph: a shared prompt is read with every answer."""

@@ -7,8 +7,9 @@ frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM 
 the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
-in training) -> length-bucketed batches (sorted by token length so little padding is computed, order
-restored) -> raw outputs (logits) -> head mapping with the card's calibration -> ``Comparison`` / ``Score``.
+in training) -> length-bucketed batches (sorted by token length so little padding is computed, cut at
+``batch_size`` rows or ``max_batch_tokens`` padded tokens: ``clfjudge.batching``; order restored) -> raw outputs
+(logits) -> head mapping with the card's calibration -> ``Comparison`` / ``Score``.
 
 ``compare(..., symmetric=True)`` judges both answer orders and averages P(A) of (A, B) with P(B) of (B, A)
 (and P(TIE) over both), which makes the result independent of the answer order; judges that are
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching import check_budget
 from ..card import JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
 from ..models.heads import PairOutputs
@@ -120,10 +122,15 @@ def symmetrize(forward: PairOutputs, reversed_: PairOutputs) -> PairOutputs:
 
 class Judge:
     """A loaded judge. ``compare*`` for pair judges, ``score*`` for point judges (and reward heads, whose score
-    is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``."""
+    is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``,
+    and where they can tell cheaply ``sequence_lengths`` (what the server's token budget counts).
+    ``max_batch_tokens`` / ``max_padding``: padded token positions per forward pass, and the fraction of them
+    that may be padding (None: no limit; ``batching.token_batches``)."""
 
     backend_name: str
     position_invariant: bool = False
+    max_batch_tokens: int | None = None
+    max_padding: float | None = None
 
     def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         if batch_size < 1:
@@ -136,19 +143,24 @@ class Judge:
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
-             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False) -> Judge:
+             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
+             max_batch_tokens: int | None = None, max_padding: float | None = None) -> Judge:
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
         "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
         ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
-        ``threads``: intra-op threads;
+        ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens`` / ``max_padding``: rows, padded
+        tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);
         ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
+        check_budget(batch_size, max_batch_tokens, max_padding)
         directory = Path(directory)
         card = JudgeCard.load(directory)
         name = detect_backend(directory, card) if backend == "auto" else backend
         loader = LOADERS.get(name)
         loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target
-        return loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
-                      trust_pickle=trust_pickle)
+        judge = loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
+                       trust_pickle=trust_pickle)
+        judge.max_batch_tokens, judge.max_padding = max_batch_tokens, max_padding
+        return judge
 
     # -- what subclasses provide --------------------------------------------------------------------------
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
@@ -160,6 +172,11 @@ class Judge:
 
     def point_scores(self, raw: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def sequence_lengths(self, records: Sequence[PairRecord | PointRecord]) -> list[list[int]] | None:
+        """Per record, the token lengths of the sequences one pass of ``raw_outputs`` reads for it (what a token
+        budget counts); None when this judge cannot tell without running (the server then counts items only)."""
+        return None
 
     # -- public API ---------------------------------------------------------------------------------------
     def require(self, task: str) -> None:

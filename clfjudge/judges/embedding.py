@@ -687,6 +687,9 @@ class SklearnJudge(Judge):
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding import PROBA_COLUMNS
 
+        if hasattr(self.judge.embedder, "max_batch_tokens"):  # a decoder reader batches by the judge's budget
+            self.judge.embedder.max_batch_tokens = self.max_batch_tokens
+            self.judge.embedder.max_padding = self.max_padding
         if self.judge.kind == "pair" and records and isinstance(records[0], PointRecord):
             return self.judge.rewards(records).reshape(-1, 1)
         if self.judge.kind == "point":
@@ -697,6 +700,20 @@ class SklearnJudge(Judge):
         for verdict, cls in CLASS_OF_VERDICT.items():
             ordered[:, cls] = proba[:, column[verdict]]
         return np.log(np.clip(ordered, 1e-12, None))
+
+    def sequence_lengths(self, records: Sequence[PairRecord | PointRecord]) -> list[list[int]] | None:
+        """The token lengths of what a decoder reader has still to read for each record (its answers after the
+        question, and the question alone where a feature needs it); None for a sentence encoder."""
+        embedder = self.judge.embedder
+        if not hasattr(embedder, "pending_lengths"):
+            return None
+        with_question = self.judge._needs("needs_question")
+        out = []
+        for r in records:
+            answers = [r.answer_a, r.answer_b] if isinstance(r, PairRecord) else [r.answer]
+            lengths = embedder.pending_lengths([r.question] * len(answers), answers)
+            out.append(lengths + (embedder.pending_text_lengths([r.question]) if with_question else []))
+        return out
 
     def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
         return Cls3Head().outputs(self.calibration.scale(raw))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..batching import token_batches
 from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
@@ -110,23 +111,33 @@ class ModelJudge(Judge):
 
     def encode(self, record: PairRecord | PointRecord) -> list[dict[str, list[int]]]:
         """The token ids of the sequence(s) the backbone sees for one record (the judge's own encoding)."""
-        inputs = self.head.inputs(record) if isinstance(record, PairRecord) else [record]
-        return [self.encoder.encode(r) for r in inputs]
+        return [self.encoder.encode(r) for r in self._inputs(record)]
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
-        """Logits per record, shape (records, k * num_labels) for k sequences per record. Records are
-        encoded, sorted by token length, run in batches of ``batch_size`` and put back in order."""
+        """Logits per record, shape (records, k * num_labels) for k sequences per record. The sequences are
+        encoded, sorted by token length, run in batches of at most ``batch_size`` records' worth of rows,
+        ``max_batch_tokens`` padded tokens and ``max_padding`` padding (``batching.token_batches``) and put back in
+        order."""
         encoded = [self.encode(r) for r in records]
-        order = sorted(range(len(records)), key=lambda i: max(len(s["input_ids"]) for s in encoded[i]))
-        rows: list[np.ndarray | None] = [None] * len(records)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            seqs = [s for i in chunk for s in encoded[i]]
-            batch = self.tokenizer.pad(seqs, padding=True, return_tensors="np")
+        seqs = [s for e in encoded for s in e]
+        per_record = max(len(e) for e in encoded)
+        rows: list[np.ndarray | None] = [None] * len(seqs)
+        for chunk in token_batches([len(s["input_ids"]) for s in seqs], self.batch_size * per_record,
+                                   self.max_batch_tokens, self.max_padding):
+            batch = self.tokenizer.pad([seqs[i] for i in chunk], padding=True, return_tensors="np")
             logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
             for i, row in zip(chunk, logits):
                 rows[i] = row
-        return self.head.adjust(np.stack(rows), records)
+        starts = np.cumsum([0] + [len(e) for e in encoded])
+        return self.head.adjust(np.stack([np.concatenate(rows[a:b]) for a, b in zip(starts[:-1], starts[1:])]),
+                                records)
+
+    def sequence_lengths(self, records: Sequence[PairRecord | PointRecord]) -> list[list[int]]:
+        return [[len(self.encoder.encode(r, count=False)["input_ids"]) for r in self._inputs(record)]
+                for record in records]
+
+    def _inputs(self, record: PairRecord | PointRecord) -> list[PairRecord | PointRecord]:
+        return self.head.inputs(record) if isinstance(record, PairRecord) else [record]
 
     def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
         return self.head.outputs(self.calibration.scale(raw))

@@ -62,19 +62,22 @@ class Encoder:
         """What ``JudgeCard.truncation`` stores (the report is added by the trainer, per split)."""
         return {"policy": asdict(self.policy), "use_reference": self.use_reference, "length_hint": self.length_hint}
 
-    def text(self, record: Record) -> str:
+    def text(self, record: Record, count: bool = True) -> str:
+        """The rendered, truncated text of a record; ``count=False`` leaves the truncation report alone (a length
+        estimate before the real encoding must not count a record twice)."""
         if not self.use_reference and record.reference is not None:
             record = replace(record, reference=None)
         if self.length_hint:
             record = with_length_hints(record)
         record, info = truncate(record, self.scheme, self.tokenizer, self.policy)
-        self.report.add(info)
+        if count:
+            self.report.add(info)
         return render(record, self.scheme)
 
-    def encode(self, record: Record) -> dict[str, list[int]]:
+    def encode(self, record: Record, count: bool = True) -> dict[str, list[int]]:
         """Token ids of one record. The truncation policy makes the text fit; the tokenizer's own cut at
         ``max_length`` is only a guard against off-by-a-few boundary effects of per-field budgeting."""
-        enc = self.tokenizer(self.text(record), truncation=True, max_length=self.policy.max_length)
+        enc = self.tokenizer(self.text(record, count), truncation=True, max_length=self.policy.max_length)
         return {k: list(enc[k]) for k in MODEL_INPUTS if k in enc}
 
 

@@ -1,8 +1,12 @@
 """HTTP serving for a judge: Starlette app + dynamic batching.
 
-Requests are authenticated (optional API key), validated, queued (bounded: 503 when full), merged by one
-batching task into judge calls of at most ``max_batch_size`` items or after ``max_wait_ms``, run in a worker
-thread (the judge is not re-entrant, so one call at a time), and answered; a request waiting longer than
+Requests are authenticated (optional API key), validated, measured in the judge's own tokens
+(``Judge.sequence_lengths``), queued (bounded: 503 when full), merged by one batching task into judge calls, run
+in a worker thread (the judge is not re-entrant, so one call at a time), and answered. A call waits at most
+``max_wait_ms`` to fill, then takes the oldest queued request and the queued requests nearest to it in length, up
+to ``max_batch_size`` items and ``max_batch_tokens`` padded tokens (``batching.next_call``, the token budget of
+text-embeddings-inference); requests that arrive while the judge runs are queued for the next call, so under load
+calls fill without waiting; a request waiting longer than
 ``timeout_s`` gets 504. On shutdown the server stops accepting (503), drains what is queued, then stops the
 batcher.
 
@@ -23,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..batching import DEFAULT_MAX_BATCH_TOKENS, next_call, padded_tokens, token_batches
 from ..data.records import Loc, RecordError
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
@@ -36,6 +41,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 @dataclass(frozen=True)
 class Limits:
     max_batch_size: int = 32
+    max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS  # padded tokens per judge call (None: items only)
     max_wait_ms: float = 5.0
     max_queue: int = 256  # queued items (not requests)
     timeout_s: float = 30.0
@@ -57,6 +63,7 @@ class Pending:
     items: list[dict[str, Any]]
     symmetric: bool
     future: asyncio.Future
+    lengths: tuple[int, ...] = ()  # token lengths of the sequences the judge reads for its items
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -88,26 +95,46 @@ class Stats:
     def __init__(self) -> None:
         self.requests: Counter = Counter()  # (endpoint, status)
         self.batch_size = Histogram("clfjudge_batch_size", [1, 2, 4, 8, 16, 32, 64, 128])
-        self.latency = Histogram("clfjudge_request_seconds",
-                                 [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
+        seconds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+        self.latency = Histogram("clfjudge_request_seconds", seconds)
+        self.queue_time = Histogram("clfjudge_queue_seconds", seconds)  # enqueued -> its judge call starts
+        # per judge call, padding included, as the judge cuts it into forward passes (and both passes of a
+        # symmetric comparison by a judge that reads both orders)
+        self.batch_tokens = Histogram("clfjudge_batch_tokens", [2 ** k for k in range(6, 17)])
+        self.padding = Histogram("clfjudge_batch_padding_fraction", [0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1])
+        self.tokens = Counter()  # "real" / "padded" token positions computed
+
+    def observe_call(self, real: int, padded: int) -> None:
+        self.batch_tokens.observe(padded)
+        self.padding.observe(1 - real / padded)
+        self.tokens["real"] += real
+        self.tokens["padded"] += padded
 
     def render(self, queue_depth: int) -> str:
         lines = ["# TYPE clfjudge_requests_total counter"]
         lines += [f'clfjudge_requests_total{{endpoint="{e}",status="{s}"}} {n}'
                   for (e, s), n in sorted(self.requests.items())]
-        lines += self.batch_size.render() + self.latency.render()
+        lines += self.batch_size.render() + self.latency.render() + self.queue_time.render()
+        lines += self.batch_tokens.render() + self.padding.render()
+        lines += ["# TYPE clfjudge_tokens_total counter"]
+        lines += [f'clfjudge_tokens_total{{kind="{k}"}} {self.tokens[k]}' for k in ("real", "padded")]
         lines += ["# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}"]
         return "\n".join(lines) + "\n"
 
 
 class Batcher:
     """Merges queued requests of one task into judge calls. ``run(items, symmetric)`` returns one JSON-able
-    result per item."""
+    result per item; ``plan(lengths)`` is how the judge cuts a call's sequences into forward passes (for the
+    padding metrics) and ``passes(symmetric)`` how many times it reads them."""
 
     def __init__(self, run: Callable[[list[dict[str, Any]], bool], list[dict[str, Any]]], limits: Limits,
-                 stats: Stats) -> None:
+                 stats: Stats, plan: Callable[[list[int]], list[list[int]]] | None = None,
+                 passes: Callable[[bool], int] = lambda _symmetric: 1) -> None:
         self.run, self.limits, self.stats = run, limits, stats
-        self.queue: asyncio.Queue[Pending] = asyncio.Queue()
+        self.plan = plan or (lambda lengths: [list(range(len(lengths)))])
+        self.passes = passes
+        self.queue: list[Pending] = []  # oldest first
+        self.arrived = asyncio.Event()
         self.queued_items = 0
         self.inflight = 0  # items taken off the queue and being judged
         self.task: asyncio.Task | None = None
@@ -115,44 +142,79 @@ class Batcher:
     def start(self) -> None:
         self.task = asyncio.create_task(self._loop())
 
-    async def submit(self, items: list[dict[str, Any]], symmetric: bool) -> list[dict[str, Any]]:
+    async def submit(self, items: list[dict[str, Any]], symmetric: bool,
+                     lengths: Sequence[int] = ()) -> list[dict[str, Any]]:
         if self.queued_items + len(items) > self.limits.max_queue:
             raise HTTPError(503, f"queue full ({self.queued_items} items waiting, "
                                  f"limit {self.limits.max_queue}); retry later")
-        pending = Pending(items, symmetric, asyncio.get_running_loop().create_future())
+        pending = Pending(items, symmetric, asyncio.get_running_loop().create_future(), tuple(lengths))
         self.queued_items += len(items)
-        self.queue.put_nowait(pending)
+        self.queue.append(pending)
+        self.arrived.set()
         try:
             return await asyncio.wait_for(asyncio.shield(pending.future), self.limits.timeout_s)
         except asyncio.TimeoutError:
             pending.future.cancel()  # the batcher skips it if it is still queued
             raise HTTPError(504, f"not judged within {self.limits.timeout_s} s") from None
 
+    def _full(self) -> bool:
+        """Whether what is queued already fills a call (no use waiting for more)."""
+        if self.queued_items >= self.limits.max_batch_size:
+            return True
+        budget = self.limits.max_batch_tokens
+        return budget is not None and sum(sum(p.lengths) for p in self.queue) >= budget
+
     async def _loop(self) -> None:
         while True:
-            batch = [await self.queue.get()]
-            size = len(batch[0].items)
+            await self.arrived.wait()
             deadline = time.monotonic() + self.limits.max_wait_ms / 1000
-            while size < self.limits.max_batch_size and (left := deadline - time.monotonic()) > 0:
+            while not self._full() and (left := deadline - time.monotonic()) > 0:
+                self.arrived.clear()
                 try:
-                    nxt = await asyncio.wait_for(self.queue.get(), left)
+                    await asyncio.wait_for(self.arrived.wait(), left)
                 except asyncio.TimeoutError:
                     break
-                batch.append(nxt)
-                size += len(nxt.items)
-            self.queued_items -= size
-            self.inflight = size
+            batch = self._take()
+            if self.queue:  # cleared while waiting: what is left is the next call's
+                self.arrived.set()
+            else:
+                self.arrived.clear()
+            if not batch:
+                continue
+            self.inflight = sum(len(p.items) for p in batch)
             try:
-                await self._judge(batch, size)
+                await self._judge(batch)
             finally:
                 self.inflight = 0
 
-    async def _judge(self, batch: list[Pending], size: int) -> None:
-        self.stats.batch_size.observe(size)
-        for symmetric in (False, True):  # one judge call per order mode
-            group = [p for p in batch if p.symmetric is symmetric and not p.future.done()]
-            if group:
-                await self._call(group, symmetric)
+    def _take(self) -> list[Pending]:
+        """Off the queue: the requests of the next call (``batching.next_call`` among those of the oldest
+        request's order mode: one judge call per mode), and the timed-out ones nobody waits for."""
+        gone = [p for p in self.queue if p.future.done()]
+        self.queued_items -= sum(len(p.items) for p in gone)
+        live = [p for p in self.queue if not p.future.done()]
+        if not live:
+            self.queue = []
+            return []
+        same = [p for p in live if p.symmetric is live[0].symmetric]
+        chosen = [same[i] for i in next_call([(len(p.items), p.lengths) for p in same],
+                                             self.limits.max_batch_size, self.limits.max_batch_tokens)]
+        taken = {id(p) for p in chosen}
+        self.queue = [p for p in live if id(p) not in taken]
+        self.queued_items -= sum(len(p.items) for p in chosen)
+        return chosen
+
+    async def _judge(self, batch: list[Pending]) -> None:
+        now = time.monotonic()
+        self.stats.batch_size.observe(sum(len(p.items) for p in batch))
+        for p in batch:
+            self.stats.queue_time.observe(now - p.enqueued)
+        lengths = [n for p in batch for n in p.lengths]
+        if lengths:  # a judge that cannot count its tokens, or a call of cache hits only, has none
+            passes = self.passes(batch[0].symmetric)
+            padded = sum(padded_tokens([lengths[i] for i in chunk]) for chunk in self.plan(lengths))
+            self.stats.observe_call(passes * sum(lengths), passes * padded)
+        await self._call(batch, batch[0].symmetric)
 
     async def _call(self, group: list[Pending], symmetric: bool) -> None:
         items = [item for p in group for item in p.items]
@@ -305,6 +367,21 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     # Unicode), run at validation so that a judge call does not fail on a client's input.
     inputs = {"compare": (PAIR_FIELDS, as_pair), "score": (POINT_FIELDS, as_point)}
     batchers: dict[str, Batcher] = {}
+    measure = getattr(judge, "sequence_lengths", lambda _records: None)
+    judge_rows = getattr(judge, "batch_size", limits.max_batch_size)
+
+    def lengths(items: list[dict[str, Any]], build) -> list[int]:
+        """The token lengths of every sequence the judge reads for these items (none when it cannot tell)."""
+        per_record = measure([build(item) for item in items])
+        return [] if per_record is None else [n for seqs in per_record for n in seqs]
+
+    def plan(call_lengths: list[int]) -> list[list[int]]:  # as the judge cuts a call into forward passes
+        return token_batches(call_lengths, judge_rows, getattr(judge, "max_batch_tokens", None),
+                             getattr(judge, "max_padding", None))
+
+    def passes(symmetric: bool) -> int:  # a judge that is not position-invariant reads both orders
+        return 2 if symmetric and not getattr(judge, "position_invariant", False) else 1
+
     state = {"accepting": True}
     key = api_key.encode("utf-8") if api_key else None
 
@@ -332,7 +409,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
                 body = parse_body(await read_body(request, limits), limits)
                 fields, build = inputs[task]
                 items, symmetric = validate(body, fields, limits, build)
-                results = await batchers[task].submit(items, symmetric)
+                results = await batchers[task].submit(items, symmetric, lengths(items, build))
                 response = JSONResponse({"results": results} if "items" in body else results[0])
             except HTTPError as exc:
                 response = error_response(exc)
@@ -369,7 +446,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         for task in tasks:
-            batchers[task] = Batcher(runners[task], limits, stats)
+            batchers[task] = Batcher(runners[task], limits, stats, plan, passes)
             batchers[task].start()
         yield
         state["accepting"] = False
