@@ -389,7 +389,7 @@ def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symm
     print(f"scoring {len(shards)} shard(s) with {size} judge actor(s) on Ray", file=sys.stderr)
     # Reading and cutting chunks is light next to judging them: the read tasks take no CPU slot, so that every
     # slot can hold an actor (a read task waiting for a slot the actors hold would stall the pipeline).
-    ds = ray.data.read_datasource(ChunkSource(shards, task, chunk_size), ray_remote_args={"num_cpus": 0})
+    ds = ray.data.read_datasource(ChunkSource(shards, task, chunk_size), num_cpus=0)
     ds = ds.map_batches(JudgeActor, batch_size=1, batch_format="pyarrow",
                         compute=ray.data.ActorPoolStrategy(size=size),
                         fn_constructor_kwargs={"model": model, "load": load, "task": task, "symmetric": symmetric,
