@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--actors", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeats", type=int, default=1)
     args = p.parse_args(argv)
+    meta = machine(threads=2)
 
     with tempfile.TemporaryDirectory(prefix="ray-scale-") as tmp:
         root = Path(tmp)
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, extra, actors in configs:
             for repeat in range(args.repeats):
                 out = root / f"out-{len(rows)}"
+                load = os.getloadavg()[0]  # other jobs share this machine: what each row ran beside
                 if actors is None:
                     seconds, summary = timed(["score", str(judge), "--input", str(whole), "--output",
                                               str(out.with_suffix(".jsonl")), *common, *extra])
@@ -106,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
                                               *common, *extra])
                     produced = b"".join(p.read_bytes() for p in sorted(out.glob("part-*.jsonl")))
                 reference = reference or produced
-                rows.append({"config": name, "repeat": repeat, "seconds": seconds, "pairs_per_s": args.n / seconds,
+                rows.append({"config": name, "repeat": repeat, "loadavg_1min_before": load, "seconds": seconds,
+                             "pairs_per_s": args.n / seconds,
                              "summary": summary, "identical_to_single_process": produced == reference})
                 print(f"{name}: {seconds:.1f} s, {args.n / seconds:.1f} pairs/s, identical "
                       f"{produced == reference}", file=sys.stderr)
 
-    meta = machine(threads=2)
     report = {"machine": meta, "judge": str(args.judge) if args.judge else "tests/tiny_judges.py tiny BERT (random)",
               "source": args.source, "n": args.n, "shards": args.shards, "chunk_size": args.chunk_size, "rows": rows}
     base = rows[0]["seconds"]
@@ -122,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
              f"jobs); commit {meta['commit']}. Each row is `clfjudge score` in a subprocess, timed end to end "
              "(interpreter, judge load, and for Ray a local instance and its actors started); Ray's workers at the "
              "driver's niceness (RAY_worker_niceness=0).", "",
-             "| configuration | wall s | pairs/s | vs single process, 1 thread | output identical |",
-             "|---|---|---|---|---|"]
+             "| configuration | load avg before | wall s | pairs/s | vs single process, 1 thread | output identical |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['seconds']:.1f} | {r['pairs_per_s']:.1f} | {base / r['seconds']:.2f}x | "
+        lines.append(f"| {r['config']} | {r['loadavg_1min_before']:.1f} | {r['seconds']:.1f} | "
+                     f"{r['pairs_per_s']:.1f} | {base / r['seconds']:.2f}x | "
                      f"{'yes' if r['identical_to_single_process'] else 'NO'} |")
     print(write("ray_scale", report, "\n".join(lines) + "\n"))
     return 0 if all(r["identical_to_single_process"] for r in rows) else 1

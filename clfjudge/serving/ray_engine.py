@@ -337,7 +337,8 @@ def _connect(address: str | None) -> bool:
     """Connect to Ray (or start a local instance); True if this call did, so the caller shuts it down."""
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, logging_level="warning", log_to_driver=False)
+    local = {"include_dashboard": False} if address is None and "RAY_ADDRESS" not in os.environ else {}
+    ray.init(address=address, logging_level="warning", log_to_driver=False, **local)
     return True
 
 
