@@ -136,6 +136,20 @@ def test_ray_engine_writes_what_the_single_process_scorer_writes(ray_cluster, ju
     assert code == 2 and "symmetric was False, now True" in stderr
 
 
+def test_a_judge_that_cannot_start_is_a_one_line_error(ray_cluster, judge_dir, shards, tmp_path):
+    """The actors fail to start (a pair judge asked to score answers): exit status 2 and the judge's own words;
+    the settings of that run do not hold the directory, since no shard was finished with them."""
+    from clfjudge.serving import ray_engine
+
+    out = tmp_path / "out"
+    code, _, err = _score(str(judge_dir), "--input", str(shards / "in" / "b.jsonl"), "--output", str(out),
+                          "--engine", "ray", "--actors", "1", "--task", "score")
+    assert code == 2
+    assert ("clfjudge: error: the judge actors could not start: ValueError: this cls3 judge (pair) cannot score; "
+            "it can compare") in err
+    ray_engine._check_settings(ray_engine.Layout(out), {"task": "compare"})  # not refused
+
+
 KILLED_DRIVER = """
 import os, signal, sys
 from clfjudge.cli import main

@@ -314,6 +314,9 @@ def _check_settings(layout: Layout, settings: dict[str, Any]) -> None:
     if path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
         changed = {k: (v, settings.get(k)) for k, v in before.items() if settings.get(k) != v}
+        if changed and not any(p.name != path.name for p in path.parent.rglob("*.json")):
+            changed = {}  # no shard was finished with the old settings: nothing to keep consistent with
+            _write_atomically(path, json.dumps(settings, indent=1) + "\n")
         if changed:
             what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
             raise ValueError(f"{layout.out} holds the output of a run with other settings ({what}); re-run with the "
@@ -382,6 +385,19 @@ def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, s
     return total, [layout.rejected(s) for s in shards if layout.rejected(s).is_file()]
 
 
+def _actor_start_errors(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The rows; if the judge actors cannot start (a judge that cannot do the task, a backend or provider it does
+    not have), a ValueError with the error the judge raised: ``clfjudge`` says it in one line and exits with 2.
+    Ray keeps only its text (the last line of the actor's traceback), not the exception."""
+    try:
+        yield from rows
+    except ray.exceptions.ActorDiedError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        if "creation task" not in str(exc) or not lines:
+            raise
+        raise ValueError(f"the judge actors could not start: {lines[-1]}") from exc
+
+
 def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symmetric: bool, chunk_size: int,
          load: dict[str, Any], options: RayOptions) -> None:
     context = ray.data.DataContext.get_current()
@@ -400,7 +416,7 @@ def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symm
     writers: dict[str, ShardWriter] = {}
     shown = 0
     try:
-        for row in ds.iter_rows():
+        for row in _actor_start_errors(ds.iter_rows()):
             path = row["file"]
             writer = writers.get(path)
             if writer is None:
