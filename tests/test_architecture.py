@@ -3,6 +3,7 @@ audit -> pipeline -> cli): neither the package's module import graph nor its sub
 imports inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
 target ("module:attribute", ``registry.resolve``) instead of importing it."""
 import ast
+import re
 from pathlib import Path
 
 import clfjudge
@@ -100,3 +101,24 @@ def test_lazy_registry_targets_resolve():
     for registry in (TRAINERS, EXPORTERS, LOADERS):
         for name, target in registry.items():
             assert callable(resolve(target)), f"{registry.kind} {name!r}: {target}"
+
+
+def test_optional_ray_is_imported_only_by_its_engine():
+    """The ray extra is optional: the CLI (every sub-command's parser) and the shared scoring code do not import
+    Ray; only serving/ray_engine.py does (``tests/test_ray_engine.py`` runs a single-process score too)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, clfjudge, clfjudge.serving.batch\nfrom clfjudge.cli import build_parser\nbuild_parser()\n"
+              "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"
+    graph = import_graph()
+    importers = sorted(m for m, text in _sources().items() if re.search(r"^\s*(import|from) ray\b", text, re.M))
+    assert importers == ["clfjudge.serving.ray_engine"], importers
+    assert "clfjudge.serving.ray_engine" not in {t for m, ts in graph.items() for t in ts if m != "clfjudge.cli.score"}
+
+
+def _sources() -> dict[str, str]:
+    return {_module_name(p): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}

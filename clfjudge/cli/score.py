@@ -21,25 +21,20 @@ import hashlib
 import json
 import os
 import random
-import re
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
-from ..data.records import Loc, PairRecord, Record, RecordError
+from ..data.records import PairRecord, Record, RecordError
+from ..registry import Registry
+from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
 from .common import add_trust_pickle
 
-if TYPE_CHECKING:
-    from ..judges.base import Judge
-
 TASKS = ("auto", "compare", "score")
-# What a judge raises for an input it cannot take (tokenizers raise TypeError for text they cannot encode).
-INPUT_ERRORS = (ValueError, TypeError)
 SHOWN_REJECTIONS = 10
-SHOWN_DUPLICATES = 5
 PROGRESS_VERSION = 1
 
 
@@ -61,18 +56,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "file), 2 a usage or input error")
     p.add_argument("model", metavar="MODEL",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge)")
-    p.add_argument("--input", required=True, help="JSONL input, one pair or answer per line")
-    p.add_argument("--output", required=True, help="JSONL output, one line per scored input line")
+    p.add_argument("--input", required=True,
+                   help="JSONL input, one pair or answer per line (--engine ray: JSONL or Parquet files: a file, a "
+                        "glob or a directory of shards)")
+    p.add_argument("--output", required=True,
+                   help="JSONL output, one line per scored input line (--engine ray: a directory, one output file "
+                        "per input shard)")
     p.add_argument("--rejected", default=None,
                    help="JSONL file of rejected lines with line number, field and error "
-                        "(default: OUTPUT.rejected.jsonl)")
+                        "(default: OUTPUT.rejected.jsonl; --engine ray: SHARD.rejected.jsonl in the output directory)")
     p.add_argument("--task", default="auto", choices=TASKS,
                    help="compare pairs or score answers (auto: from the judge; a reward judge can do both)")
     p.add_argument("--symmetric", action="store_true", help="judge both answer orders and average (compare)")
     p.add_argument("--chunk-size", type=int, default=512, help="lines held in memory at a time")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run from OUTPUT.progress.json (same model, input and options)")
+                   help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
+                        "--engine ray resumes by itself: finished shards are skipped)")
     _judge_options(p)
+    e = p.add_argument_group("engine", "where the judge runs (pip install 'clfjudge[ray]' for --engine ray)")
+    e.add_argument("--engine", default="local", choices=ENGINES.names(),
+                   help="local: this process; ray: judge actors on a Ray cluster (Ray Data), one per CPU slot")
+    e.add_argument("--address", default=None,
+                   help="Ray cluster to use: auto (the one `ray start` runs here), ray://HOST:10001 or HOST:6379 "
+                        "(default: RAY_ADDRESS, else a local Ray instance started for this run)")
+    e.add_argument("--actors", type=int, default=None,
+                   help="judge actors, each loading the judge once (default: one per CPU of the cluster, or per "
+                        "GPU share with --gpus-per-actor)")
+    e.add_argument("--gpus-per-actor", type=float, default=0.0, help="GPUs each actor asks Ray for (e.g. 1, 0.5)")
     p.set_defaults(func=run_score)
 
     c = subparsers.add_parser("calibrate", help="fit temperature scaling and an Auto-J tie margin on labelled "
@@ -87,57 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 # -- score --------------------------------------------------------------------------------------------------
-
-@dataclass
-class Tally:
-    read: int = 0
-    blank: int = 0
-    scored: int = 0
-    rejected: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    duplicates: int = 0  # scored lines whose id is already in the output
-    duplicate_examples: list[tuple[str, int]] = field(default_factory=list)  # (id, line)
-
-    def summary(self) -> str:
-        text = f"lines read {self.read}: scored {self.scored}, rejected {self.rejected}"
-        if self.blank:
-            text += f", blank {self.blank}"
-        if self.duplicates:
-            text += f", duplicate ids {self.duplicates}"
-        if self.reasons:
-            text += " (" + ", ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common()) + ")"
-        return text
-
-    def duplicate_warning(self) -> str | None:
-        if not self.duplicates:
-            return None
-        shown = ", ".join(f"{i!r} (line {line})" for i, line in self.duplicate_examples)
-        return (f"warning: {self.duplicates} scored line(s) repeat an id already in the output, e.g. {shown}; "
-                "rows with the same id cannot be told apart by id")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reasons": dict(self.reasons)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Tally:
-        return cls(**{**data, "reasons": Counter(data["reasons"]),
-                      "duplicate_examples": [tuple(x) for x in data["duplicate_examples"]]})
-
-
-def parse_line(text: str, loc: Loc, task: str) -> Record:
-    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field."""
-    from ..judges.base import as_pair, as_point
-
-    try:
-        item = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise loc.error(None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(item, dict):
-        raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
-    if item.get("id") is None:
-        item = {**item, "id": f"{Path(loc.file).name}:{loc.line}"}
-    return as_pair(item, loc) if task == "compare" else as_point(item, loc)
-
 
 class Sink:
     """An output file written in chunks. ``commit`` makes what was written durable and returns the file's state
@@ -258,39 +217,10 @@ def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
                              "interrupted run read; the input changed: start over without --resume") from None
 
 
-def _judge_chunk(judge: Judge, task: str, records: Sequence[Record], symmetric: bool) -> list[dict[str, Any]]:
-    results = judge.compare_batch(records, symmetric=symmetric) if task == "compare" else judge.score_batch(records)
-    return [{"id": r.id, **res.to_dict()} for r, res in zip(records, results)]
-
-
-def _score_chunk(judge: Judge, task: str, chunk: list[tuple[int, Record]], symmetric: bool,
-                 source: str) -> tuple[list[tuple[int, dict[str, Any]]], list[RecordError]]:
-    """(line, output row) of each scored line of a chunk, and the rejections; if the judge rejects one of its
-    inputs (e.g. one it cannot encode), retry line by line so only the bad lines are rejected."""
-    try:
-        rows = _judge_chunk(judge, task, [r for _, r in chunk], symmetric)
-        return [(line, row) for (line, _), row in zip(chunk, rows)], []
-    except INPUT_ERRORS:
-        if len(chunk) == 1:
-            raise
-    out, errors = [], []
-    for line, record in chunk:
-        try:
-            out += [(line, row) for row in _judge_chunk(judge, task, [record], symmetric)]
-        except INPUT_ERRORS as exc:
-            errors.append(RecordError(source, line, None, f"the judge cannot take this input: {exc}"))
-    return out, errors
-
-
-def _reason(err: RecordError) -> str:
-    """The summary bucket of a rejection: its field, else the kind of error (the message's leading words)."""
-    return f"field {err.field!r}" if err.field else re.split(r"[(:]", err.message, maxsplit=1)[0].strip()
-
-
 def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int]) -> None:
     tally.rejected += 1
-    tally.reasons[_reason(err)] += 1
-    rejected_file.write((json.dumps({"line": err.line, "field": err.field, "error": err.message}) + "\n").encode())
+    tally.reasons[reason(err)] += 1
+    rejected_file.write(rejected_text(err).encode())
     if shown[0] < SHOWN_REJECTIONS:
         print(f"rejected {err}", file=sys.stderr)
         shown[0] += 1
@@ -306,10 +236,15 @@ def _seen_ids(path: Path, size: int) -> set[str]:
 
 
 def run_score(args: argparse.Namespace) -> int:
+    return ENGINES.get(args.engine)(args)
+
+
+def run_local(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..judges.base import Judge
 
+    _check_local_options(args)
     src, out = Path(args.input), Path(args.output)
     if not src.is_file():
         raise FileNotFoundError(f"input {src} does not exist")
@@ -347,44 +282,40 @@ def run_score(args: argparse.Namespace) -> int:
         files = {"output": sink.commit(), "rejected": rejected.commit()}
         progress.advance(line, offset, input_hash.hexdigest(), files, tally.to_dict())
 
-    def flush(chunk: list[tuple[int, Record]]) -> None:
-        results, errors = _score_chunk(judge, task, chunk, args.symmetric, str(src))
+    def flush(chunk: Chunk) -> None:
+        for err in chunk.rejections:
+            _reject(err, tally, rejected, shown)
+        tally.blank += chunk.blank
+        if not chunk.records:
+            return
+        results, errors = score_chunk(judge, task, chunk.records, args.symmetric, str(src))
         for line, row in results:
-            if row["id"] in seen:
-                tally.duplicates += 1
-                if len(tally.duplicate_examples) < SHOWN_DUPLICATES:
-                    tally.duplicate_examples.append((row["id"], line))
-            seen.add(row["id"])
-        sink.write("".join(json.dumps(row) + "\n" for _, row in results).encode())
+            tally.count_id(seen, row["id"], line)
+        sink.write("".join(map(row_text, (row for _, row in results))).encode())
         tally.scored += len(results)
         for err in errors:
             _reject(err, tally, rejected, shown)
-        chunk.clear()
 
     start_line, offset = progress.line, progress.input_bytes
     line = start_line  # the last line accounted for, also when nothing is left to read
+
+    def numbered(bar) -> Iterator[tuple[int, str]]:
+        """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
+        nonlocal line, offset
+        for line, text, raw in _lines(src, offset, start_line):
+            tally.read += 1
+            offset += len(raw)
+            input_hash.update(raw)
+            bar.update(len(raw))
+            yield line, text
+
     try:
         checkpoint(start_line, offset)
         with tqdm(total=src.stat().st_size, initial=offset, unit="B", unit_scale=True, desc="scoring",
                   file=sys.stderr) as bar:
-            chunk: list[tuple[int, Record]] = []
-            for line, text, raw in _lines(src, offset, start_line):
-                tally.read += 1
-                offset += len(raw)
-                input_hash.update(raw)
-                bar.update(len(raw))
-                if not text.strip():
-                    tally.blank += 1
-                    continue
-                try:
-                    chunk.append((line, parse_line(text, Loc(str(src), line), task)))
-                except RecordError as err:
-                    _reject(err, tally, rejected, shown)
-                if len(chunk) >= args.chunk_size:
-                    flush(chunk)
-                    checkpoint(line, offset)
-            if chunk:
+            for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size):
                 flush(chunk)
+                checkpoint(chunk.last, offset)
             checkpoint(line, offset)
     except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
         sink.rollback()
@@ -407,6 +338,60 @@ def run_score(args: argparse.Namespace) -> int:
     print(tally.summary())
     print(f"results: {out}" + (f"; rejected lines: {rejected_path}" if tally.rejected else ""))
     return 1 if tally.rejected else 0
+
+
+def run_ray(args: argparse.Namespace) -> int:
+    """`--engine ray`: the input's shards scored by judge actors into the output directory (serving/ray_engine.py)."""
+    from ..card import JudgeCard
+
+    for option, given in (("--rejected", args.rejected), ("--resume", args.resume)):
+        if given:
+            raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
+                             "each output shard, and a re-run skips finished shards)")
+    if args.chunk_size < 1:
+        raise ValueError("--chunk-size must be positive")
+    try:
+        from ..serving import ray_engine
+    except ImportError as exc:
+        raise ValueError(f"--engine ray needs Ray Data: pip install 'clfjudge[ray]' ({exc})") from None
+    shards = ray_engine.find_shards(args.input)
+    card = JudgeCard.load(args.model)
+    task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
+    if args.symmetric and task != "compare":
+        raise ValueError("--symmetric applies to compare, not to score")
+    threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
+    load = {"backend": args.backend, "provider": args.provider, "variant": args.variant, "threads": threads,
+            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle}
+    # What must be the same for the shards of two runs to be one output (byte for byte what a single run writes).
+    settings = {"model": str(Path(args.model).resolve()), "task": task, "symmetric": args.symmetric,
+                "backend": args.backend, "variant": args.variant, "chunk_size": args.chunk_size,
+                "batch_size": args.batch_size}
+    options = ray_engine.RayOptions(address=args.address, actors=args.actors, gpus_per_actor=args.gpus_per_actor,
+                                    cpus_per_actor=threads)
+    out = Path(args.output)
+    tally, rejected = ray_engine.score_shards(str(Path(args.model).resolve()), shards, out, task=task,
+                                              symmetric=args.symmetric, chunk_size=args.chunk_size, load=load,
+                                              options=options, settings=settings)
+    if tally.duplicate_warning():
+        print(tally.duplicate_warning(), file=sys.stderr)
+    print(tally.summary())
+    print(f"results: {out} ({len(shards)} shard(s))" + (f"; rejected lines: {', '.join(map(str, rejected))}"
+                                                        if rejected else ""))
+    return 1 if tally.rejected else 0
+
+
+def _check_local_options(args: argparse.Namespace) -> None:
+    ray_only = [f"--{k.replace('_', '-')}" for k, default in (("address", None), ("actors", None),
+                                                                ("gpus_per_actor", 0.0))
+                if getattr(args, k) != default]
+    if ray_only:
+        raise ValueError(f"{', '.join(ray_only)} applies to --engine ray")
+
+
+# `clfjudge score --engine NAME`: each engine is ``run(args) -> exit status``; a new engine is one more line.
+ENGINES: Registry[Callable[[argparse.Namespace], int]] = Registry("scoring engine")
+ENGINES.register("local", run_local)
+ENGINES.register("ray", run_ray)
 
 
 # -- calibrate ----------------------------------------------------------------------------------------------

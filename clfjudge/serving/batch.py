@@ -1,0 +1,167 @@
+"""Batch scoring, the part every engine of `clfjudge score` shares: a line of input -> a record (errors name
+file, line and field), lines -> chunks, a chunk -> output rows and rejections, the rows' and rejections' text,
+and the run's tally. The single-process engine (clfjudge/cli/score.py) and the Ray engine (``ray_engine``) both
+build their chunks with ``chunk_lines`` and their rows with ``score_chunk``, so that the same lines give the same
+bytes: a judge sorts the records of a call by length before batching them, so a chunk's records decide its
+batches, and a different split can move scores by float noise."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..data.records import Loc, Record, RecordError
+
+if TYPE_CHECKING:
+    from ..judges.base import Judge
+
+# What a judge raises for an input it cannot take (tokenizers raise TypeError for text they cannot encode).
+INPUT_ERRORS = (ValueError, TypeError)
+SHOWN_DUPLICATES = 5
+
+
+@dataclass
+class Tally:
+    read: int = 0
+    blank: int = 0
+    scored: int = 0
+    rejected: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    duplicates: int = 0  # scored lines whose id is already in the output
+    duplicate_examples: list[tuple[str, Any]] = field(default_factory=list)  # (id, line or file)
+
+    def summary(self) -> str:
+        text = f"lines read {self.read}: scored {self.scored}, rejected {self.rejected}"
+        if self.blank:
+            text += f", blank {self.blank}"
+        if self.duplicates:
+            text += f", duplicate ids {self.duplicates}"
+        if self.reasons:
+            text += " (" + ", ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common()) + ")"
+        return text
+
+    def duplicate_warning(self) -> str | None:
+        if not self.duplicates:
+            return None
+        where = ", ".join(f"{i!r} ({'line ' if isinstance(at, int) else ''}{at})"
+                          for i, at in self.duplicate_examples)
+        return (f"warning: {self.duplicates} scored line(s) repeat an id already in the output, e.g. {where}; "
+                "rows with the same id cannot be told apart by id")
+
+    def count_id(self, seen: set[str], row_id: str, at: Any) -> None:
+        """Note a scored row's id; ``at`` (its line, or its file) is kept for the first few repeats."""
+        if row_id in seen:
+            self.duplicates += 1
+            if len(self.duplicate_examples) < SHOWN_DUPLICATES:
+                self.duplicate_examples.append((row_id, at))
+        seen.add(row_id)
+
+    def add(self, other: Tally) -> None:
+        """Add another tally's line counts (not its duplicates: those are counted over the whole output)."""
+        self.read += other.read
+        self.blank += other.blank
+        self.scored += other.scored
+        self.rejected += other.rejected
+        self.reasons.update(other.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "reasons": dict(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tally:
+        return cls(**{**data, "reasons": Counter(data["reasons"]),
+                      "duplicate_examples": [tuple(x) for x in data["duplicate_examples"]]})
+
+
+def parse_line(text: str, loc: Loc, task: str) -> Record:
+    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field."""
+    from ..judges.base import as_pair, as_point
+
+    try:
+        item = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise loc.error(None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(item, dict):
+        raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
+    if item.get("id") is None:
+        item = {**item, "id": f"{Path(loc.file).name}:{loc.line}"}
+    return as_pair(item, loc) if task == "compare" else as_point(item, loc)
+
+
+@dataclass
+class Chunk:
+    """Consecutive lines ``first``..``last`` of one input: the records to judge in one call (with their line
+    numbers), the lines rejected while parsing and the number of blank lines. Every line is in one of the three."""
+
+    first: int
+    last: int
+    records: list[tuple[int, Record]] = field(default_factory=list)
+    rejections: list[RecordError] = field(default_factory=list)
+    blank: int = 0
+
+
+def chunk_lines(lines: Iterable[tuple[int, str]], source: str, task: str, chunk_size: int) -> Iterator[Chunk]:
+    """Numbered lines of ``source`` -> chunks: a chunk ends at the line that brings its records to
+    ``chunk_size``; the last chunk holds what follows the last full one (lines, if not records). Lazy: when a
+    chunk is yielded, exactly its lines have been read from ``lines``."""
+    chunk: Chunk | None = None
+    for number, text in lines:
+        if chunk is None:
+            chunk = Chunk(first=number, last=number)
+        chunk.last = number
+        if not text.strip():
+            chunk.blank += 1
+            continue
+        try:
+            chunk.records.append((number, parse_line(text, Loc(source, number), task)))
+        except RecordError as err:
+            chunk.rejections.append(err)
+        if len(chunk.records) >= chunk_size:
+            yield chunk
+            chunk = None
+    if chunk is not None:
+        yield chunk
+
+
+def judge_chunk(judge: Judge, task: str, records: Sequence[Record], symmetric: bool) -> list[dict[str, Any]]:
+    results = judge.compare_batch(records, symmetric=symmetric) if task == "compare" else judge.score_batch(records)
+    return [{"id": r.id, **res.to_dict()} for r, res in zip(records, results)]
+
+
+def score_chunk(judge: Judge, task: str, chunk: Sequence[tuple[int, Record]], symmetric: bool,
+                source: str) -> tuple[list[tuple[int, dict[str, Any]]], list[RecordError]]:
+    """(line, output row) of each scored line of a chunk, and the rejections; if the judge rejects one of its
+    inputs (e.g. one it cannot encode), retry line by line so only the bad lines are rejected."""
+    try:
+        rows = judge_chunk(judge, task, [r for _, r in chunk], symmetric)
+        return [(line, row) for (line, _), row in zip(chunk, rows)], []
+    except INPUT_ERRORS:
+        if len(chunk) == 1:
+            raise
+    out, errors = [], []
+    for line, record in chunk:
+        try:
+            out += [(line, row) for row in judge_chunk(judge, task, [record], symmetric)]
+        except INPUT_ERRORS as exc:
+            errors.append(RecordError(source, line, None, f"the judge cannot take this input: {exc}"))
+    return out, errors
+
+
+def row_text(row: dict[str, Any]) -> str:
+    """An output line: the input's id and the judge's result."""
+    return json.dumps(row) + "\n"
+
+
+def rejected_text(err: RecordError, with_file: bool = False) -> str:
+    """A rejected-file line: line, field and error (and the file, where one output gathers several inputs)."""
+    row = {"line": err.line, "field": err.field, "error": err.message}
+    return json.dumps({"file": err.file, **row} if with_file else row) + "\n"
+
+
+def reason(err: RecordError) -> str:
+    """The summary bucket of a rejection: its field, else the kind of error (the message's leading words)."""
+    return f"field {err.field!r}" if err.field else re.split(r"[(:]", err.message, maxsplit=1)[0].strip()

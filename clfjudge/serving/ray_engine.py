@@ -1,0 +1,437 @@
+"""`clfjudge score --engine ray`: batch scoring on a Ray cluster (Ray Data), resumable shard by shard.
+
+The input is a set of shards (JSONL or Parquet files: a file, a glob or a directory). Ray Data reads them with
+``ChunkSource``, which cuts each shard into the chunks the single-process scorer would make of it
+(``batch.chunk_lines``); ``map_batches`` sends one chunk at a time to a pool of ``JudgeActor``s, each of which
+loads the judge once (one actor per CPU slot, or per GPU share); the driver writes what comes back, in input order,
+one output file per shard. So each shard's output is byte for byte what ``clfjudge score`` writes for that file
+alone, with the same --chunk-size and --batch-size.
+
+Exactly once: a shard's output and rejected lines go to temporary files, and are renamed into place once the
+shard's last chunk is in (its tally in ``.clfjudge/``, the output renamed last: its presence marks the shard
+done). A run that stops leaves finished shards and temporary files; the same command again skips the finished
+shards and scores the others from their start, so the output directory ends up as an uninterrupted run's.
+
+Imports Ray: only ``clfjudge score --engine ray`` (or a caller of ``score_shards``) imports this module.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import ray
+from ray.data.datasource import FileBasedDatasource
+
+from ..data.records import RecordError
+from .batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
+
+FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
+STATE_DIR = ".clfjudge"  # in the output directory: the run's settings and each finished shard's tally
+SHOWN_REJECTIONS = 10
+# Parquet column types whose values JSON represents as they are (a row is read as the JSON object of its columns)
+_JSON_TYPES = ("is_string", "is_large_string", "is_integer", "is_floating", "is_boolean", "is_null", "is_list",
+               "is_large_list", "is_struct")
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str  # absolute
+    name: str  # output name: the path relative to the input's root, without its suffix
+    format: str  # "jsonl" | "parquet"
+
+
+def find_shards(spec: str) -> list[Shard]:
+    """The shards of ``--input``: a JSONL or Parquet file, a glob of them, or a directory (searched recursively;
+    files of other kinds in it are left out, and said so)."""
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        kept = [p for p in files if p.suffix in FORMATS]
+        if len(kept) < len(files):
+            print(f"{len(files) - len(kept)} file(s) under {path} are not .jsonl or .parquet and are not read, "
+                  f"e.g. {[p.name for p in files if p.suffix not in FORMATS][:3]}", file=sys.stderr)
+        root = path
+    elif glob.has_magic(spec):
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        kept = files
+        root = Path(os.path.commonpath([p.parent.resolve() for p in files])) if files else None
+    elif path.is_file():
+        files = kept = [path]
+        root = path.parent
+    else:
+        raise FileNotFoundError(f"input {spec} does not exist")
+    if not kept:
+        raise FileNotFoundError(f"input {spec}: no .jsonl or .parquet file")
+    shards = []
+    for p in kept:
+        if p.suffix not in FORMATS:
+            raise ValueError(f"input {p}: expected a .jsonl or .parquet file")
+        name = p.resolve().relative_to(root.resolve()).with_suffix("").as_posix()
+        shards.append(Shard(str(p.resolve()), name, FORMATS[p.suffix]))
+    names = [s.name for s in shards] + [s.name + ".rejected" for s in shards]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise ValueError(f"input {spec}: two shards would write the same output file ({clashes[0]}.jsonl); "
+                         "rename one")
+    for shard in shards:
+        if shard.format == "parquet":
+            _check_parquet_schema(shard.path)
+    return shards
+
+
+def _check_parquet_schema(path: str) -> None:
+    import pyarrow.parquet as pq
+
+    for f in pq.read_schema(path):
+        if not any(getattr(pa.types, test)(f.type) for test in _JSON_TYPES):
+            raise ValueError(f"{path}: column {f.name!r} is {f.type}; clfjudge reads Parquet columns of strings, "
+                             "numbers, booleans, lists and structs (a row is read as the JSON object of its columns)")
+
+
+# -- reading: shards -> chunks ----------------------------------------------------------------------------
+
+def _jsonl_lines(f: pa.NativeFile) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a byte stream split at b"\\n" only, as the single-process scorer reads a file."""
+    rest, number = b"", 0
+    while block := f.read(1 << 20):
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        for raw in parts:
+            number += 1
+            yield number, (raw + b"\n").decode("utf-8", errors="replace")
+    if rest:
+        yield number + 1, rest.decode("utf-8", errors="replace")
+
+
+def _parquet_lines(f: pa.NativeFile) -> Iterator[tuple[int, str]]:
+    """(row number, the row as a JSON object) of a Parquet file, row group by row group."""
+    import pyarrow.parquet as pq
+
+    number = 0
+    pf = pq.ParquetFile(f)
+    for group in range(pf.num_row_groups):
+        for row in pf.read_row_group(group).to_pylist():
+            number += 1
+            yield number, json.dumps(row)
+
+
+_LINES = {"jsonl": _jsonl_lines, "parquet": _parquet_lines}
+CHUNK_SCHEMA = pa.schema([("file", pa.string()), ("first", pa.int64()), ("last", pa.int64()),
+                          ("final", pa.bool_()), ("lines", pa.list_(pa.string()))])
+
+
+class ChunkSource(FileBasedDatasource):
+    """Ray Data source: one row per chunk of a shard (file, first and last line, whether it is the shard's last
+    chunk, the lines' text). The chunks are cut as ``chunk_lines`` cuts them, so their records match the
+    single-process scorer's calls to the judge; a shard with no line is one empty final chunk."""
+
+    def __init__(self, shards: Sequence[Shard], task: str, chunk_size: int) -> None:
+        super().__init__([s.path for s in shards])
+        self.formats = {s.path: s.format for s in shards}
+        self.task, self.chunk_size = task, chunk_size
+
+    def _open_input_source(self, filesystem, path: str, **open_args) -> pa.NativeFile:
+        if self.formats[path] == "parquet":  # Parquet needs random access, not a stream
+            return filesystem.open_input_file(path)
+        return super()._open_input_source(filesystem, path, **open_args)
+
+    def _read_stream(self, f: pa.NativeFile, path: str) -> Iterator[pa.Table]:
+        texts: list[str] = []
+
+        def numbered() -> Iterator[tuple[int, str]]:
+            for number, text in _LINES[self.formats[path]](f):
+                texts.append(text)
+                yield number, text
+
+        # One chunk per block, so that the chunks of one shard spread over the actors. A chunk is yielded once
+        # the next one is cut (or the shard ends): only then is it known whether it is the shard's last.
+        previous: tuple[Chunk, list[str]] | None = None
+        for chunk in chunk_lines(numbered(), path, self.task, self.chunk_size):
+            if previous is not None:
+                yield self._block(path, *previous, final=False)
+            previous = chunk, texts[:]
+            texts.clear()
+        yield self._block(path, *(previous or (Chunk(first=1, last=0), [])), final=True)
+
+    @staticmethod
+    def _block(path: str, chunk: Chunk, texts: list[str], final: bool) -> pa.Table:
+        return pa.Table.from_pylist([{"file": path, "first": chunk.first, "last": chunk.last, "final": final,
+                                      "lines": texts}], schema=CHUNK_SCHEMA)
+
+
+# -- scoring: chunks -> rows ------------------------------------------------------------------------------
+
+RESULT_SCHEMA = pa.schema([("file", pa.string()), ("first", pa.int64()), ("last", pa.int64()),
+                           ("final", pa.bool_()), ("rows", pa.string()), ("rejected", pa.string()),
+                           ("tally", pa.string())])
+
+
+class JudgeActor:
+    """A Ray actor that holds the judge (loaded once) and scores chunks: each comes back as its output lines, its
+    rejected lines (file, line, field, error) and its tally, as ``clfjudge score`` writes and counts them."""
+
+    def __init__(self, model: str, load: dict[str, Any], task: str, symmetric: bool, chunk_size: int) -> None:
+        from ..judges.base import Judge
+
+        self.judge = Judge.load(model, **load)
+        self.judge.require(task)
+        self.task, self.symmetric, self.chunk_size = task, symmetric, chunk_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.Table.from_pylist([self.score(row) for row in batch.to_pylist()], schema=RESULT_SCHEMA)
+
+    def score(self, row: dict[str, Any]) -> dict[str, Any]:
+        path, texts = row["file"], row["lines"]
+        chunks = list(chunk_lines(zip(range(row["first"], row["last"] + 1), texts), path, self.task,
+                                  self.chunk_size))
+        if len(chunks) > 1:  # the reader cut it with the same rule; two chunks here would be a bug
+            raise RuntimeError(f"{path}: lines {row['first']}-{row['last']} hold more than one chunk")
+        tally, out, rejected = Tally(read=len(texts)), [], []
+        for chunk in chunks:
+            tally.blank += chunk.blank
+            errors = list(chunk.rejections)
+            if chunk.records:
+                results, judge_errors = score_chunk(self.judge, self.task, chunk.records, self.symmetric, path)
+                out = [row_text(r) for _, r in results]
+                errors += judge_errors
+            tally.scored, tally.rejected = len(out), len(errors)
+            tally.reasons.update(reason(e) for e in errors)
+            rejected = [rejected_text(e, with_file=True) for e in errors]
+        return {**{k: row[k] for k in ("file", "first", "last", "final")}, "rows": "".join(out),
+                "rejected": "".join(rejected), "tally": json.dumps(tally.to_dict())}
+
+
+# -- writing: rows -> shard files, renamed when complete ---------------------------------------------------
+
+@dataclass
+class Layout:
+    """Where a shard's files go in the output directory."""
+
+    out: Path
+
+    def output(self, shard: Shard) -> Path:
+        return self.out / f"{shard.name}.jsonl"
+
+    def rejected(self, shard: Shard) -> Path:
+        return self.out / f"{shard.name}.rejected.jsonl"
+
+    def state(self, shard: Shard) -> Path:
+        return self.out / STATE_DIR / f"{shard.name}.json"
+
+    @staticmethod
+    def temporary(path: Path) -> Path:
+        return path.with_name(f".{path.name}.tmp")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = Layout.temporary(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ShardWriter:
+    """One shard's output and rejected lines, written to temporary files and renamed into place by ``commit``."""
+
+    def __init__(self, shard: Shard, layout: Layout) -> None:
+        self.shard, self.layout = shard, layout
+        self.paths = [layout.output(shard), layout.rejected(shard)]
+        for p in self.paths:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        self.files = [open(Layout.temporary(p), "wb") for p in self.paths]
+        self.tally = Tally()
+        self.next_line = 1
+
+    def add(self, row: dict[str, Any]) -> list[str]:
+        """Append a scored chunk (chunks come in input order: a gap or a repeat would lose or double lines)."""
+        if row["first"] != self.next_line:
+            raise RuntimeError(f"{self.shard.path}: chunk of lines {row['first']}-{row['last']} arrived when line "
+                               f"{self.next_line} was expected; the output of this shard is not written")
+        self.next_line = row["last"] + 1
+        self.files[0].write(row["rows"].encode())
+        self.files[1].write(row["rejected"].encode())
+        self.tally.add(Tally.from_dict(json.loads(row["tally"])))
+        return row["rejected"].splitlines()
+
+    def commit(self, size: int) -> None:
+        """The shard is complete: make its files durable, then rename them into place, the output last."""
+        for f in self.files:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        output, rejected = self.paths
+        if self.tally.rejected:
+            os.replace(Layout.temporary(rejected), rejected)
+        else:
+            Layout.temporary(rejected).unlink()
+            rejected.unlink(missing_ok=True)
+        state = self.layout.state(self.shard)
+        state.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(state, json.dumps({"input": self.shard.path, "bytes": size,
+                                             "tally": self.tally.to_dict()}, indent=1) + "\n")
+        os.replace(Layout.temporary(output), output)
+        _fsync_dir(output.parent)
+
+    def abandon(self) -> None:
+        for f in self.files:
+            f.close()
+
+
+def _finished(shard: Shard, layout: Layout) -> Tally | None:
+    """The tally of a shard an earlier run finished, or None; an error if its input changed since."""
+    state_path = layout.state(shard)
+    if not layout.output(shard).is_file() or not state_path.is_file():
+        return None
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    size = os.path.getsize(shard.path)
+    if state["input"] != shard.path or state["bytes"] != size:
+        raise ValueError(f"{layout.output(shard)} was scored from {state['input']} ({state['bytes']} bytes), not "
+                         f"from {shard.path} ({size} bytes): remove it (and {state_path}) to score this shard again, "
+                         "or use another output directory")
+    return Tally.from_dict(state["tally"])
+
+
+def _check_settings(layout: Layout, settings: dict[str, Any]) -> None:
+    """The output directory holds one run's output: a re-run must use the same judge and options."""
+    path = layout.out / STATE_DIR / "settings.json"
+    if path.is_file():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        changed = {k: (v, settings.get(k)) for k, v in before.items() if settings.get(k) != v}
+        if changed and not any(p.name != path.name for p in path.parent.rglob("*.json")):
+            changed = {}  # no shard was finished with the old settings: nothing to keep consistent with
+            _write_atomically(path, json.dumps(settings, indent=1) + "\n")
+        if changed:
+            what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(f"{layout.out} holds the output of a run with other settings ({what}); re-run with the "
+                             "same judge and options to finish it, or use another output directory")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, json.dumps(settings, indent=1) + "\n")
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+
+@dataclass
+class RayOptions:
+    address: str | None = None  # None: a Ray instance already started in this process, else RAY_ADDRESS, else local
+    actors: int | None = None  # None: one per CPU of the cluster (or per GPU share with gpus_per_actor)
+    gpus_per_actor: float = 0.0
+    cpus_per_actor: float = 1.0
+
+
+def _connect(address: str | None) -> bool:
+    """Connect to Ray (or start a local instance); True if this call did, so the caller shuts it down."""
+    if ray.is_initialized():
+        return False
+    local = {"include_dashboard": False} if address is None and "RAY_ADDRESS" not in os.environ else {}
+    ray.init(address=address, logging_level="warning", log_to_driver=False, **local)
+    return True
+
+
+def _pool_size(options: RayOptions) -> int:
+    if options.actors is not None:
+        if options.actors < 1:
+            raise ValueError("--actors must be positive")
+        return options.actors
+    resources = ray.cluster_resources()
+    if options.gpus_per_actor:
+        return max(1, int(resources.get("GPU", 0) // options.gpus_per_actor))
+    return max(1, int(resources.get("CPU", 1) // options.cpus_per_actor))
+
+
+def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, symmetric: bool, chunk_size: int,
+                 load: dict[str, Any], options: RayOptions, settings: dict[str, Any]) -> tuple[Tally, list[Path]]:
+    """Score the shards not yet finished in ``out``; the tally of every shard and the rejected files there."""
+    layout = Layout(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_settings(layout, settings)
+    done = {s: t for s in shards if (t := _finished(s, layout)) is not None}
+    todo = [s for s in shards if s not in done]
+    if done:
+        print(f"{len(done)} of {len(shards)} shard(s) finished by an earlier run: skipped", file=sys.stderr)
+    if todo:
+        started = _connect(options.address)
+        try:
+            _run(model, todo, layout, task=task, symmetric=symmetric, chunk_size=chunk_size, load=load,
+                 options=options)
+        finally:
+            if started:
+                ray.shutdown()
+    total = Tally()
+    for shard in shards:
+        total.add(_finished(shard, layout))
+    seen: set[str] = set()
+    for shard in shards:  # duplicate ids over the whole output, as the single-process scorer counts them
+        with open(layout.output(shard), encoding="utf-8") as f:
+            for line in f:
+                total.count_id(seen, json.loads(line)["id"], layout.output(shard).name)
+    return total, [layout.rejected(s) for s in shards if layout.rejected(s).is_file()]
+
+
+def _actor_start_errors(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The rows; if the judge actors cannot start (a judge that cannot do the task, a backend or provider it does
+    not have), a ValueError with the error the judge raised: ``clfjudge`` says it in one line and exits with 2.
+    Ray keeps only its text (the last line of the actor's traceback), not the exception."""
+    try:
+        yield from rows
+    except ray.exceptions.ActorDiedError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        if "creation task" not in str(exc) or not lines:
+            raise
+        raise ValueError(f"the judge actors could not start: {lines[-1]}") from exc
+
+
+def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symmetric: bool, chunk_size: int,
+         load: dict[str, Any], options: RayOptions) -> None:
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True  # each shard's chunks reach the driver in line order
+    size = _pool_size(options)
+    print(f"scoring {len(shards)} shard(s) with {size} judge actor(s) on Ray", file=sys.stderr)
+    # Reading and cutting chunks is light next to judging them: the read tasks take no CPU slot, so that every
+    # slot can hold an actor (a read task waiting for a slot the actors hold would stall the pipeline).
+    ds = ray.data.read_datasource(ChunkSource(shards, task, chunk_size), num_cpus=0)
+    ds = ds.map_batches(JudgeActor, batch_size=1, batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=size),
+                        fn_constructor_kwargs={"model": model, "load": load, "task": task, "symmetric": symmetric,
+                                               "chunk_size": chunk_size},
+                        num_cpus=options.cpus_per_actor, num_gpus=options.gpus_per_actor or None)
+    by_path = {s.path: s for s in shards}
+    writers: dict[str, ShardWriter] = {}
+    shown = 0
+    try:
+        for row in _actor_start_errors(ds.iter_rows()):
+            path = row["file"]
+            writer = writers.get(path)
+            if writer is None:
+                writer = writers[path] = ShardWriter(by_path[path], layout)
+            for line in writer.add(row):
+                if shown < SHOWN_REJECTIONS:
+                    rejected = json.loads(line)
+                    print(f"rejected {RecordError(path, rejected['line'], rejected['field'], rejected['error'])}",
+                          file=sys.stderr)
+                    shown += 1
+            if row["final"]:
+                writer.commit(os.path.getsize(path))
+                del writers[path]
+    finally:
+        for writer in writers.values():  # unfinished shards keep their temporary files; the next run redoes them
+            writer.abandon()
+    if writers:
+        raise RuntimeError(f"Ray Data ended before the last chunk of {sorted(writers)}; they are not written")
