@@ -75,6 +75,7 @@ def read(spec: str, layers: list[int], name: str, records: list, cache: Path, pr
     import torch
     from transformers import AutoModel
 
+    from clfjudge.batching import token_batches
     from clfjudge.embedders.decoder import DecoderEmbedder, autocast, resolve_precision
 
     reader = DecoderEmbedder(spec, layer=max(layers), max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
@@ -92,15 +93,11 @@ def read(spec: str, layers: list[int], name: str, records: list, cache: Path, pr
                              (reader._prompt_ids(r.question), reader._answer_ids(answer)))
     keys = sorted(items, key=lambda k: sum(map(len, items[k])))
     means = {layer: np.zeros((len(keys), model.config.hidden_size), np.float32) for layer in layers}
-    start, i = time.monotonic(), 0
+    lengths = [sum(map(len, items[k])) for k in keys]
+    start = time.monotonic()
     with torch.inference_mode(), autocast(resolve_precision(precision)):
-        while i < len(keys):  # token-budget batches of answers sorted by length
-            batch, width = [], 0
-            while i < len(keys) and (not batch or max(width, sum(map(len, items[keys[i]]))) * (len(batch) + 1)
-                                     <= BATCH_TOKENS):
-                width = max(width, sum(map(len, items[keys[i]])))
-                batch.append(i)
-                i += 1
+        for batch in token_batches(lengths, max(len(keys), 1), BATCH_TOKENS):  # rows x longest within the token budget
+            width = max(lengths[j] for j in batch)
             ids = torch.full((len(batch), width), reader._eos)
             mask, pool = torch.zeros_like(ids), torch.zeros(len(batch), width)
             for row, j in enumerate(batch):
