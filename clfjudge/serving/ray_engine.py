@@ -12,15 +12,21 @@ shard's last chunk is in (its tally in ``.clfjudge/``, the output renamed last: 
 done). A run that stops leaves finished shards and temporary files; the same command again skips the finished
 shards and scores the others from their start, so the output directory ends up as an uninterrupted run's.
 
-Imports Ray: only ``clfjudge score --engine ray`` (or a caller of ``score_shards``) imports this module.
+``map_on_actors`` is the same actor pool for callers with whole calls rather than shards: each actor builds its
+state once (a judge loaded once) and runs one call at a time (``clfjudge audit --engine ray``: one test set's
+predictions per call).
+
+Imports Ray: only ``--engine ray`` (``clfjudge score``, ``clfjudge audit``), or a caller of ``score_shards`` or
+``map_on_actors``, imports this module.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,6 +351,17 @@ def _connect(address: str | None) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def connected(address: str | None) -> Iterator[None]:
+    """Ray for the block (``_connect``); a local instance started for it is shut down after it."""
+    started = _connect(address)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def _pool_size(options: RayOptions) -> int:
     if options.actors is not None:
         if options.actors < 1:
@@ -367,13 +384,9 @@ def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, s
     if done:
         print(f"{len(done)} of {len(shards)} shard(s) finished by an earlier run: skipped", file=sys.stderr)
     if todo:
-        started = _connect(options.address)
-        try:
+        with connected(options.address):
             _run(model, todo, layout, task=task, symmetric=symmetric, chunk_size=chunk_size, load=load,
                  options=options)
-        finally:
-            if started:
-                ray.shutdown()
     total = Tally()
     for shard in shards:
         total.add(_finished(shard, layout))
@@ -435,3 +448,56 @@ def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symm
             writer.abandon()
     if writers:
         raise RuntimeError(f"Ray Data ended before the last chunk of {sorted(writers)}; they are not written")
+
+
+# -- whole calls on judge actors (clfjudge audit --engine ray) ----------------------------------------------
+
+class _Holder:
+    """A Ray actor that holds ``build(**kwargs)`` (a judge, loaded once) and runs ``work(state, *call)``."""
+
+    def __init__(self, build: Callable[..., Any], kwargs: dict[str, Any], work: Callable[..., Any]) -> None:
+        self.state, self.work = build(**kwargs), work
+
+    def run(self, index: int, call: tuple) -> tuple[int, Any]:
+        return index, self.work(self.state, *call)
+
+
+def _task_errors(results: Iterator[Any]) -> Iterator[Any]:
+    """The results; an error a call raised on an actor is raised here as itself (a ValueError stays one, so
+    ``clfjudge`` says it in one line), with the actor's traceback as a note."""
+    try:
+        yield from results
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause
+        if not isinstance(cause, Exception) or isinstance(cause, ray.exceptions.RayError):
+            raise
+        cause.add_note(f"raised on a Ray actor: {exc}")
+        raise cause from None
+
+
+def map_on_actors(build: Callable[..., Any], kwargs: dict[str, Any], work: Callable[..., Any],
+                  calls: Sequence[tuple], options: RayOptions, what: str) -> Iterator[tuple[int, Any]]:
+    """``work(build(**kwargs), *call)`` for each call, on a pool of actors that each run ``build`` once (as
+    ``JudgeActor`` loads its judge once) and take one call at a time, in the order given as actors come free;
+    yields (the call's index, its result) as calls finish. Ray must be connected (``connected``). ``build`` and
+    ``work`` go to the actors by reference (module-level functions or classes). A call that raises stops the
+    run with its error (``_task_errors``), an actor that cannot start with the error ``build`` raised."""
+    if not calls:
+        return
+    size = min(_pool_size(options), len(calls))
+    print(f"{what}: {len(calls)} call(s) on {size} actor(s) on Ray", file=sys.stderr)
+    holder = ray.remote(_Holder).options(num_cpus=options.cpus_per_actor, num_gpus=options.gpus_per_actor)
+    actors = [holder.remote(build, kwargs, work) for _ in range(size)]
+    pool = ray.util.ActorPool(actors)
+    try:
+        for index, call in enumerate(calls):
+            pool.submit(lambda actor, value: actor.run.remote(*value), (index, call))
+
+        def results() -> Iterator[tuple[int, Any]]:
+            while pool.has_next():
+                yield pool.get_next_unordered()
+
+        yield from _actor_start_errors(_task_errors(results()))
+    finally:
+        for actor in actors:
+            ray.kill(actor)
