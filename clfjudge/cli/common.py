@@ -1,4 +1,14 @@
 """What several sub-commands of the `clfjudge` CLI share (each sub-command: clfjudge/cli/<name>.py)."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from ..serving.ray_engine import RayOptions
 
 
 TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickle (head.joblib): unpickling runs "
@@ -7,3 +17,46 @@ TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickl
 
 def add_trust_pickle(parser) -> None:
     parser.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE_HELP)
+
+
+# -- --engine local | ray (clfjudge score, clfjudge audit) -------------------------------------------------------
+
+def add_engine_options(parser: argparse.ArgumentParser, engines: Sequence[str], engine_help: str,
+                       gpus_help: str = "GPUs each actor asks Ray for (e.g. 1, 0.5)") -> None:
+    e = parser.add_argument_group("engine", "where the judge runs (pip install 'clfjudge[ray]' for --engine ray)")
+    e.add_argument("--engine", default="local", choices=engines, help=engine_help)
+    e.add_argument("--address", default=None,
+                   help="Ray cluster to use: auto (the one `ray start` runs here), ray://HOST:10001 or HOST:6379 "
+                        "(default: RAY_ADDRESS, else a local Ray instance started for this run)")
+    e.add_argument("--actors", type=int, default=None,
+                   help="judge actors, each loading the judge once (default: one per CPU of the cluster, or per "
+                        "GPU share with --gpus-per-actor)")
+    e.add_argument("--gpus-per-actor", type=float, default=0.0, help=gpus_help)
+
+
+def check_local_options(args: argparse.Namespace) -> None:
+    """--engine local: the options of --engine ray are refused, not ignored."""
+    ray_only = [f"--{k.replace('_', '-')}" for k, default in (("address", None), ("actors", None),
+                                                                ("gpus_per_actor", 0.0))
+                if getattr(args, k) != default]
+    if ray_only:
+        raise ValueError(f"{', '.join(ray_only)} applies to --engine ray")
+
+
+def ray_engine() -> ModuleType:
+    """``clfjudge.serving.ray_engine`` (which imports Ray), or a ValueError saying how to install it."""
+    try:
+        from ..serving import ray_engine
+    except ImportError as exc:
+        raise ValueError(f"--engine ray needs Ray Data: pip install 'clfjudge[ray]' ({exc})") from None
+    return ray_engine
+
+
+def ray_options(args: argparse.Namespace, cpus_per_actor: float = 1.0) -> RayOptions:
+    """The --engine ray options (checked before Ray starts)."""
+    if args.actors is not None and args.actors < 1:
+        raise ValueError("--actors must be positive")
+    if args.gpus_per_actor < 0:
+        raise ValueError("--gpus-per-actor cannot be negative")
+    return ray_engine().RayOptions(address=args.address, actors=args.actors, gpus_per_actor=args.gpus_per_actor,
+                                   cpus_per_actor=cpus_per_actor)

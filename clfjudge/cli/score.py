@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 from ..data.records import PairRecord, Record, RecordError
 from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .common import add_trust_pickle
+from .common import add_engine_options, add_trust_pickle, check_local_options, ray_engine, ray_options
 
 TASKS = ("auto", "compare", "score")
 SHOWN_REJECTIONS = 10
@@ -73,16 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
     _judge_options(p)
-    e = p.add_argument_group("engine", "where the judge runs (pip install 'clfjudge[ray]' for --engine ray)")
-    e.add_argument("--engine", default="local", choices=ENGINES.names(),
-                   help="local: this process; ray: judge actors on a Ray cluster (Ray Data), one per CPU slot")
-    e.add_argument("--address", default=None,
-                   help="Ray cluster to use: auto (the one `ray start` runs here), ray://HOST:10001 or HOST:6379 "
-                        "(default: RAY_ADDRESS, else a local Ray instance started for this run)")
-    e.add_argument("--actors", type=int, default=None,
-                   help="judge actors, each loading the judge once (default: one per CPU of the cluster, or per "
-                        "GPU share with --gpus-per-actor)")
-    e.add_argument("--gpus-per-actor", type=float, default=0.0, help="GPUs each actor asks Ray for (e.g. 1, 0.5)")
+    add_engine_options(p, ENGINES.names(), "local: this process; ray: judge actors on a Ray cluster (Ray Data), "
+                                           "one per CPU slot")
     p.set_defaults(func=run_score)
 
     c = subparsers.add_parser("calibrate", help="fit temperature scaling and an Auto-J tie margin on labelled "
@@ -244,7 +236,7 @@ def run_local(args: argparse.Namespace) -> int:
 
     from ..judges.base import Judge
 
-    _check_local_options(args)
+    check_local_options(args)
     src, out = Path(args.input), Path(args.output)
     if not src.is_file():
         raise FileNotFoundError(f"input {src} does not exist")
@@ -350,42 +342,30 @@ def run_ray(args: argparse.Namespace) -> int:
                              "each output shard, and a re-run skips finished shards)")
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
-    try:
-        from ..serving import ray_engine
-    except ImportError as exc:
-        raise ValueError(f"--engine ray needs Ray Data: pip install 'clfjudge[ray]' ({exc})") from None
-    shards = ray_engine.find_shards(args.input)
+    threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
+    options = ray_options(args, cpus_per_actor=threads)
+    engine = ray_engine()
+    shards = engine.find_shards(args.input)
     card = JudgeCard.load(args.model)
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
-    threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
     load = {"backend": args.backend, "provider": args.provider, "variant": args.variant, "threads": threads,
             "batch_size": args.batch_size, "trust_pickle": args.trust_pickle}
     # What must be the same for the shards of two runs to be one output (byte for byte what a single run writes).
     settings = {"model": str(Path(args.model).resolve()), "task": task, "symmetric": args.symmetric,
                 "backend": args.backend, "variant": args.variant, "chunk_size": args.chunk_size,
                 "batch_size": args.batch_size}
-    options = ray_engine.RayOptions(address=args.address, actors=args.actors, gpus_per_actor=args.gpus_per_actor,
-                                    cpus_per_actor=threads)
     out = Path(args.output)
-    tally, rejected = ray_engine.score_shards(str(Path(args.model).resolve()), shards, out, task=task,
-                                              symmetric=args.symmetric, chunk_size=args.chunk_size, load=load,
-                                              options=options, settings=settings)
+    tally, rejected = engine.score_shards(str(Path(args.model).resolve()), shards, out, task=task,
+                                          symmetric=args.symmetric, chunk_size=args.chunk_size, load=load,
+                                          options=options, settings=settings)
     if tally.duplicate_warning():
         print(tally.duplicate_warning(), file=sys.stderr)
     print(tally.summary())
     print(f"results: {out} ({len(shards)} shard(s))" + (f"; rejected lines: {', '.join(map(str, rejected))}"
                                                         if rejected else ""))
     return 1 if tally.rejected else 0
-
-
-def _check_local_options(args: argparse.Namespace) -> None:
-    ray_only = [f"--{k.replace('_', '-')}" for k, default in (("address", None), ("actors", None),
-                                                                ("gpus_per_actor", 0.0))
-                if getattr(args, k) != default]
-    if ray_only:
-        raise ValueError(f"{', '.join(ray_only)} applies to --engine ray")
 
 
 # `clfjudge score --engine NAME`: each engine is ``run(args) -> exit status``; a new engine is one more line.
