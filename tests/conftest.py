@@ -27,3 +27,17 @@ def tiny_llama_dir(tmp_path_factory):
 def tiny_bert_dir(tmp_path_factory):
     """BERT encoder with a WordPiece tokenizer."""
     return testing.tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray instance for a module (two CPUs, as on this machine); drivers in subprocesses join it.
+    Its workers run at the tests' niceness: Ray's default (+15) starves them on a machine shared with other jobs.
+    The modules that use it skip themselves where the ray extra is not installed."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_worker_niceness", "0")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()

@@ -105,12 +105,14 @@ def test_lazy_registry_targets_resolve():
 
 def test_optional_ray_is_imported_only_by_its_engine():
     """The ray extra is optional: the CLI (every sub-command's parser) and the shared scoring code do not import
-    Ray; only serving/ray_engine.py does, and only the --engine ray path imports it: the CLI's shared engine
-    options (``cli/common.py``; ``tests/test_ray_engine.py`` runs a single-process score too)."""
+    Ray; only serving/ray_engine.py does, and only the --engine ray paths import it: the CLI's shared engine
+    options (``cli/common.py``, for score and audit) and the audit's prediction step (``tests/test_ray_engine.py``
+    and ``tests/test_ray_audit.py`` run a single-process score and audit too)."""
     import subprocess
     import sys
 
-    script = ("import sys, clfjudge, clfjudge.serving.batch\nfrom clfjudge.cli import build_parser\nbuild_parser()\n"
+    script = ("import sys, clfjudge, clfjudge.serving.batch, clfjudge.audit\nfrom clfjudge.cli import build_parser\n"
+              "build_parser()\n"
               "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -118,7 +120,8 @@ def test_optional_ray_is_imported_only_by_its_engine():
     graph = import_graph()
     importers = sorted(m for m, text in _sources().items() if re.search(r"^\s*(import|from) ray\b", text, re.M))
     assert importers == ["clfjudge.serving.ray_engine"], importers
-    assert {m for m, ts in graph.items() if "clfjudge.serving.ray_engine" in ts} == {"clfjudge.cli.common"}
+    assert {m for m, ts in graph.items() if "clfjudge.serving.ray_engine" in ts} == {"clfjudge.cli.common",
+                                                                                     "clfjudge.audit"}
 
 
 def _sources() -> dict[str, str]:

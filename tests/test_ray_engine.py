@@ -85,17 +85,6 @@ def single_process(judge_dir, shards, tmp_path_factory) -> dict[str, tuple[bytes
     return want
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """One local Ray instance for the module (two CPUs, as on this machine); drivers in subprocesses join it.
-    Its workers run at the tests' niceness: Ray's default (+15) starves them on a machine shared with other jobs."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_worker_niceness", "0")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
-
 def _check_output(out: Path, shards: Path, want) -> None:
     for name, (output, rejected, _) in want.items():
         assert (out / f"{name}.jsonl").read_bytes() == output, name

@@ -4,19 +4,28 @@ Flow: test sets (suites.TEST_SETS, sources absent here are listed as not availab
 seeded sample of ``limit`` per set) -> each judge's predictions per set (judges.build_judge; cached in
 ``out/cache``) -> every suite in suites.SUITES -> report.write_report. Judges that are not judge directories
 read here too: the released judges' prediction files (``released``) and SemScore (``semscore``).
+
+With ``ray_options`` (``clfjudge audit --engine ray``) the judge directories predict on Ray actors
+(``serving.ray_engine.map_on_actors``: each actor loads the judge once, one test set per call, the very call the
+local path makes, so the predictions and the report are the same); the other kinds predict in this process.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.records import PairRecord
-from .judges import NotApplicable, Predictions, build_judge
+from .judges import DirectoryJudge, Predictions, build_judge, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
+
+if TYPE_CHECKING:
+    from ..serving.ray_engine import RayOptions
 
 # Baselines appear beside every table, whatever judges the user names.
 BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
@@ -62,40 +71,95 @@ def _cache_path(out: Path, spec: str, set_name: str) -> Path:
 
 
 def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: bool,
-                trust_pickle: bool = False) -> tuple[list[str], dict]:
-    """judge name -> set -> Predictions or the reason it does not apply. Cached per (judge, set, record ids)."""
+                trust_pickle: bool = False, ray_options: RayOptions | None = None) -> tuple[list[str], dict]:
+    """judge name -> set -> Predictions or the reason it does not apply. Cached per (judge, set, record ids).
+    With ``ray_options``, the judge directories' sets that are not cached are predicted on Ray actors."""
     from tqdm.auto import tqdm
 
+    if ray_options is not None and not any(judge_directory(spec) for spec in judge_specs):
+        print("--engine ray: none of the judges is a judge directory (only those predict on Ray): every prediction "
+              "is made in this process", file=sys.stderr)
     names, preds = [], {}
     bar = tqdm(total=len(judge_specs) * len(sets), desc="audit: predictions", disable=not progress)
-    for spec in judge_specs:
-        judge = build_judge(spec, trust_pickle=trust_pickle)
-        names.append(judge.name)
-        preds[judge.name] = {}
-        for s in sets:
-            ids = [r.id for r in records[s.name]]
-            cache = _cache_path(out, spec, s.name)
-            if cache.exists() and (cached := json.loads(cache.read_text()))["ids"] == ids:
-                result = cached["na"] if "na" in cached else Predictions.from_json(cached["predictions"])
+    with contextlib.ExitStack() as stack:
+        on_ray = None if ray_options is None else _OnRay(ray_options, trust_pickle, stack)
+        for spec in judge_specs:
+            directory = judge_directory(spec) if on_ray is not None else None
+            if directory is None:
+                judge = build_judge(spec, trust_pickle=trust_pickle)
+                name = judge.name
             else:
-                try:
-                    result = judge.predict(s.name, s.kind, records[s.name])
-                    payload = {"predictions": result.to_json()}
-                except NotApplicable as why:
-                    result = str(why)
-                    payload = {"na": result}
+                from ..card import JudgeCard
+
+                name = DirectoryJudge.display_name(directory, JudgeCard.load(directory))
+            names.append(name)
+            preds[name] = {}
+            todo = []
+            for s in sets:
+                cache = _cache_path(out, spec, s.name)
+                if cache.exists() and (cached := json.loads(cache.read_text()))["ids"] == _ids(records, s):
+                    cached_result = cached["na"] if "na" in cached else Predictions.from_json(cached["predictions"])
+                    preds[name][s.name] = cached_result
+                    bar.update(1)
+                else:
+                    preds[name][s.name] = None  # a place in the sets' order, filled below
+                    todo.append(s)
+            if directory is None:
+                results = ((s, predict_or_reason(judge, s.name, s.kind, records[s.name])) for s in todo)
+            else:
+                results = on_ray.predict(directory, name, todo, records)
+            for s, result in results:
+                payload = {"na": result} if isinstance(result, str) else {"predictions": result.to_json()}
+                cache = _cache_path(out, spec, s.name)
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                cache.write_text(json.dumps({"spec": spec, "ids": ids, **payload}))
-            preds[judge.name][s.name] = result
-            bar.update(1)
+                cache.write_text(json.dumps({"spec": spec, "ids": _ids(records, s), **payload}))
+                preds[name][s.name] = result
+                bar.update(1)
+            missing = [set_name for set_name, result in preds[name].items() if result is None]
+            if missing:  # every set has predictions or a reason; an engine that lost one would be a bug
+                raise RuntimeError(f"judge {spec}: no predictions came back for {missing}")
     bar.close()
     return names, preds
+
+
+def _ids(records, s: TestSet) -> list[str]:
+    return [r.id for r in records[s.name]]
+
+
+class _OnRay:
+    """The judge directories' predictions on Ray actors (``serving.ray_engine.map_on_actors``): each actor loads
+    the judge once, with one thread per CPU it asks for (on CUDA if it asks for GPUs), and makes the call the
+    local path makes on a whole test set, the largest sets first. Ray is connected on the first call of the run
+    and stays so until ``stack`` closes."""
+
+    def __init__(self, options: RayOptions, trust_pickle: bool, stack: contextlib.ExitStack) -> None:
+        self.options, self.trust_pickle, self.stack, self.connected = options, trust_pickle, stack, False
+
+    def predict(self, directory: Path, name: str, todo: Sequence[TestSet], records) -> Iterator[tuple[TestSet, Any]]:
+        from ..serving import ray_engine
+
+        if not todo:
+            return
+        if not self.connected:
+            self.stack.enter_context(ray_engine.connected(self.options.address))
+            self.connected = True
+        calls = sorted(todo, key=lambda s: -len(records[s.name]))
+        load = {"directory": str(directory), "trust_pickle": self.trust_pickle,
+                "threads": max(1, int(self.options.cpus_per_actor)),
+                "provider": "cuda" if self.options.gpus_per_actor else "cpu"}
+        for index, result in ray_engine.map_on_actors(DirectoryJudge, load, predict_or_reason,
+                                                      [(s.name, s.kind, records[s.name]) for s in calls],
+                                                      self.options, f"audit: {name}"):
+            yield calls[index], result
 
 
 def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None, limit: int | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
               extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
-              trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None) -> dict[str, Any]:
+              trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None,
+              ray_options: RayOptions | None = None) -> dict[str, Any]:
+    """Audit the judges (specs) into ``out_dir``; ``ray_options``: predict with the judge directories on Ray
+    actors (``serving.ray_engine.RayOptions``; the ray extra), with the same results as in this process."""
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -106,7 +170,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
     test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
-    names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle)
+    names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),

@@ -223,17 +223,21 @@ class RuntimeJudge(AuditJudge):
 
 
 class DirectoryJudge(RuntimeJudge):
-    """A judge directory of any kind, loaded by ``clfjudge.judges.base.Judge.load``."""
+    """A judge directory of any kind, loaded by ``clfjudge.judges.base.Judge.load`` (``load``: its options, e.g.
+    threads and provider for a judge on a Ray actor)."""
 
-    def __init__(self, directory: str | Path, trust_pickle: bool = False) -> None:
+    def __init__(self, directory: str | Path, trust_pickle: bool = False, **load: Any) -> None:
         from ..judges.base import Judge
 
         self.directory = Path(directory)
-        judge = Judge.load(self.directory, trust_pickle=trust_pickle)
-        card = judge.card
+        judge = Judge.load(self.directory, trust_pickle=trust_pickle, **load)
+        super().__init__(judge, self.display_name(self.directory, judge.card))
+
+    @staticmethod
+    def display_name(directory: Path, card) -> str:
+        """The judge's name in the report, from its directory and card (no need to load the model)."""
         variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
-        super().__init__(judge, f"{self.directory.name} ({card.head}, {card.backbone}"
-                                f"{', ' + variant if variant else ''})")
+        return f"{directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
 
 
 def _generative(rest: str) -> AuditJudge:
@@ -266,6 +270,24 @@ JUDGE_KINDS.register("released", ReleasedJudgeFile)
 JUDGE_KINDS.register("baseline", _baseline)
 JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
 JUDGE_KINDS.register("gen", _generative)
+
+
+def judge_directory(spec: str) -> Path | None:
+    """The judge directory a spec names (``DIR``, or the deprecated ``gen:DIR``), or None for the other kinds
+    (those ``clfjudge audit --engine ray`` does not send to Ray)."""
+    prefix, _, rest = spec.partition(":")
+    if prefix in JUDGE_KINDS and (rest or prefix == "semscore"):
+        return Path(rest) if prefix == "gen" and "@" not in rest else None
+    return Path(spec) if Path(spec).is_dir() else None
+
+
+def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
+                      records: Sequence[PairRecord | PointRecord]) -> Predictions | str:
+    """A judge's predictions on one test set, or the reason it does not apply (``NotApplicable``)."""
+    try:
+        return judge.predict(set_name, kind, records)
+    except NotApplicable as why:
+        return str(why)
 
 
 def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:

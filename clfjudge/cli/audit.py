@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_trust_pickle
+from .common import add_engine_options, add_trust_pickle, check_local_options, ray_options
+
+ENGINES = ("local", "ray")  # where the judge directories predict (--engine)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,13 +23,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="seeded sample of at most N records per set")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     add_trust_pickle(p)
+    add_engine_options(p, ENGINES, "local: this process; ray: the judge directories predict on judge actors on a Ray "
+                                   "cluster, one test set per call (the other judges predict in this process); "
+                                   "the report is the same",
+                       gpus_help="GPUs each actor asks Ray for (e.g. 1, 0.5); the actors then run the judge "
+                                 "directories on CUDA (--engine local: on the CPU)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import run_audit
 
+    if args.engine == "ray":
+        options = ray_options(args)  # one CPU (one thread) per actor
+    else:
+        check_local_options(args)
+        options = None
     run_audit(args.judges, args.out, suites=args.suites, limit=args.limit, bootstrap=args.bootstrap,
-              sets=args.sets, trust_pickle=args.trust_pickle)
+              sets=args.sets, trust_pickle=args.trust_pickle, ray_options=options)
     print(f"report: {args.out / 'report.md'}; metrics: {args.out / 'metrics.json'}")
     return 0
