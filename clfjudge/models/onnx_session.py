@@ -77,6 +77,8 @@ def check_gated(directory: Path, onnx_runtime: Mapping[str, Any], file: str, pro
     precision = provider_info(provider).precision
     if precision == "fp32" or gate_key(file, provider) in onnx_runtime.get("gated", ()):
         return
-    raise ValueError(f"{directory}: provider {provider!r} runs {file} in {precision}, which "
-                     f"the parity gate has not measured on this judge; export it with `clfjudge export --provider "
-                     f"{provider}` (gated: {list(onnx_runtime.get('gated', ())) or 'nothing'})")
+    elsewhere = [key.split(" @ ")[0] for key in onnx_runtime.get("gated", ()) if key.endswith(f" @ {provider}")]
+    hint = (f"it was gated on {elsewhere[0]}: pass that variant (--variant)" if elsewhere else
+            f"export it with `clfjudge export --provider {provider}`")
+    raise ValueError(f"{directory}: provider {provider!r} runs {file} in {precision}, which the parity gate has not "
+                     f"measured on this judge; {hint}")
