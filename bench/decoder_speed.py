@@ -1,10 +1,13 @@
 """How fast the frozen-decoder embedding judge reads, on every path, and how far that is from the hardware.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/decoder_speed.py JUDGE_DIR [--pairs 48] [--threads 1 2]
+        [--paths "onnx fp32" "openvino bf16" ...] [--no-best-of-n] [--name decoder_speed]
 
 For one trained decoder embedding judge (``head: embedding`` on a decoder, e.g. the main job's): PyTorch fp32,
-PyTorch bf16 (AMX autocast), onnxruntime fp32 and int8 (the judge exported next to itself, gate set to measure),
-at 1 and 2 threads, each in its own process (thread settings are process-wide; peak RSS is the process's own).
+PyTorch bf16 (AMX autocast), onnxruntime fp32 and int8, OpenVINO f32 and bf16 compiling the same reader.onnx (the
+judge exported next to itself with ``providers`` openvino / openvino-bf16, gate set to measure; its parity numbers on
+the gate's records are reported too), at 1 and 2 threads, each in its own process pinned to that many cores (thread
+settings are process-wide; peak RSS is the process's own; the load average after each path is recorded).
 Inputs are real PandaLM test pairs at their real lengths, read cold (no cache): judgements/s (both answer orders,
 as the judge decides), answers/s, decision agreement with PyTorch fp32. Best-of-8 on real AlpacaEval questions
 of >= 100 prompt tokens, with and without the shared-prompt key/value cache. Every figure is also stated as
@@ -14,6 +17,7 @@ measured in the same run at that precision and thread count.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import random
@@ -28,8 +32,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write  # noqa: E402
 
-PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8")
-MEASURE_ONLY = ("int8.min_agreement=0", "int8.max_metric_delta=1", "int8.min_cosine=0")
+PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8", "openvino f32", "openvino bf16", "openvino int8")
+DEFAULT_PATHS = PATHS[:-1]  # openvino int8 needs nncf, which the openvino extra does not bring
+OV_INT8 = "reader_ov_int8.xml"
+# path -> (provider, file): OpenVINO compiles reader.onnx, or the NNCF int8 model the bench writes (openvino_int8)
+OPENVINO = {"openvino f32": ("openvino", "fp32"), "openvino bf16": ("openvino-bf16", "fp32"),
+            "openvino int8": ("openvino", OV_INT8)}
+MEASURE_ONLY = ("int8.min_agreement=0", "int8.max_metric_delta=1", "int8.min_cosine=0",
+                "bf16.min_agreement=0", "bf16.max_metric_delta=1", "bf16.min_cosine=0")
+PRECISION = {"f32": "fp32"}  # a path's precision word -> the matmul peak it is measured against
 
 
 # -- FLOPs and peaks ----------------------------------------------------------------------------------------
@@ -92,6 +103,9 @@ def _int8_peak(threads: int, seconds: float) -> float:
 def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
     from clfjudge.judges.base import Judge
 
+    if path in OPENVINO:
+        provider, variant = OPENVINO[path]
+        return Judge.load(onnx_dir, variant=variant, provider=provider, threads=threads, batch_size=8).judge
     if path.startswith("onnx"):
         return Judge.load(onnx_dir, variant=path.split()[1], threads=threads, batch_size=8).judge
     import torch
@@ -105,8 +119,38 @@ def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
     return EmbeddingJudge.load(judge_dir, embedder=embedder)
 
 
+def openvino_int8(onnx_dir: Path, answers: int = 96, seed: int = 1) -> dict[str, Any]:
+    """``OV_INT8`` beside reader.onnx: NNCF post-training static int8 of the OpenVINO model read from it (transformer
+    model type: SmoothQuant, fast bias correction), calibrated on real answers of AlpacaEval GPT-4 Turbo pairs (not
+    the bench's PandaLM pairs nor the gate's records), in reader batches of 4. Measured here, not shipped."""
+    import nncf
+    import openvino as ov
+
+    from clfjudge.card import JudgeCard
+    from clfjudge.data import sources
+    from clfjudge.embedders.onnx_reader import OnnxDecoderReader, graph_feed
+    from clfjudge.judges.embedding import embedder_config
+
+    card = JudgeCard.load(onnx_dir)
+    reader = OnnxDecoderReader(onnx_dir, card.runtime["reader"], embedder_config(card))
+    reader._load_tokenizer()
+    records = random.Random(seed).sample(sources.load("alpacaeval-gpt4turbo").records, answers // 2)
+    items = [(reader._prompt_ids(r.question), reader._answer_ids(a))
+             for r in records for a in (r.answer_a, r.answer_b)]
+    names = card.runtime["reader"]["inputs"]
+    feeds = [{k: v for k, v in graph_feed(items[i:i + 4], reader._eos).items() if k in names}
+             for i in range(0, len(items), 4)]
+    start = time.perf_counter()
+    model = nncf.quantize(ov.Core().read_model(str(onnx_dir / "reader.onnx")), nncf.Dataset(feeds),
+                          model_type=nncf.ModelType.TRANSFORMER, subset_size=len(feeds))
+    ov.save_model(model, str(onnx_dir / OV_INT8))
+    return {"file": OV_INT8, "calibration": f"{len(items)} answers of alpacaeval-gpt4turbo (seed {seed})",
+            "nncf": nncf.__version__, "seconds": time.perf_counter() - start}
+
+
 def run_path(args: tuple) -> dict[str, Any]:
     path, judge_dir, onnx_dir, threads, pairs, repeats = args
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))  # pinned: this many cores, no more
     judge = _judge(path, judge_dir, onnx_dir, threads)
     proba = judge.predict_proba(pairs)  # warm-up (loads the model), and the decisions
     times = []
@@ -116,7 +160,7 @@ def run_path(args: tuple) -> dict[str, Any]:
         judge.predict_proba(pairs)
         times.append(time.perf_counter() - start)
     return {"path": path, "threads": threads, "seconds": statistics.median(times), "proba": proba.tolist(),
-            "peak_rss_mb": _peak_rss_mb()}
+            "times": times, "peak_rss_mb": _peak_rss_mb(), "loadavg_after": os.getloadavg()}
 
 
 def run_best_of_n(args: tuple) -> dict[str, Any]:
@@ -203,30 +247,46 @@ def main() -> int:
     p.add_argument("--questions", type=int, default=6, help="best-of-8 questions")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS), choices=PATHS)
+    p.add_argument("--no-best-of-n", dest="best_of_n", action="store_false", help="skip the best-of-8 rows")
+    p.add_argument("--name", default="decoder_speed", help="results file: bench/results/NAME_DATE.{json,md}")
     args = p.parse_args()
+    if "pytorch fp32" not in args.paths:
+        p.error("--paths needs 'pytorch fp32': agreement is measured against it")
     from clfjudge.embedders.cache import ENV
 
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
+    started = machine(max(args.threads))  # its load average is the one at the start
 
     from clfjudge.data import sources
     from clfjudge.export.onnx import ParityConfig, export_judge
     from clfjudge.judges.embedding import verdicts_from_proba
 
     onnx_dir = args.judge_dir.parent / f"{args.judge_dir.name}-onnx-bench"
+    providers = list(dict.fromkeys(OPENVINO[p][0] for p in args.paths if p in OPENVINO))
     if not onnx_dir.exists():
-        export_judge(args.judge_dir, onnx_dir, int8=True, parity=ParityConfig.load(overrides=MEASURE_ONLY))
+        export_judge(args.judge_dir, onnx_dir, int8=True, parity=ParityConfig.load(overrides=MEASURE_ONLY),
+                     providers=providers)
+    gate = json.loads((onnx_dir / "parity_report.json").read_text())
+    missing = [p for p in providers if not any(v.get("provider") == p for v in gate["variants"].values())]
+    if missing:
+        raise SystemExit(f"{onnx_dir} was exported without the providers {missing}: remove it to export it again")
+    int8_ov = None
+    if "openvino int8" in args.paths:
+        with mp.get_context("spawn").Pool(1) as pool:
+            int8_ov = pool.apply(openvino_int8, (onnx_dir,))
     pairs = random.Random(0).sample(sources.load("pandalm-test").records, args.pairs)
-    groups = best_of_n_groups(args.questions)
+    groups = best_of_n_groups(args.questions) if args.best_of_n else []
     counts = token_counts(args.judge_dir, pairs, groups)
     pair_flops, group_flops = flops_of(counts, counts["pair_readings"]), flops_of(counts, counts["group_readings"])
 
     ctx = mp.get_context("spawn")
     rows, bon = [], []
     for threads in args.threads:
-        for path in PATHS:
+        for path in args.paths:
             with ctx.Pool(1) as pool:
                 rows.append(pool.apply(run_path, ((path, args.judge_dir, onnx_dir, threads, pairs, args.repeats),)))
-        for shared in (False, True):
+        for shared in (False, True) if args.best_of_n else ():
             with ctx.Pool(1) as pool:
                 bon.append(pool.apply(run_best_of_n, ((args.judge_dir, threads, groups, shared, args.repeats),)))
     with ctx.Pool(1) as pool:
@@ -236,14 +296,15 @@ def main() -> int:
     reference = {r["threads"]: verdicts_from_proba(np.array(r["proba"])) for r in rows if r["path"] == "pytorch fp32"}
     table = []
     for r in rows:
-        precision = r["path"].split()[1]
+        precision = PRECISION.get(r["path"].split()[1], r["path"].split()[1])
         verdicts = verdicts_from_proba(np.array(r["proba"]))
         achieved = pair_flops / r["seconds"]
         table.append({"path": r["path"], "threads": r["threads"], "pairs_per_s": len(pairs) / r["seconds"],
                       "answers_per_s": len(counts["pair_readings"]) / r["seconds"],
                       "agreement": float(np.mean([a == b for a, b in zip(verdicts, reference[r["threads"]])])),
                       "gflops_per_s": achieved / 1e9, "peak_fraction": achieved / peaks[(precision, r["threads"])],
-                      "peak_rss_mb": r["peak_rss_mb"]})
+                      "peak_rss_mb": r["peak_rss_mb"], "seconds_each": r["times"],
+                      "loadavg_after": r["loadavg_after"]})
     bon_rows = []
     for r in bon:
         whole = next(b for b in bon if b["threads"] == r["threads"] and not b["shared"])
@@ -251,15 +312,23 @@ def main() -> int:
                          "answers_per_s": len(counts["group_readings"]) / r["seconds"],
                          "speedup": whole["seconds"] / r["seconds"],
                          "max_abs_diff": float(np.abs(np.array(r["values"]) - np.array(whole["values"])).max())})
-    data = {"machine": machine(max(args.threads)), "judge": str(args.judge_dir), "pairs": len(pairs),
+    data = {"machine": started, "judge": str(args.judge_dir), "pairs": len(pairs),
             "answers": len(counts["pair_readings"]), "pair_gflops": pair_flops / 1e9,
             "mean_tokens": float(np.mean([p + a for p, a in counts["pair_readings"]])),
             "best_of_n": {"questions": len(groups), "n": 8, "gflops": group_flops / 1e9,
-                          "mean_prompt_tokens": float(np.mean([p for p, _ in counts["group_readings"]]))},
+                          "mean_prompt_tokens": float(np.mean([p for p, _ in counts["group_readings"]] or [0]))},
             "matmul_peak_gflops": {f"{p} x{t}": v / 1e9 for (p, t), v in peaks.items()},
-            "rows": table, "best_of_n_rows": bon_rows}
-    print(write("decoder_speed", data, markdown(data)))
+            "rows": table, "best_of_n_rows": bon_rows, "loadavg_at_end": os.getloadavg(), "openvino_int8": int8_ov,
+            "gate": {"validation": gate["validation"],
+                     "variants": {k: {m: v[m] for m in ("precision", "agreement", "max_abs_diff", "min_cosine",
+                                                        "metric_delta", "on_boundary")}
+                                  for k, v in gate["variants"].items()}}}
+    print(write(args.name, data, markdown(data)))
     return 0
+
+
+def _load(values) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
 
 
 def markdown(d: dict[str, Any]) -> str:
@@ -275,6 +344,22 @@ def markdown(d: dict[str, Any]) -> str:
     out += [f"| {r['path']} | {r['threads']} | {r['pairs_per_s']:.2f} | {r['answers_per_s']:.2f} | "
             f"{100 * r['agreement']:.1f}% | {r['gflops_per_s']:.0f} | {100 * r['peak_fraction']:.0f}% | "
             f"{r['peak_rss_mb']:.0f} |" for r in d["rows"]]
+    out += ["", f"Load average (1, 5, 15 min) at the start {_load(m['loadavg_at_start'])}, at the end "
+            f"{_load(d['loadavg_at_end'])}; after each path: "
+            + "; ".join(f"{r['path']} x{r['threads']} {r['loadavg_after'][0]:.2f}" for r in d["rows"]) + ".", ""]
+    g = d["gate"]
+    out += [f"Parity gate of the bench export ({g['validation']['n']} {g['validation']['source']} pairs, "
+            "decisions against PyTorch fp32; the gate's thresholds set to measure):", "",
+            "| file @ provider | precision | agreement | max diff of P | min cosine | accuracy delta |",
+            "|---|---|---|---|---|---|"]
+    out += [f"| {k} | {v['precision']} | {100 * v['agreement']:.2f}% | {v['max_abs_diff']:.2g} | "
+            f"{v['min_cosine']:.6f} | {v['metric_delta']:+.4f} |" for k, v in g["variants"].items()]
+    if d.get("openvino_int8"):
+        q = d["openvino_int8"]
+        out += ["", f"openvino int8: {q['file']}, NNCF {q['nncf']} post-training int8 of reader.onnx (transformer "
+                f"preset), calibrated on {q['calibration']} in {q['seconds']:.0f} s; not gated, not shipped."]
+    if not d["best_of_n_rows"]:
+        return "\n".join(out) + "\n"
     b = d["best_of_n"]
     out += ["", f"Best-of-{b['n']} on {b['questions']} AlpacaEval questions "
             f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens), PyTorch bf16:", "",

@@ -1,4 +1,5 @@
-"""`clfjudge export JUDGE_DIR --out DIR [--int8] [--optimize] [--opset N]`: ONNX export behind a parity gate."""
+"""`clfjudge export JUDGE_DIR --out DIR [--int8] [--optimize] [--opset N] [--provider NAME]`: ONNX export behind a
+parity gate."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--int8-fallback", action="store_true",
                    help="with --int8: if the gate refuses int8 but passes fp32, write fp32 and say why (as make main)")
     p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
+    p.add_argument("--provider", dest="providers", action="append", default=[], metavar="NAME",
+                   help="also gate the fp32 file as this provider runs it (repeatable): openvino (f32), "
+                        "openvino-bf16 (needs the openvino extra); a bf16 provider loads only where it passed")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     p.add_argument("--isa", default="auto", help="int8 settings from clfjudge/configs/int8.yaml: auto (this CPU), "
                                                  "avx512_vnni, avx512, avx2, arm64")
@@ -34,7 +38,7 @@ def _print_variants(report: dict[str, Any], stream) -> None:
     print(f"parity on {val['n']} records of {val['source']} (batch {val['batch_size']}):", file=stream)
     for name, v in report["variants"].items():
         status = "ok" if v["passed"] else "FAILED"
-        print(f"  {name:24s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  agreement {v['agreement']:.2%}  "
+        print(f"  {name:32s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  agreement {v['agreement']:.2%}  "
               f"{v['metric']} {v['metric_onnx']:.4f} (torch {v['metric_reference']:.4f}, delta "
               f"{v['metric_delta']:+.4f})  {status}", file=stream)
 
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
                               isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
-                              int8_fallback=args.int8_fallback)
+                              int8_fallback=args.int8_fallback, providers=args.providers)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

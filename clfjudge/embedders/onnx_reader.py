@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models.onnx_session import inference_session
+from ..models.onnx_session import inference_session, provider_info
 from .decoder import DecoderEmbedder
 
 READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
@@ -32,15 +32,22 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._depth = reader["depth"]
         self.directory = Path(directory)
         self.variant = variant or reader["primary"]
-        self.precision = f"onnx-{self.variant}"  # part of the cache identity: int8 readings are not fp32 ones
+        # part of the cache identity: int8 readings are not fp32 ones, nor are a bf16 provider's
+        arithmetic = provider_info(provider).precision
+        self.precision = f"onnx-{self.variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self._reader = reader
         self._provider, self._threads = provider, threads
         self._session = None
 
+    @property
+    def file(self) -> str:
+        """The ONNX file this reader runs."""
+        return READER_FILES.get(self.variant, self.variant)
+
     def _load(self) -> None:
         if self._session is not None:
             return
-        path = self.directory / READER_FILES.get(self.variant, self.variant)
+        path = self.directory / self.file
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
         self._session = inference_session(path, self._provider, self._threads)

@@ -9,7 +9,8 @@ the exported judge runs with onnxruntime + tokenizers alone (``onnx_reader.OnnxD
 
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
-accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written).
+accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written). ``providers``:
+``reader.onnx`` is also gated as each of them runs it (e.g. OpenVINO in bf16, ``models.onnx_session``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,8 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 
 def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
                            isa: str = "auto", source: str | None = None, n_records: int | None = None,
-                           parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False):
+                           parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False,
+                           providers=()):
     from ..embedders.decoder import DecoderEmbedder
     from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
     from ..judges.embedding import EmbeddingJudge, embedder_config
@@ -129,6 +130,9 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         _check_out_dir,
         _parity_message,
         drop_refused_int8,
+        gate_entry,
+        gate_runs,
+        gated,
         int8_settings,
         quantize_onnx,
         validation_records,
@@ -173,15 +177,13 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         embedder._tokenizer.save_pretrained(tmp)
         primary = "int8" if int8 else "fp32"
         variants = {}
-        for name, meta in files.items():
-            thresholds = parity.for_precision(meta["precision"])
-            onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config,
-                                            variant=meta["precision"], batch_size=parity.batch_size, cache_dir="")
+        for run in gate_runs(files, READER_FILES["fp32"], providers):
+            thresholds = parity.for_precision(run.precision)
+            onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config, variant=run.file,
+                                            provider=run.provider, batch_size=parity.batch_size, cache_dir="")
             candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
-            measured = _parity(reference, candidate, records, thresholds)
-            failures = thresholds.failures(measured)
-            variants[name] = {"precision": meta["precision"], **measured, "thresholds": asdict(thresholds),
-                              "failures": failures, "passed": not failures}
+            variants[run.key] = gate_entry(run, _parity(reference, candidate, records, thresholds), thresholds)
+        for name, meta in files.items():
             meta["bytes"] = (tmp / name).stat().st_size
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
@@ -194,7 +196,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         card.runtime = {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files,
                                                                       **exported},
-                        "onnx": {"primary": READER_FILES[primary],
+                        "onnx": {"primary": READER_FILES[primary], "gated": gated(report),
                                  "parity": {"report": REPORT_NAME, "source": validation["source"],
                                             "n": validation["n"],
                                             **{n: {k: v[k] for k in ("min_cosine", "max_abs_diff", "agreement",

@@ -8,6 +8,9 @@ parity with PyTorch.
 2. ``--optimize``: onnxruntime's transformer optimizer for BERT-like encoders, else onnxruntime's own offline
    graph optimization -> model_optimized.onnx;
 3. ``--int8``: ``quantize_dynamic`` with the CPU ISA's settings (clfjudge/configs/int8.yaml) -> model_quantized.onnx;
+   ``--provider NAME`` (repeatable): also gate model.onnx as another provider runs it (``models.onnx_session``:
+   openvino, openvino-bf16), at the thresholds of the provider's precision; the card lists what passed
+   (``runtime.onnx.gated``) and a provider of another precision than fp32 loads only where it did;
 4. the parity gate: a seeded slice of real labelled records (the card's evaluation / training sources, else
    clfjudge/configs/parity.yaml's defaults), encoded by the judge's own encoder and run in padded, length-bucketed
    batches through PyTorch and through every ONNX file; max |logit diff|, decision agreement and the metric
@@ -40,6 +43,7 @@ from ..data.records import Record
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..models.heads import HEADS, Head
+from ..models.onnx_session import gate_key, provider_info
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
 
@@ -92,7 +96,7 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class ParityConfig:
-    thresholds: dict[str, Thresholds]  # precision ("fp32" | "int8") -> thresholds
+    thresholds: dict[str, Thresholds]  # precision ("fp32" | "int8" | "bf16") -> thresholds
     n_records: int = 128
     seed: int = 0
     batch_size: int = 8
@@ -427,6 +431,35 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
 
 # -- the whole export -------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class GateRun:
+    """One file run by one provider through the gate: ``key`` names it in the report and the card."""
+
+    key: str
+    file: str
+    provider: str
+    precision: str
+
+
+def gate_runs(files: Mapping[str, Mapping[str, Any]], fp32_file: str, providers: Sequence[str]) -> list[GateRun]:
+    """Every exported file on onnxruntime's CPU provider, then the fp32 file on each of ``providers``."""
+    runs = [GateRun(name, name, "cpu", meta["precision"]) for name, meta in files.items()]
+    return runs + [GateRun(gate_key(fp32_file, p), fp32_file, p, provider_info(p).precision)
+                   for p in dict.fromkeys(providers) if p != "cpu"]
+
+
+def gate_entry(run: GateRun, measured: Mapping[str, Any], thresholds: Thresholds) -> dict[str, Any]:
+    """A report's entry for one run: what was measured, against which thresholds, and the verdict."""
+    failures = thresholds.failures(measured)
+    return {"precision": run.precision, **({"provider": run.provider} if run.provider != "cpu" else {}), **measured,
+            "thresholds": asdict(thresholds), "failures": failures, "passed": not failures}
+
+
+def gated(report: Mapping[str, Any]) -> list[str]:
+    """The card's ``runtime.onnx.gated``: the runs of another provider than onnxruntime's CPU that passed."""
+    return [key for key, v in report["variants"].items() if v.get("provider", "cpu") != "cpu" and v["passed"]]
+
+
 # Heads exported by another module, which builds on this one's parity gate and int8 settings: head ->
 # "module:function" (registry.resolve), imported only when such a judge is exported.
 EXPORTERS: Registry[str] = Registry("exporter")
@@ -476,16 +509,17 @@ def _parity_message(report: dict[str, Any]) -> str:
 def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
                  opset: int | None = None, isa: str = "auto", source: str | None = None,
                  n_records: int | None = None, parity: ParityConfig | None = None,
-                 int8_config: str | Path = INT8_CONFIG, int8_fallback: bool = False) -> ExportResult:
+                 int8_config: str | Path = INT8_CONFIG, int8_fallback: bool = False,
+                 providers: Sequence[str] = ()) -> ExportResult:
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc).
     ``int8_fallback``: when the gate refuses int8 but passes fp32, write the fp32 judge and say why in the parity
-    report (``int8_refused``) instead of failing."""
+    report (``int8_refused``) instead of failing. ``providers``: also gate the fp32 file as these run it."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
                                                  n_records=n_records, parity=parity, int8_config=int8_config,
-                                                 int8_fallback=int8_fallback)
+                                                 int8_fallback=int8_fallback, providers=providers)
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")
@@ -523,13 +557,12 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         primary = ONNX_VARIANTS["int8"] if int8 else ONNX_VARIANTS["optimized"] if optimize else fp32.name
 
         variants = {}
-        for name, meta in files.items():
-            thresholds = parity.for_precision(meta["precision"])
-            candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / name), parity.batch_size)
+        for run in gate_runs(files, fp32.name, providers):
+            thresholds = parity.for_precision(run.precision)
+            candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider), parity.batch_size)
             measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
-            failures = thresholds.failures(measured)
-            variants[name] = {"precision": meta["precision"], **measured, "thresholds": asdict(thresholds),
-                              "failures": failures, "passed": not failures}
+            variants[run.key] = gate_entry(run, measured, thresholds)
+        for name, meta in files.items():
             meta["bytes"] = sum(p.stat().st_size for p in tmp.glob(name + "*"))
         report = {
             "judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -547,7 +580,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         torch_backend.model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
-            "primary": primary, "files": files, **exported,
+            "primary": primary, "files": files, **exported, "gated": gated(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in variants.items()}},

@@ -146,7 +146,8 @@ class Judge:
              threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
              max_batch_tokens: int | None = None, max_padding: float | None = None) -> Judge:
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
-        "sklearn" (embedding judges) or "generate" (generative judges); ``provider``: "cpu" | "cuda";
+        "sklearn" (embedding judges) or "generate" (generative judges); ``provider``, what runs an ONNX file
+        (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16";
         ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
         ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens`` / ``max_padding``: rows, padded
         tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);

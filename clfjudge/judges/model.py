@@ -15,7 +15,7 @@ from ..batching import token_batches
 from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
-from ..models.onnx_session import PROVIDERS, inference_session
+from ..models.onnx_session import check_gated, inference_session
 from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
 
 if TYPE_CHECKING:
@@ -53,21 +53,18 @@ class TorchBackend:
 
 
 class OnnxBackend:
-    """An onnxruntime session on one ONNX file (CPUExecutionProvider or CUDAExecutionProvider)."""
+    """A session on one ONNX file: onnxruntime (CPU or CUDA) or OpenVINO (``models.onnx_session.PROVIDERS``)."""
 
     name = "onnx"
 
     def __init__(self, model_path: str | Path, provider: str = "cpu", threads: int | None = None) -> None:
-        import onnxruntime as ort
-
-        if provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}; known: {sorted(PROVIDERS)}")
-        wanted = PROVIDERS[provider][0]
-        if wanted not in ort.get_available_providers():
-            raise ValueError(f"provider {provider!r} needs onnxruntime's {wanted}, which this onnxruntime build "
-                             f"lacks (available: {ort.get_available_providers()}; for CUDA install onnxruntime-gpu)")
         self.path = Path(model_path)
-        self.session = inference_session(self.path, provider, threads)
+        try:
+            self.session = inference_session(self.path, provider, threads)
+        except ValueError as exc:
+            raise ValueError(exc if "unknown provider" in str(exc) else f"provider {provider!r}: {exc}") from None
+        if provider != "cpu":
+            self.name = f"onnx ({provider})"
         self.inputs = tuple(i.name for i in self.session.get_inputs())
         self.output = self.session.get_outputs()[0].name
 
@@ -191,9 +188,12 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
                              "clfjudge export first, or load it with backend='sklearn'")
         reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
                                    provider=provider, threads=threads, batch_size=batch_size)
+        check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
         judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
                              batch_size)
-        judge.backend_name = f"onnx ({reader.variant})"
+        judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
         return judge
-    backend = OnnxBackend(onnx_model_path(directory, card, variant), provider, threads)
+    path = onnx_model_path(directory, card, variant)
+    check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
+    backend = OnnxBackend(path, provider, threads)
     return ModelJudge(card, load_tokenizer(directory), backend, batch_size)

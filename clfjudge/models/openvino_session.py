@@ -1,0 +1,71 @@
+"""OpenVINO running an exported ONNX file on the CPU (providers "openvino" and "openvino-bf16" of
+``models.onnx_session.PROVIDERS``; ``pip install 'clfjudge[openvino]'``).
+
+The file is the one ``clfjudge export`` wrote and gated (no second export, no OpenVINO IR on disk):
+``openvino.Core().compile_model(path, "CPU", config)`` with optimum-intel's latency settings (one stream,
+``PERFORMANCE_HINT`` LATENCY, no model cache) and an explicit ``INFERENCE_PRECISION_HINT``: on a CPU with bf16
+instructions OpenVINO's own default is bf16, so "openvino" asks for f32 to run the function the gate passed, and
+"openvino-bf16" asks for bf16 (refused on a CPU without them rather than silently run in f32).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+INSTALL = "pip install 'clfjudge[openvino]' (or: pip install openvino)"
+
+
+class Port(NamedTuple):
+    name: str
+
+
+class OpenVinoSession:
+    """A compiled model behind onnxruntime's session calls; one infer request per calling thread (a request holds
+    its buffers and is not thread-safe; the compiled model is)."""
+
+    def __init__(self, path: Path, hint: str, threads: int | None = None) -> None:
+        try:
+            import openvino as ov
+        except ImportError:
+            raise ImportError(f"the OpenVINO providers need the openvino package: {INSTALL}") from None
+        core = ov.Core()
+        if hint == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            raise ValueError("provider 'openvino-bf16': this CPU has no bf16 instructions (OpenVINO would run f32); "
+                             "use provider 'openvino'")
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
+                                  "NUM_STREAMS": 1, "CACHE_DIR": ""}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        self.path, self.hint = path, hint
+        self.compiled = core.compile_model(str(path), "CPU", config)
+        self._inputs = [Port(p.any_name) for p in self.compiled.inputs]
+        self._outputs = [Port(p.any_name) for p in self.compiled.outputs]
+        self._local = threading.local()
+
+    def get_inputs(self) -> list[Port]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[Port]:
+        return list(self._outputs)
+
+    def run(self, output_names: Sequence[str] | None, feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        request.infer({name: np.ascontiguousarray(value) for name, value in feed.items()})
+        names = [p.name for p in self._outputs] if output_names is None else list(output_names)
+        index = {p.name: i for i, p in enumerate(self._outputs)}
+        # copies: the request reuses its output buffers on the next call
+        return [np.array(request.get_output_tensor(index[name]).data, copy=True) for name in names]
+
+
+def open_f32(path: Path, threads: int | None) -> OpenVinoSession:
+    return OpenVinoSession(path, "f32", threads)
+
+
+def open_bf16(path: Path, threads: int | None) -> OpenVinoSession:
+    return OpenVinoSession(path, "bf16", threads)

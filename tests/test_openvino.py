@@ -1,0 +1,118 @@
+"""The OpenVINO providers (clfjudge/models/openvino_session.py) on tiny random judges: OpenVINO compiling the exported
+ONNX file in f32 gives onnxruntime's numbers and decisions (a fine-tuned judge's model.onnx and an embedding judge's
+reader.onnx), bf16 goes through the parity gate at export and loads only where it passed."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from test_decoder_embedder import TEMPLATE, _pairs
+from tiny_judges import make_judge
+
+from clfjudge.card import JudgeCard
+from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.judges.base import Judge
+from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.models.onnx_session import inference_session
+from clfjudge.testing import tiny_llama
+
+ov = pytest.importorskip("openvino", reason="the openvino extra is not installed (pip install 'clfjudge[openvino]')")
+HAS_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions for openvino-bf16")
+MEASURE_BF16 = ParityConfig.load(overrides=["bf16.min_agreement=0", "bf16.max_metric_delta=1", "bf16.min_cosine=0"])
+
+
+def _items(n: int, start: int = 30) -> list[dict]:
+    return [{"question": p.question, "answer_a": p.answer_a, "answer_b": p.answer_b} for p in _pairs(n, start)]
+
+
+@pytest.fixture(scope="module")
+def classifier_onnx(tiny_bert_dir, tmp_path_factory):
+    judge = make_judge(tiny_bert_dir, tmp_path_factory.mktemp("cls3") / "judge")
+    return export_judge(judge, tmp_path_factory.mktemp("onnx") / "judge", n_records=8, providers=["openvino"])
+
+
+@pytest.fixture(scope="module")
+def embedding_judge(tmp_path_factory):
+    backbone = tiny_llama(tmp_path_factory.mktemp("llama"))
+    config = json.loads((backbone / "tokenizer_config.json").read_text())
+    (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
+    judge = EmbeddingJudge(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
+                           embedder_options={"layer": 1}).fit(_pairs(24))
+    return judge.save(tmp_path_factory.mktemp("judge") / "judge")
+
+
+@pytest.fixture(scope="module")
+def embedding_onnx(embedding_judge, tmp_path_factory):
+    providers = ["openvino", "openvino-bf16"] if HAS_BF16 else ["openvino"]
+    return export_judge(embedding_judge, tmp_path_factory.mktemp("onnx") / "judge", n_records=12,
+                        parity=MEASURE_BF16, providers=providers)
+
+
+def test_openvino_f32_runs_the_classifier_export_as_onnxruntime_does(classifier_onnx):
+    entry = classifier_onnx.report["variants"]["model.onnx @ openvino"]
+    assert entry["provider"] == "openvino" and entry["passed"] and entry["max_abs_diff"] < 1e-4
+    assert JudgeCard.load(classifier_onnx.out_dir).runtime["onnx"]["gated"] == ["model.onnx @ openvino"]
+    items = _items(8)
+    ort_judge = Judge.load(classifier_onnx.out_dir)
+    ov_judge = Judge.load(classifier_onnx.out_dir, provider="openvino", threads=1)
+    assert ov_judge.backend_name == "onnx (openvino)"
+    ort_out, ov_out = ort_judge.compare_batch(items), ov_judge.compare_batch(items)
+    assert [c.verdict for c in ov_out] == [c.verdict for c in ort_out]
+    np.testing.assert_allclose([(c.p_a, c.p_tie, c.p_b) for c in ov_out],
+                               [(c.p_a, c.p_tie, c.p_b) for c in ort_out], atol=1e-4)
+
+
+def test_openvino_f32_reads_like_onnxruntime_for_an_embedding_judge(embedding_onnx):
+    entry = embedding_onnx.report["variants"]["reader.onnx @ openvino"]
+    assert entry["passed"] and entry["min_cosine"] > 0.9999 and entry["agreement"] == 1.0
+    items = _items(6)
+    ort_judge, ov_judge = Judge.load(embedding_onnx.out_dir), Judge.load(embedding_onnx.out_dir, provider="openvino")
+    assert ov_judge.backend_name == "onnx (fp32, openvino)"
+    ort_out, ov_out = ort_judge.compare_batch(items), ov_judge.compare_batch(items)
+    assert [c.verdict for c in ov_out] == [c.verdict for c in ort_out]
+    np.testing.assert_allclose([c.p_a for c in ov_out], [c.p_a for c in ort_out], atol=1e-4)
+
+
+def test_a_session_answers_as_onnxruntime_does(embedding_onnx):
+    path = embedding_onnx.out_dir / "reader.onnx"
+    ort_session, ov_session = inference_session(path, "cpu"), inference_session(path, "openvino", threads=1)
+    assert [p.name for p in ov_session.get_inputs()] == [p.name for p in ort_session.get_inputs()]
+    assert [p.name for p in ov_session.get_outputs()] == [p.name for p in ort_session.get_outputs()]
+    rng = np.random.default_rng(0)
+    feed = {"input_ids": rng.integers(3, 60, (3, 11)), "attention_mask": np.ones((3, 11), dtype=np.int64),
+            "pool": np.full((3, 11), 1 / 11, dtype=np.float32)}
+    np.testing.assert_allclose(ov_session.run(None, feed)[0], ort_session.run(None, feed)[0], atol=1e-4)
+
+
+@needs_bf16
+def test_bf16_is_gated_at_export_and_loads_only_where_it_passed(embedding_onnx, classifier_onnx):
+    entry = embedding_onnx.report["variants"]["reader.onnx @ openvino-bf16"]
+    assert entry["precision"] == "bf16" and entry["thresholds"]["min_agreement"] == 0  # measured (overridden)
+    assert "reader.onnx @ openvino-bf16" in JudgeCard.load(embedding_onnx.out_dir).runtime["onnx"]["gated"]
+    judge = Judge.load(embedding_onnx.out_dir, provider="openvino-bf16")
+    assert judge.backend_name == "onnx (fp32, openvino-bf16)"
+    assert judge.judge.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
+    np.testing.assert_allclose([c.p_a for c in judge.compare_batch(_items(4))],
+                               [c.p_a for c in Judge.load(embedding_onnx.out_dir).compare_batch(_items(4))],
+                               atol=0.05)
+    with pytest.raises(ValueError, match="has not measured"):  # exported without --provider openvino-bf16
+        Judge.load(classifier_onnx.out_dir, provider="openvino-bf16")
+
+
+@needs_bf16
+def test_the_gate_refuses_bf16_and_writes_nothing(embedding_judge, tmp_path):
+    strict = ParityConfig.load(overrides=["bf16.min_cosine=1.01"])
+    with pytest.raises(ParityError, match=r"reader.onnx @ openvino-bf16 \(bf16\): feature cosine"):
+        export_judge(embedding_judge, tmp_path / "out", n_records=8, parity=strict, providers=["openvino-bf16"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_provider_and_missing_openvino_are_named(embedding_onnx, monkeypatch):
+    with pytest.raises(ValueError, match="unknown provider 'openvino-int4'"):
+        Judge.load(embedding_onnx.out_dir, provider="openvino-int4")
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if the extra were not installed
+    with pytest.raises(ImportError, match=r"clfjudge\[openvino\]"):
+        inference_session(embedding_onnx.out_dir / "reader.onnx", "openvino")
