@@ -4,7 +4,9 @@
 states mean-pooled over the answer span, and with token statistics the log-probability of every answer token);
 this reader is a ``DecoderEmbedder`` whose token ids come from the ``tokenizers`` library (tokenizer.json)
 and the chat template's two rendered halves stored in the judge card, and whose forward pass is that graph.
-Everything else — truncation, caching, PMI statistics, the head — is the PyTorch judge's own code.
+Everything else — truncation, caching, PMI statistics, the head — is the PyTorch judge's own code. Answers that
+share a prompt are read after its key/value cache when the export has the shared-prefix graphs (``prefix.onnx``,
+``continuation.onnx``; fp32), as ``DecoderEmbedder`` does in PyTorch.
 """
 from __future__ import annotations
 

@@ -7,9 +7,17 @@ positions that predict them and their ids are inputs, so the LM head runs on ans
 linear head stays plain arrays (head.safetensors) applied in NumPy, and the PMI statistics are NumPy too, so
 the exported judge runs with onnxruntime + tokenizers alone (``onnx_reader.OnnxDecoderReader``).
 
+Beside it, for answers that share a prompt (best-of-n, reward groups, the unconditional pass of token
+statistics), the same layers as two graphs: ``prefix.onnx`` (a prompt -> its key/value cache, and with token
+statistics its last final state) and ``continuation.onnx`` (a batch of answers read after that cache, broadcast
+from batch 1 in the graph; positions go on from the prompt's length); the card lists them under
+``runtime.reader.shared_prefix``. fp32 only: dynamic int8 already changes one decision in eight on the reader
+graph (bench/results/decoder_speed_*), so the int8 variant reads a shared prompt with every answer.
+
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
-accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written).
+accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written); for fp32 also
+the cosine of the vectors read after a shared prompt's cache (``shared_min_cosine``, gated by ``min_cosine``).
 """
 from __future__ import annotations
 
