@@ -1,13 +1,14 @@
 """How fast the frozen-decoder embedding judge reads, on every path, and how far that is from the hardware.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/decoder_speed.py JUDGE_DIR [--pairs 48] [--threads 1 2]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decoder_speed.py JUDGE_DIR [--pairs 48] [--threads 1 2] [--paths ...]
 
 For one trained decoder embedding judge (``head: embedding`` on a decoder, e.g. the main job's): PyTorch fp32,
 PyTorch bf16 (AMX autocast), onnxruntime fp32 and int8 (the judge exported next to itself, gate set to measure),
 at 1 and 2 threads, each in its own process (thread settings are process-wide; peak RSS is the process's own).
 Inputs are real PandaLM test pairs at their real lengths, read cold (no cache): judgements/s (both answer orders,
 as the judge decides), answers/s, decision agreement with PyTorch fp32. Best-of-8 on real AlpacaEval questions
-of >= 100 prompt tokens, with and without the shared-prompt key/value cache. Every figure is also stated as
+of >= 100 prompt tokens, with and without the shared-prompt key/value cache, in PyTorch (fp32, bf16) and in
+onnxruntime fp32 (the export's prefix.onnx + continuation.onnx against reader.onnx). Every figure is also stated as
 achieved FLOP/s (the model's FLOPs per answer counted from its config and the token counts) over the matmul peak
 measured in the same run at that precision and thread count.
 """
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write  # noqa: E402
 
 PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8")
+BEST_OF_N_PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32")  # the shared-prefix graphs are fp32 only
 MEASURE_ONLY = ("int8.min_agreement=0", "int8.max_metric_delta=1", "int8.min_cosine=0")
 
 
@@ -119,26 +121,30 @@ def run_path(args: tuple) -> dict[str, Any]:
             "peak_rss_mb": _peak_rss_mb()}
 
 
-def run_best_of_n(args: tuple) -> dict[str, Any]:
-    judge_dir, threads, groups, shared, repeats = args
-    import torch
-
-    torch.set_num_threads(threads)
-    from clfjudge.card import JudgeCard
-    from clfjudge.judges.embedding import embedder_for_card
-
-    embedder = embedder_for_card(JudgeCard.load(judge_dir), batch_size=8, precision="bf16")
-    embedder.shared_prefix_min = 4 if shared else 10 ** 9
+def run_best_of_n(args: tuple) -> list[dict[str, Any]]:
+    """Best-of-n on one path, each prompt + answer read whole and the answers read after their prompt's cache, in
+    one process, the two alternating repeat by repeat (a machine shared with other jobs drifts in speed)."""
+    path, judge_dir, onnx_dir, threads, groups, repeats = args
+    embedder = _judge(path, judge_dir, onnx_dir, threads).embedder
+    if path.startswith("onnx") and not embedder.shares_prefixes:
+        raise ValueError(f"{onnx_dir} has no shared-prefix graphs for {path}: delete it to export it again")
     questions = [q for q, answers in groups for _ in answers]
     answers = [a for _, group in groups for a in group]
-    first = embedder.answer_stats(questions, answers) if embedder.stats else embedder.embed_answers(questions, answers)
-    times = []
-    for _ in range(repeats):
+
+    def read(shared: bool) -> tuple[float, np.ndarray]:
+        embedder.shared_prefix_min = 4 if shared else 10 ** 9
         embedder.clear_cache()
         start = time.perf_counter()
-        embedder.answer_stats(questions, answers) if embedder.stats else embedder.embed_answers(questions, answers)
-        times.append(time.perf_counter() - start)
-    return {"shared": shared, "threads": threads, "seconds": statistics.median(times), "values": first.tolist()}
+        values = (embedder.answer_stats if embedder.stats else embedder.embed_answers)(questions, answers)
+        return time.perf_counter() - start, values
+
+    values = {shared: read(shared)[1] for shared in (False, True)}  # warm-up (loads the model)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeats):
+        for shared in (False, True):
+            times[shared].append(read(shared)[0])
+    return [{"path": path, "shared": shared, "threads": threads, "seconds": statistics.median(times[shared]),
+             "values": values[shared].tolist()} for shared in (False, True)]
 
 
 def _peak_rss_mb() -> float:
@@ -203,6 +209,8 @@ def main() -> int:
     p.add_argument("--questions", type=int, default=6, help="best-of-8 questions")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--paths", nargs="*", choices=PATHS, default=list(PATHS),
+                   help="paths of the per-path pair table (none: best-of-n only)")
     args = p.parse_args()
     from clfjudge.embedders.cache import ENV
 
@@ -223,12 +231,12 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     rows, bon = [], []
     for threads in args.threads:
-        for path in PATHS:
+        for path in args.paths:
             with ctx.Pool(1) as pool:
                 rows.append(pool.apply(run_path, ((path, args.judge_dir, onnx_dir, threads, pairs, args.repeats),)))
-        for shared in (False, True):
+        for path in BEST_OF_N_PATHS:
             with ctx.Pool(1) as pool:
-                bon.append(pool.apply(run_best_of_n, ((args.judge_dir, threads, groups, shared, args.repeats),)))
+                bon += pool.apply(run_best_of_n, ((path, args.judge_dir, onnx_dir, threads, groups, args.repeats),))
     with ctx.Pool(1) as pool:
         peaks = {(prec, t): pool.apply(matmul_peak, (prec, t)) for prec in ("fp32", "bf16", "int8")
                  for t in args.threads}
@@ -246,8 +254,8 @@ def main() -> int:
                       "peak_rss_mb": r["peak_rss_mb"]})
     bon_rows = []
     for r in bon:
-        whole = next(b for b in bon if b["threads"] == r["threads"] and not b["shared"])
-        bon_rows.append({"shared_prefix": r["shared"], "threads": r["threads"],
+        whole = next(b for b in bon if b["threads"] == r["threads"] and b["path"] == r["path"] and not b["shared"])
+        bon_rows.append({"path": r["path"], "shared_prefix": r["shared"], "threads": r["threads"],
                          "answers_per_s": len(counts["group_readings"]) / r["seconds"],
                          "speedup": whole["seconds"] / r["seconds"],
                          "max_abs_diff": float(np.abs(np.array(r["values"]) - np.array(whole["values"])).max())})
@@ -257,7 +265,7 @@ def main() -> int:
             "best_of_n": {"questions": len(groups), "n": 8, "gflops": group_flops / 1e9,
                           "mean_prompt_tokens": float(np.mean([p for p, _ in counts["group_readings"]]))},
             "matmul_peak_gflops": {f"{p} x{t}": v / 1e9 for (p, t), v in peaks.items()},
-            "rows": table, "best_of_n_rows": bon_rows}
+            "rows": table, "best_of_n_rows": bon_rows, "loadavg_at_end": os.getloadavg()}
     print(write("decoder_speed", data, markdown(data)))
     return 0
 
@@ -269,7 +277,9 @@ def markdown(d: dict[str, Any]) -> str:
            f"test pairs = {d['answers']} answers read cold (mean {d['mean_tokens']:.0f} tokens with the prompt), "
            f"{d['pair_gflops']:.1f} GFLOP in all (counted from the config). Median of repeated runs, each path in "
            "its own process. Matmul peak: a 512 x 576 x 1536 product measured in the same run: "
-           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s.", "",
+           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s. Load average "
+           f"(1, 5, 15 min) at the start {_load(m['loadavg_at_start'])}, at the end {_load(d['loadavg_at_end'])}"
+           " (other jobs on the machine count).", "",
            "| path | threads | pairs/s | answers/s | agreement with fp32 | GFLOP/s | of peak | peak RSS MB |",
            "|---|---|---|---|---|---|---|---|"]
     out += [f"| {r['path']} | {r['threads']} | {r['pairs_per_s']:.2f} | {r['answers_per_s']:.2f} | "
@@ -277,11 +287,16 @@ def markdown(d: dict[str, Any]) -> str:
             f"{r['peak_rss_mb']:.0f} |" for r in d["rows"]]
     b = d["best_of_n"]
     out += ["", f"Best-of-{b['n']} on {b['questions']} AlpacaEval questions "
-            f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens), PyTorch bf16:", "",
-            "| shared prompt cache | threads | answers/s | speed-up | max diff |", "|---|---|---|---|---|"]
-    out += [f"| {'yes' if r['shared_prefix'] else 'no'} | {r['threads']} | {r['answers_per_s']:.2f} | "
+            f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens); speed-up and max diff against the same path "
+            "reading each prompt + answer whole:", "",
+            "| path | shared prompt cache | threads | answers/s | speed-up | max diff |", "|---|---|---|---|---|---|"]
+    out += [f"| {r['path']} | {'yes' if r['shared_prefix'] else 'no'} | {r['threads']} | {r['answers_per_s']:.2f} | "
             f"{r['speedup']:.2f}x | {r['max_abs_diff']:.1e} |" for r in d["best_of_n_rows"]]
     return "\n".join(out) + "\n"
+
+
+def _load(loadavg) -> str:
+    return ", ".join(f"{x:.2f}" for x in loadavg)
 
 
 if __name__ == "__main__":
