@@ -144,5 +144,5 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
             assert len(a) == min(5, len(b)) and np.abs(a - b).max() < 1e-4
     questions = ["What is an apple?"] * 4 + ["Why?"] * 2 + ["Where?"]
     answers = [f"Answer {i}: " + "a fruit " * (i + 1) for i in range(7)]
-    rows = shared._answers(questions, answers)  # grouped by prompt: two groups shared, one read whole
+    rows = shared._answers(questions, answers)  # grouped by prompt: the four answers of one after its cache
     np.testing.assert_allclose(rows, old._answers(questions, answers), atol=1e-4)
