@@ -215,6 +215,7 @@ def main() -> int:
     from clfjudge.embedders.cache import ENV
 
     os.environ.pop(ENV, None)  # read cold: no disk cache in this process or the ones it spawns
+    started = machine(max(args.threads))  # its load average is the one at the start
 
     from clfjudge.data import sources
     from clfjudge.export.onnx import ParityConfig, export_judge
@@ -259,7 +260,7 @@ def main() -> int:
                          "answers_per_s": len(counts["group_readings"]) / r["seconds"],
                          "speedup": whole["seconds"] / r["seconds"],
                          "max_abs_diff": float(np.abs(np.array(r["values"]) - np.array(whole["values"])).max())})
-    data = {"machine": machine(max(args.threads)), "judge": str(args.judge_dir), "pairs": len(pairs),
+    data = {"machine": started, "judge": str(args.judge_dir), "pairs": len(pairs),
             "answers": len(counts["pair_readings"]), "pair_gflops": pair_flops / 1e9,
             "mean_tokens": float(np.mean([p + a for p, a in counts["pair_readings"]])),
             "best_of_n": {"questions": len(groups), "n": 8, "gflops": group_flops / 1e9,
