@@ -146,3 +146,10 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
     answers = [f"Answer {i}: " + "a fruit " * (i + 1) for i in range(7)]
     rows = shared._answers(questions, answers)  # grouped by prompt: the four answers of one after its cache
     np.testing.assert_allclose(rows, old._answers(questions, answers), atol=1e-4)
+
+
+def test_min_cosine_gates_the_shared_prefix_graphs_too():
+    from clfjudge.export.onnx import Thresholds
+
+    failures = Thresholds(min_cosine=0.9999).failures({"min_cosine": 1.0, "shared_min_cosine": 0.98})
+    assert failures == ["shared-prefix feature cosine 0.980000 < min_cosine 0.9999"]
