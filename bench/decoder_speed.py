@@ -10,7 +10,8 @@ the gate's records are reported too), at 1 and 2 threads, each in its own proces
 settings are process-wide; peak RSS is the process's own; the load average after each path is recorded).
 Inputs are real PandaLM test pairs at their real lengths, read cold (no cache): judgements/s (both answer orders,
 as the judge decides), answers/s, decision agreement with PyTorch fp32. Best-of-8 on real AlpacaEval questions
-of >= 100 prompt tokens, with and without the shared-prompt key/value cache. Every figure is also stated as
+of >= 100 prompt tokens, with and without the shared-prompt key/value cache, in PyTorch (fp32, bf16) and in
+onnxruntime fp32 (the export's prefix.onnx + continuation.onnx against reader.onnx). Every figure is also stated as
 achieved FLOP/s (the model's FLOPs per answer counted from its config and the token counts) over the matmul peak
 measured in the same run at that precision and thread count.
 """
@@ -41,6 +42,7 @@ OPENVINO = {"openvino f32": ("openvino", "fp32"), "openvino bf16": ("openvino-bf
 MEASURE_ONLY = ("int8.min_agreement=0", "int8.max_metric_delta=1", "int8.min_cosine=0",
                 "bf16.min_agreement=0", "bf16.max_metric_delta=1", "bf16.min_cosine=0")
 PRECISION = {"f32": "fp32"}  # a path's precision word -> the matmul peak it is measured against
+BEST_OF_N_PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32")  # the shared-prefix graphs are fp32 only
 
 
 # -- FLOPs and peaks ----------------------------------------------------------------------------------------
@@ -163,26 +165,30 @@ def run_path(args: tuple) -> dict[str, Any]:
             "times": times, "peak_rss_mb": _peak_rss_mb(), "loadavg_after": os.getloadavg()}
 
 
-def run_best_of_n(args: tuple) -> dict[str, Any]:
-    judge_dir, threads, groups, shared, repeats = args
-    import torch
-
-    torch.set_num_threads(threads)
-    from clfjudge.card import JudgeCard
-    from clfjudge.judges.embedding import embedder_for_card
-
-    embedder = embedder_for_card(JudgeCard.load(judge_dir), batch_size=8, precision="bf16")
-    embedder.shared_prefix_min = 4 if shared else 10 ** 9
+def run_best_of_n(args: tuple) -> list[dict[str, Any]]:
+    """Best-of-n on one path, each prompt + answer read whole and the answers read after their prompt's cache, in
+    one process, the two alternating repeat by repeat (a machine shared with other jobs drifts in speed)."""
+    path, judge_dir, onnx_dir, threads, groups, repeats = args
+    embedder = _judge(path, judge_dir, onnx_dir, threads).embedder
+    if path.startswith("onnx") and not embedder.shares_prefixes:
+        raise ValueError(f"{onnx_dir} has no shared-prefix graphs for {path}: delete it to export it again")
     questions = [q for q, answers in groups for _ in answers]
     answers = [a for _, group in groups for a in group]
-    first = embedder.answer_stats(questions, answers) if embedder.stats else embedder.embed_answers(questions, answers)
-    times = []
-    for _ in range(repeats):
+
+    def read(shared: bool) -> tuple[float, np.ndarray]:
+        embedder.shared_prefix_min = 4 if shared else 10 ** 9
         embedder.clear_cache()
         start = time.perf_counter()
-        embedder.answer_stats(questions, answers) if embedder.stats else embedder.embed_answers(questions, answers)
-        times.append(time.perf_counter() - start)
-    return {"shared": shared, "threads": threads, "seconds": statistics.median(times), "values": first.tolist()}
+        values = (embedder.answer_stats if embedder.stats else embedder.embed_answers)(questions, answers)
+        return time.perf_counter() - start, values
+
+    values = {shared: read(shared)[1] for shared in (False, True)}  # warm-up (loads the model)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeats):
+        for shared in (False, True):
+            times[shared].append(read(shared)[0])
+    return [{"path": path, "shared": shared, "threads": threads, "seconds": statistics.median(times[shared]),
+             "values": values[shared].tolist()} for shared in (False, True)]
 
 
 def _peak_rss_mb() -> float:
@@ -286,9 +292,9 @@ def main() -> int:
         for path in args.paths:
             with ctx.Pool(1) as pool:
                 rows.append(pool.apply(run_path, ((path, args.judge_dir, onnx_dir, threads, pairs, args.repeats),)))
-        for shared in (False, True) if args.best_of_n else ():
+        for path in BEST_OF_N_PATHS if args.best_of_n else ():
             with ctx.Pool(1) as pool:
-                bon.append(pool.apply(run_best_of_n, ((args.judge_dir, threads, groups, shared, args.repeats),)))
+                bon += pool.apply(run_best_of_n, ((path, args.judge_dir, onnx_dir, threads, groups, args.repeats),))
     with ctx.Pool(1) as pool:
         peaks = {(prec, t): pool.apply(matmul_peak, (prec, t)) for prec in ("fp32", "bf16", "int8")
                  for t in args.threads}
@@ -307,8 +313,8 @@ def main() -> int:
                       "loadavg_after": r["loadavg_after"]})
     bon_rows = []
     for r in bon:
-        whole = next(b for b in bon if b["threads"] == r["threads"] and not b["shared"])
-        bon_rows.append({"shared_prefix": r["shared"], "threads": r["threads"],
+        whole = next(b for b in bon if b["threads"] == r["threads"] and b["path"] == r["path"] and not b["shared"])
+        bon_rows.append({"path": r["path"], "shared_prefix": r["shared"], "threads": r["threads"],
                          "answers_per_s": len(counts["group_readings"]) / r["seconds"],
                          "speedup": whole["seconds"] / r["seconds"],
                          "max_abs_diff": float(np.abs(np.array(r["values"]) - np.array(whole["values"])).max())})
@@ -338,7 +344,9 @@ def markdown(d: dict[str, Any]) -> str:
            f"test pairs = {d['answers']} answers read cold (mean {d['mean_tokens']:.0f} tokens with the prompt), "
            f"{d['pair_gflops']:.1f} GFLOP in all (counted from the config). Median of repeated runs, each path in "
            "its own process. Matmul peak: a 512 x 576 x 1536 product measured in the same run: "
-           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s.", "",
+           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s. Load average "
+           f"(1, 5, 15 min) at the start {_load(m['loadavg_at_start'])}, at the end {_load(d['loadavg_at_end'])}"
+           " (other jobs on the machine count).", "",
            "| path | threads | pairs/s | answers/s | agreement with fp32 | GFLOP/s | of peak | peak RSS MB |",
            "|---|---|---|---|---|---|---|---|"]
     out += [f"| {r['path']} | {r['threads']} | {r['pairs_per_s']:.2f} | {r['answers_per_s']:.2f} | "
@@ -362,11 +370,16 @@ def markdown(d: dict[str, Any]) -> str:
         return "\n".join(out) + "\n"
     b = d["best_of_n"]
     out += ["", f"Best-of-{b['n']} on {b['questions']} AlpacaEval questions "
-            f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens), PyTorch bf16:", "",
-            "| shared prompt cache | threads | answers/s | speed-up | max diff |", "|---|---|---|---|---|"]
-    out += [f"| {'yes' if r['shared_prefix'] else 'no'} | {r['threads']} | {r['answers_per_s']:.2f} | "
+            f"(mean prompt {b['mean_prompt_tokens']:.0f} tokens); speed-up and max diff against the same path "
+            "reading each prompt + answer whole:", "",
+            "| path | shared prompt cache | threads | answers/s | speed-up | max diff |", "|---|---|---|---|---|---|"]
+    out += [f"| {r['path']} | {'yes' if r['shared_prefix'] else 'no'} | {r['threads']} | {r['answers_per_s']:.2f} | "
             f"{r['speedup']:.2f}x | {r['max_abs_diff']:.1e} |" for r in d["best_of_n_rows"]]
     return "\n".join(out) + "\n"
+
+
+def _load(loadavg) -> str:
+    return ", ".join(f"{x:.2f}" for x in loadavg)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,16 @@ from clfjudge.testing import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def judge_dir(tmp_path_factory):
+def chat_llama_dir(tmp_path_factory):
     backbone = tiny_llama(tmp_path_factory.mktemp("llama"))
     config = json.loads((backbone / "tokenizer_config.json").read_text())
     (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    judge = EmbeddingJudge(encoder=str(backbone), features=("diff", "token_stats"), head_params={"C": 1.0},
+    return backbone
+
+
+@pytest.fixture(scope="module")
+def judge_dir(chat_llama_dir, tmp_path_factory):
+    judge = EmbeddingJudge(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
                            embedder_options={"layer": 1, "stats_tokens": 4}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
@@ -37,11 +42,14 @@ def test_fp32_reader_matches_pytorch_and_loads_without_torch(judge_dir, tmp_path
     fp32 = result.report["variants"]["reader.onnx"]
     assert fp32["passed"] and fp32["min_cosine"] > 0.9999 and fp32["max_stat_diff"] < 1e-3
     assert fp32["agreement"] == 1.0
-    assert {"head.safetensors", "judge_card.json", "parity_report.json", "reader.onnx",
-            "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    # the shared-prefix graphs go through the gate too: each pair's two answers read after their prompt's cache
+    assert fp32["shared_min_cosine"] > 0.9999 and fp32["shared_max_stat_diff"] < 1e-4
+    assert {"head.safetensors", "judge_card.json", "parity_report.json", "reader.onnx", "prefix.onnx",
+            "continuation.onnx", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     assert not list(out.glob("*.joblib")) and not list(out.glob("*.pkl"))
     card = JudgeCard.load(out)
     assert card.runtime["backend"] == "onnx" and card.runtime["reader"]["template"][0].startswith("<s>user: ")
+    assert card.runtime["reader"]["shared_prefix"]["variants"] == ["fp32"]
 
     pairs = _pairs(6, start=30)
     items = [{"question": p.question, "answer_a": p.answer_a, "answer_b": p.answer_b} for p in pairs]
@@ -68,7 +76,9 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     result = export_judge(judge_dir, tmp_path / "int8", int8=True, n_records=12,
                           parity=_parity(**{"int8.min_agreement": 0.0, "int8.max_metric_delta": 1.0}))
     assert result.primary == "reader_quantized.onnx"
-    assert Judge.load(tmp_path / "int8").backend_name == "onnx (int8)"
+    int8_judge = Judge.load(tmp_path / "int8")
+    assert int8_judge.backend_name == "onnx (int8)"
+    assert not int8_judge.judge.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
 
 
@@ -92,3 +102,54 @@ def test_the_gate_reads_afresh_whatever_the_embedding_cache_holds(judge_dir, tmp
     monkeypatch.setenv(ENV, str(cache))
     export_judge(judge_dir, tmp_path / "onnx", n_records=8, parity=_parity())
     assert not cache.exists() or not any(cache.rglob("shard-*"))
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
+    """Best-of-n in ONNX: the prompt's key/value cache from prefix.onnx, broadcast to batches of answers in
+    continuation.onnx (positions go on from the prompt's length) = each prompt + answer read whole, to 1e-4, at
+    prompt and answer lengths the graphs were not traced with."""
+    from clfjudge.embedders.decoder import DecoderEmbedder
+    from clfjudge.embedders.onnx_reader import OnnxDecoderReader
+    from clfjudge.export.embedding import export_reader, export_shared_prefix
+
+    embedder = DecoderEmbedder(str(chat_llama_dir), layer=1, stats=stats, stats_tokens=5 if stats else None)
+    embedder._load()
+    sample = [(embedder._prompt_ids("Short?"), embedder._answer_ids("An apple.")),
+              (embedder._prompt_ids("Short?"), embedder._answer_ids("A red fruit that grows on trees."))]
+    export_reader(embedder, tmp_path / "reader.onnx", sample)
+    graphs = export_shared_prefix(embedder, tmp_path, sample)
+    assert graphs["layers"] == (2 if stats else 1)  # without statistics only the layers up to the pooled one
+    assert "past_key_values.0.key" in graphs["continuation_inputs"] and "present.0.value" in graphs["prefix_outputs"]
+    embedder._tokenizer.save_pretrained(tmp_path)
+    before, after = embedder.template_parts()
+    card = {"encoder": str(chat_llama_dir), "depth": 2, "hidden_size": 32, "eos_token_id": embedder._eos,
+            "template": [before, after], "primary": "fp32"}
+    config = {"layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384, "stats": stats,
+              "stats_tokens": 5 if stats else None}
+    shared = OnnxDecoderReader(tmp_path, {**card, "shared_prefix": graphs}, config, batch_size=3, cache_dir="")
+    old = OnnxDecoderReader(tmp_path, card, config, batch_size=3, cache_dir="")  # an export without the graphs
+    assert shared.shares_prefixes and not old.shares_prefixes
+    prefix = shared._prompt_ids("What is an apple, and why do so many people eat one every single day of the year?")
+    bodies = [shared._answer_ids(f"Candidate {i}: " + "the apple is a fruit " * (i + 1)) for i in range(7)]
+    whole_vec, whole_lp = shared._read([(prefix, b) for b in bodies], stats)
+    vec, lp = shared._read_shared(prefix, bodies, stats)
+    np.testing.assert_allclose(vec, whole_vec, atol=1e-4)
+    reference, _ = embedder._read([(prefix, b) for b in bodies], False)  # PyTorch, read whole
+    np.testing.assert_allclose(vec, reference, atol=1e-4)
+    old_vec, _ = old._read_shared(prefix, bodies, stats)  # falls back to reading whole
+    np.testing.assert_allclose(old_vec, whole_vec, atol=1e-6)
+    if stats:
+        for a, b in zip(lp, whole_lp):
+            assert len(a) == min(5, len(b)) and np.abs(a - b).max() < 1e-4
+    questions = ["What is an apple?"] * 4 + ["Why?"] * 2 + ["Where?"]
+    answers = [f"Answer {i}: " + "a fruit " * (i + 1) for i in range(7)]
+    rows = shared._answers(questions, answers)  # grouped by prompt: the four answers of one after its cache
+    np.testing.assert_allclose(rows, old._answers(questions, answers), atol=1e-4)
+
+
+def test_min_cosine_gates_the_shared_prefix_graphs_too():
+    from clfjudge.export.onnx import Thresholds
+
+    failures = Thresholds(min_cosine=0.9999).failures({"min_cosine": 1.0, "shared_min_cosine": 0.98})
+    assert failures == ["shared-prefix feature cosine 0.980000 < min_cosine 0.9999"]

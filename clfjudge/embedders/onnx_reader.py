@@ -4,7 +4,9 @@
 states mean-pooled over the answer span, and with token statistics the log-probability of every answer token);
 this reader is a ``DecoderEmbedder`` whose token ids come from the ``tokenizers`` library (tokenizer.json)
 and the chat template's two rendered halves stored in the judge card, and whose forward pass is that graph.
-Everything else — truncation, caching, PMI statistics, the head — is the PyTorch judge's own code.
+Everything else — truncation, caching, PMI statistics, the head — is the PyTorch judge's own code. Answers that
+share a prompt are read after its key/value cache when the export has the shared-prefix graphs (``prefix.onnx``,
+``continuation.onnx``; fp32), as ``DecoderEmbedder`` does in PyTorch.
 """
 from __future__ import annotations
 
@@ -18,6 +20,13 @@ from .decoder import DecoderEmbedder
 
 READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
 GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
+# Shared-prefix graphs (fp32 only): a prompt's key/value cache, and answers read after it (export.embedding)
+SHARED_PREFIX_FILES = {"prefix": "prefix.onnx", "continuation": "continuation.onnx"}
+# Answers sharing a prompt are read after its cache when there are at least this many. Not 2 as in PyTorch: the two
+# answers of a pair read after their prompt's cache ran at half the speed of all pairs read whole in length-sorted
+# batches of 8 (32 PandaLM test pairs, default judge, 2 threads); best-of-8: bench/results/decoder_speed_*.
+# Groups of 3 to 7 are not measured.
+SHARED_PREFIX_MIN = 4
 
 
 class OnnxDecoderReader(DecoderEmbedder):
@@ -38,6 +47,8 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._reader = reader
         self._provider, self._threads = provider, threads
         self._session = None
+        self._shared = None  # (prefix session, continuation session) when the export has them for this variant
+        self.shared_prefix_min = SHARED_PREFIX_MIN
 
     @property
     def file(self) -> str:
@@ -52,8 +63,21 @@ class OnnxDecoderReader(DecoderEmbedder):
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
         self._session = inference_session(path, self._provider, self._threads)
         self._load_tokenizer()
-        self._inputs = [i.name for i in self._session.get_inputs()]
+        # Directories exported before the shared-prefix graphs (no ``shared_prefix`` entry on the card), and
+        # variants they were not exported for (int8), read a shared prompt with every answer (``_read_shared``).
+        graphs = self._reader.get("shared_prefix")
+        variant = next((name for name, file in READER_FILES.items() if file == self.file), self.variant)
+        if graphs and variant in graphs["variants"]:  # the variant named, or its file (as the parity gate names it)
+            self._shared = tuple(inference_session(self.directory / graphs[k], self._provider, self._threads)
+                                 for k in ("prefix", "continuation"))
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether answers of one prompt are read after its key/value cache (the export has the shared-prefix
+        graphs for this variant)."""
+        self._load()
+        return self._shared is not None
 
     def _load_tokenizer(self) -> None:
         """tokenizer.json alone (the prompt frame is on the card: ``_render``); the session waits."""
@@ -77,28 +101,53 @@ class OnnxDecoderReader(DecoderEmbedder):
     def hidden_size(self) -> int:
         return int(self._reader["hidden_size"])
 
-    def _read(self, items, with_log_probs):
-        out = np.zeros((len(items), self.hidden_size), dtype=np.float32)
-        log_probs = [np.zeros(0)] * len(items) if with_log_probs else None
-        for batch in self._batches([len(p) + len(b) for p, b in items]):
-            feed = graph_feed([items[i] for i in batch], self._eos, self.stats_tokens)
-            outputs = self._session.run(None, {k: feed[k] for k in self._inputs})
+    def _run(self, session, feeds, lengths, bodies, with_log_probs):
+        """Run ``session`` on ``feeds(batch)`` for every length-sorted batch of ``lengths``: the pooled vectors and,
+        if asked, each body's scored log-probabilities."""
+        inputs = [i.name for i in session.get_inputs()]
+        out = np.zeros((len(bodies), self.hidden_size), dtype=np.float32)
+        log_probs = [np.zeros(0)] * len(bodies) if with_log_probs else None
+        for batch in self._batches(lengths):
+            feed = feeds(batch)
+            outputs = session.run(None, {k: feed[k] for k in inputs})
             out[batch] = outputs[0]
             if log_probs is not None:
-                token_log_probs = outputs[1]
                 for row, i in enumerate(batch):
-                    log_probs[i] = token_log_probs[row, :len(self._scored(items[i][1]))].astype(np.float32)
+                    log_probs[i] = outputs[1][row, :len(self._scored(bodies[i]))].astype(np.float32)
         return out, log_probs
 
+    def _read(self, items, with_log_probs):
+        return self._run(self._session,
+                         lambda batch: graph_feed([items[i] for i in batch], self._eos, self.stats_tokens),
+                         [len(p) + len(b) for p, b in items], [b for _, b in items], with_log_probs)
+
     def _read_all(self, items, with_log_probs):
-        """One length-sorted ``_read`` of every item: with no key/value cache in the graph, grouping answers by
-        their shared prompt (``DecoderEmbedder._read_all``) would only cut the batches smaller -- every pair's two
-        answers share one, so a call of many pairs would run as one small batch per pair."""
+        """With the shared-prefix graphs: ``DecoderEmbedder._read_all`` (answers of a prompt shared by at least
+        ``shared_prefix_min`` read after its cache). Without them, one length-sorted ``_read`` of every item:
+        grouping answers by their prompt would only cut the batches smaller -- every pair's two answers share one,
+        so a call of many pairs would run as one small batch per pair."""
+        self._load()
+        if self._shared is not None:
+            return super()._read_all(items, with_log_probs)
         return self._read(items, with_log_probs)
 
     def _read_shared(self, prefix, bodies, with_log_probs):
-        """No key/value cache inputs in the graph: a shared prompt is read with every answer."""
-        return self._read([(prefix, body) for body in bodies], with_log_probs)
+        """The prompt's key/value cache is computed once (the prefix graph) and broadcast to every batch of
+        answers (the continuation graph): the same vectors as reading each prompt + answer whole, up to float
+        rounding. Without those graphs (an older export, the int8 variant) the prompt is read with every answer."""
+        self._load()
+        if self._shared is None:
+            return self._read([(prefix, body) for body in bodies], with_log_probs)
+        head, continuation = self._shared
+        cached = head.run(None, {"input_ids": np.array([prefix], dtype=np.int64)})
+        names = [o.name for o in head.get_outputs()]
+        cache = {name.replace("present", "past_key_values", 1): value for name, value in zip(names, cached)}
+
+        def feeds(batch):
+            feed = continuation_feed(len(prefix), [bodies[i] for i in batch], self._eos, self.stats_tokens)
+            return {**feed, **cache}
+
+        return self._run(continuation, feeds, [len(prefix) + len(b) for b in bodies], bodies, with_log_probs)
 
 
 def graph_feed(items: list[tuple[list[int], list[int]]], pad: int,
@@ -121,3 +170,20 @@ def graph_feed(items: list[tuple[list[int], list[int]]], pad: int,
         positions[row, :len(head)] = np.arange(len(prefix) - 1, len(prefix) + len(head) - 1).clip(min=0)
         targets[row, :len(head)] = head
     return {"input_ids": ids, "attention_mask": mask, "pool": pool, "positions": positions, "targets": targets}
+
+
+def continuation_feed(past: int, bodies: list[list[int]], pad: int,
+                      scored: int | None = None) -> dict[str, np.ndarray]:
+    """Inputs of the continuation graph for ``bodies`` read after a cached prompt of ``past`` tokens (its cache
+    and last state are fed beside them): ``graph_feed`` of each body after a one-token stand-in for the prompt's
+    last token (whose state, position 0, predicts the body's first token), the stand-in's column dropped and the
+    attention mask opened over the cached prompt."""
+    feed = graph_feed([([pad], body) for body in bodies], pad, scored)
+    mask = np.hstack([np.ones((len(bodies), past), dtype=np.int64), feed["attention_mask"][:, 1:]])
+    return {**feed, "input_ids": feed["input_ids"][:, 1:], "pool": feed["pool"][:, 1:], "attention_mask": mask}
+
+
+def cache_names(n_layers: int, kind: str) -> list[str]:
+    """Names of a decoder's key/value cache tensors as optimum exports them: ``{kind}.{i}.key`` / ``.value``
+    (``past_key_values`` as inputs, ``present`` as outputs)."""
+    return [f"{kind}.{i}.{part}" for i in range(n_layers) for part in ("key", "value")]

@@ -7,10 +7,21 @@ positions that predict them and their ids are inputs, so the LM head runs on ans
 linear head stays plain arrays (head.safetensors) applied in NumPy, and the PMI statistics are NumPy too, so
 the exported judge runs with onnxruntime + tokenizers alone (``onnx_reader.OnnxDecoderReader``).
 
+Beside it, for answers that share a prompt (best-of-n, reward groups, the unconditional pass of token
+statistics), the same layers as two graphs: ``prefix.onnx`` (a prompt -> its key/value cache, and with token
+statistics its last final state) and ``continuation.onnx`` (a batch of answers read after that cache, broadcast
+from batch 1 in the graph; positions go on from the prompt's length); the card lists them under
+``runtime.reader.shared_prefix``. Each graph holds its own copy of the weights (the default judge's directory
+grows from ~370 MB to ~810 MB; one shared external-data file is not done). fp32 only: dynamic int8 already
+changes one decision in eight on the reader graph (bench/results/decoder_speed_*), so the int8 variant reads a
+shared prompt with every answer.
+
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
-accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written). ``providers``:
-``reader.onnx`` is also gated as each of them runs it (e.g. OpenVINO in bf16, ``models.onnx_session``).
+accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written); for fp32 also
+the cosine of the vectors read after a shared prompt's cache (``shared_min_cosine``, gated by ``min_cosine``).
+``providers``: ``reader.onnx`` is also gated as each of them runs it (e.g. OpenVINO in bf16,
+``models.onnx_session``).
 """
 from __future__ import annotations
 
@@ -31,12 +42,23 @@ from ..data.records import PairRecord
 REPORT_NAME = "parity_report.json"
 
 
+def _answer_log_probs(embedder, lm_head, states, positions, targets):
+    """Log-probability of each target token given the final state at its position (the graphs' LM head)."""
+    import torch
+
+    chosen = torch.gather(states, 1, positions.unsqueeze(-1).expand(-1, -1, states.shape[-1]))
+    logits = lm_head(chosen)
+    if embedder._softcap:
+        logits = torch.tanh(logits / embedder._softcap) * embedder._softcap
+    return torch.gather(torch.log_softmax(logits, dim=-1), 2, targets.unsqueeze(-1)).squeeze(-1)
+
+
 def reader_graph(embedder):
     """The loaded ``DecoderEmbedder``'s model as a module with the reader graph's inputs and outputs."""
     import torch
 
     embedder._load()
-    model, lm_head, softcap, stats = embedder._model, embedder._lm_head, embedder._softcap, embedder.stats
+    model, lm_head, stats = embedder._model, embedder._lm_head, embedder.stats
 
     class Reader(torch.nn.Module):
         def __init__(self) -> None:
@@ -48,14 +70,63 @@ def reader_graph(embedder):
             pooled = torch.einsum("bt,btd->bd", pool, embedder._captured)  # the hooked layer's states
             if not stats:
                 return pooled
-            chosen = torch.gather(final, 1, positions.unsqueeze(-1).expand(-1, -1, final.shape[-1]))
-            logits = self.lm_head(chosen)
-            if softcap:
-                logits = torch.tanh(logits / softcap) * softcap
-            log_probs = torch.log_softmax(logits, dim=-1)
-            return pooled, torch.gather(log_probs, 2, targets.unsqueeze(-1)).squeeze(-1)
+            return pooled, _answer_log_probs(embedder, self.lm_head, final, positions, targets)
 
     return Reader().eval()
+
+
+def prefix_graph(embedder):
+    """The loaded model as a module: a prompt's token ids -> the key/value cache of every layer in the model (the
+    layers up to the pooled one; all of them with token statistics) and, with statistics, the prompt's last
+    final state (it predicts the first token of every answer read after it)."""
+    import torch
+
+    embedder._load()
+    model, n_layers, stats = embedder._model, len(embedder._model.layers), embedder.stats
+
+    class Prefix(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            out = self.model(input_ids=input_ids, use_cache=True)
+            cache = [t for keys, values, *_ in list(out.past_key_values)[:n_layers] for t in (keys, values)]
+            return (*cache, out.last_hidden_state[:, -1]) if stats else tuple(cache)
+
+    return Prefix().eval()
+
+
+def continuation_graph(embedder):
+    """The loaded model as a module reading a batch of answers after one cached prompt: the prompt's key/value
+    cache (batch 1, broadcast to the answers' batch in the graph) -> the pooled layer's states mean-pooled over each
+    answer and, with statistics, each scored answer token's log-probability (position 0 is the prompt's last
+    state, position j the state of answer token j)."""
+    import torch
+    from transformers import DynamicCache
+
+    embedder._load()
+    model, lm_head, n_layers, stats = embedder._model, embedder._lm_head, len(embedder._model.layers), embedder.stats
+
+    class Continuation(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model, self.lm_head = model, lm_head
+
+        def forward(self, input_ids, attention_mask, pool, *rest):
+            batch = input_ids.shape[0]
+            past = [t.expand(batch, -1, -1, -1) for t in rest[:2 * n_layers]]
+            cache = DynamicCache(ddp_cache_data=list(zip(past[0::2], past[1::2])))
+            final = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                               use_cache=True).last_hidden_state
+            pooled = torch.einsum("bt,btd->bd", pool, embedder._captured)
+            if not stats:
+                return pooled
+            prefix_state, positions, targets = rest[2 * n_layers:]
+            states = torch.cat([prefix_state.unsqueeze(1).expand(batch, 1, -1), final], dim=1)
+            return pooled, _answer_log_probs(embedder, self.lm_head, states, positions, targets)
+
+    return Continuation().eval()
 
 
 def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:
@@ -84,17 +155,89 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
             "nodes": len(proto.graph.node)}
 
 
+def export_shared_prefix(embedder, directory: Path, sample: Sequence[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    """Write the shared-prefix graphs of ``embedder`` (fp32, eager attention) into ``directory``: ``prefix.onnx``
+    (a prompt -> its key/value cache) and ``continuation.onnx`` (answers read after that cache), named as optimum
+    names a decoder's cache (``past_key_values.{i}.key`` in, ``present.{i}.key`` out). ``sample``: (prompt ids,
+    answer ids) items whose answers are read after the first one's prompt. The card entry (``runtime.reader.
+    shared_prefix``)."""
+    import torch
+
+    from ..embedders.onnx_reader import SHARED_PREFIX_FILES, cache_names, continuation_feed
+
+    embedder._load()
+    if hasattr(embedder._model, "set_attn_implementation"):
+        embedder._model.set_attn_implementation("eager")  # no SDPA NaN guard in the graph (onnx.py)
+    n_layers, stats = len(embedder._model.layers), embedder.stats
+    prompt = torch.tensor([sample[0][0]])
+    present, past = cache_names(n_layers, "present"), cache_names(n_layers, "past_key_values")
+    prefix_outputs = [*present, *(("prefix_state",) if stats else ())]
+    cache_axes = {2: "past_sequence"}  # batch 1: one prompt, broadcast to the answers in the continuation graph
+    with torch.inference_mode():
+        head = prefix_graph(embedder)
+        torch.onnx.export(head, (prompt,), str(directory / SHARED_PREFIX_FILES["prefix"]), input_names=["input_ids"],
+                          output_names=prefix_outputs,
+                          dynamic_axes={"input_ids": {1: "past_sequence"}, **{k: cache_axes for k in present}},
+                          dynamo=False, opset_version=17)
+        cached = head(prompt)
+        feed = continuation_feed(prompt.shape[1], [body for _, body in sample], embedder._eos,
+                                 embedder.stats_tokens)
+        names = ["input_ids", "attention_mask", "pool", *past, *(("prefix_state", "positions", "targets")
+                                                                 if stats else ())]
+        feed.update(zip(past, (t.numpy() for t in cached)))
+        if stats:
+            feed["prefix_state"] = cached[-1].numpy()
+        axes = {"input_ids": {0: "batch", 1: "sequence"}, "pool": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "past_sequence + sequence"}, **{k: cache_axes for k in past},
+                "positions": {0: "batch", 1: "span"}, "targets": {0: "batch", 1: "span"}}
+        outputs = ["pooled", *(("log_probs",) if stats else ())]
+        axes.update({"pooled": {0: "batch"}, "log_probs": {0: "batch", 1: "span"}})
+        torch.onnx.export(continuation_graph(embedder), tuple(torch.from_numpy(feed[k]) for k in names),
+                          str(directory / SHARED_PREFIX_FILES["continuation"]), input_names=names,
+                          output_names=outputs, dynamic_axes={k: v for k, v in axes.items() if k in names + outputs},
+                          dynamo=False, opset_version=17)
+    return {"variants": ["fp32"], "layers": n_layers, "prefix": SHARED_PREFIX_FILES["prefix"],
+            "continuation": SHARED_PREFIX_FILES["continuation"], "prefix_outputs": prefix_outputs,
+            "continuation_inputs": names, "continuation_outputs": outputs}
+
+
+def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(((a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
+
+
+def _features(embedder, questions: list[str], answers: list[str], shared_prefix_min: int):
+    """Vectors (and token statistics) of the answers read afresh (the embedder's in-memory cache is emptied, then
+    holds them), prompts shared by at least ``shared_prefix_min`` answers read once for all of them."""
+    saved, embedder.shared_prefix_min = embedder.shared_prefix_min, shared_prefix_min
+    embedder.clear_cache()
+    try:
+        return (embedder.embed_answers(questions, answers),
+                embedder.answer_stats(questions, answers) if embedder.stats else None)
+    finally:
+        embedder.shared_prefix_min = saved
+
+
 def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> dict[str, Any]:
     """Features (pooled vectors, token statistics), probabilities, decisions and accuracy of ``candidate``
-    against ``reference`` on the same pairs (both answer orders, as the judge decides)."""
+    against ``reference`` on the same pairs (both answer orders, as the judge decides), every answer read whole
+    (its prompt read with it). A candidate with the shared-prefix graphs is read once more with each pair's two
+    answers read after their prompt's cache: ``shared_min_cosine`` (gated like ``min_cosine``)."""
     from ..metrics import pairwise_metrics
 
     questions = [r.question for r in records] * 2
     answers = [r.answer_a for r in records] + [r.answer_b for r in records]
-    ref_vec, vec = reference.embedder.embed_answers(questions, answers), candidate.embedder.embed_answers(questions,
-                                                                                                          answers)
-    cosine = (ref_vec * vec).sum(axis=1) / (np.linalg.norm(ref_vec, axis=1) * np.linalg.norm(vec, axis=1))
-    ref_p, p = reference.predict_proba(records), candidate.predict_proba(records)
+    ref_vec, ref_stats = _features(reference.embedder, questions, answers, 10 ** 9)
+    vec, stats = _features(candidate.embedder, questions, answers, 10 ** 9)
+    measured: dict[str, Any] = {"min_cosine": _min_cosine(ref_vec, vec)}
+    if stats is not None:
+        measured["max_stat_diff"] = float(np.abs(ref_stats - stats).max())
+    ref_p, p = reference.predict_proba(records), candidate.predict_proba(records)  # from the vectors just read
+    if candidate.embedder.shares_prefixes:
+        shared_vec, shared_stats = _features(candidate.embedder, questions, answers, 2)
+        candidate.embedder.clear_cache()
+        measured["shared_min_cosine"] = _min_cosine(ref_vec, shared_vec)
+        if shared_stats is not None:
+            measured["shared_max_stat_diff"] = float(np.abs(ref_stats - shared_stats).max())
     keep = np.ones(len(records), dtype=bool)
     if thresholds.boundary_eps:
         gaps = np.minimum(np.abs(ref_p[:, 0] - ref_p[:, 2]), np.abs(ref_p[:, 1] - ref_p[:, [0, 2]].max(axis=1)))
@@ -103,14 +246,11 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 
     ref_v, v = verdicts_from_proba(ref_p[keep]), verdicts_from_proba(p[keep])
     gold = [r.verdict for r, k in zip(records, keep) if k]
-    measured = {"min_cosine": float(cosine.min()), "max_abs_diff": float(np.abs(p - ref_p).max()),
-                "agreement": float(np.mean([a == b for a, b in zip(ref_v, v)])), "metric": "accuracy",
-                "metric_reference": pairwise_metrics(gold, ref_v).accuracy,
-                "metric_onnx": pairwise_metrics(gold, v).accuracy, "on_boundary": int((~keep).sum())}
+    measured.update({"max_abs_diff": float(np.abs(p - ref_p).max()),
+                     "agreement": float(np.mean([a == b for a, b in zip(ref_v, v)])), "metric": "accuracy",
+                     "metric_reference": pairwise_metrics(gold, ref_v).accuracy,
+                     "metric_onnx": pairwise_metrics(gold, v).accuracy, "on_boundary": int((~keep).sum())})
     measured["metric_delta"] = measured["metric_onnx"] - measured["metric_reference"]
-    if reference.embedder.stats:
-        measured["max_stat_diff"] = float(np.abs(reference.embedder.answer_stats(questions, answers)
-                                                 - candidate.embedder.answer_stats(questions, answers)).max())
     return measured
 
 
@@ -168,6 +308,11 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         sample = [(embedder._prompt_ids(r.question), embedder._answer_ids(r.answer_a)) for r in records[:2]]
         exported = export_reader(embedder, tmp / READER_FILES["fp32"], sample)
         files = {READER_FILES["fp32"]: {"precision": "fp32"}}
+        # answers after one cached prompt: the first record's two answers, read after its prompt
+        shared = export_shared_prefix(embedder, tmp, sample[:1] + [(sample[0][0], embedder._answer_ids(
+            records[0].answer_b))])
+        shared["bytes"] = {shared[k]: (tmp / shared[k]).stat().st_size for k in ("prefix", "continuation")}
+        reader["shared_prefix"] = shared
         if int8:
             settings = int8_settings(isa, int8_config or INT8_CONFIG)
             files[READER_FILES["int8"]] = {"precision": "int8", "from": READER_FILES["fp32"],
@@ -199,9 +344,9 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                         "onnx": {"primary": READER_FILES[primary], "gated": gated(report),
                                  "parity": {"report": REPORT_NAME, "source": validation["source"],
                                             "n": validation["n"],
-                                            **{n: {k: v[k] for k in ("min_cosine", "max_abs_diff", "agreement",
-                                                                     "metric_delta", "on_boundary")}
-                                               for n, v in variants.items()}},
+                                            **{n: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff",
+                                                                     "agreement", "metric_delta", "on_boundary")
+                                        if k in v} for n, v in variants.items()}},
                                  "exported_from": str(judge_dir.resolve())}}
         card.save(tmp)
         if out.exists():

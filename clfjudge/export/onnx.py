@@ -82,8 +82,9 @@ class Thresholds:
 
     def failures(self, measured: Mapping[str, float]) -> list[str]:
         out = []
-        if self.min_cosine is not None and "min_cosine" in measured and not measured["min_cosine"] >= self.min_cosine:
-            out.append(f"feature cosine {measured['min_cosine']:.6f} < min_cosine {self.min_cosine:g}")
+        for key, what in (("min_cosine", "feature cosine"), ("shared_min_cosine", "shared-prefix feature cosine")):
+            if self.min_cosine is not None and key in measured and not measured[key] >= self.min_cosine:
+                out.append(f"{what} {measured[key]:.6f} < min_cosine {self.min_cosine:g}")
         if self.max_abs_diff is not None and not measured["max_abs_diff"] <= self.max_abs_diff:
             out.append(f"max |logit diff| {measured['max_abs_diff']:.3g} > max_abs_diff {self.max_abs_diff:g}")
         if self.min_agreement is not None and not measured["agreement"] >= self.min_agreement:

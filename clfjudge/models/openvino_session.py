@@ -41,9 +41,12 @@ class OpenVinoSession:
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         self.path, self.hint = path, hint
-        self.compiled = core.compile_model(str(path), "CPU", config)
-        self._inputs = [Port(p.any_name) for p in self.compiled.inputs]
-        self._outputs = [Port(p.any_name) for p in self.compiled.outputs]
+        model = core.read_model(str(path))
+        # the names the ONNX file declares: a compiled port can carry an inner tensor's name too, and any_name may
+        # pick that one (a key/value cache output is also "/model/layers.0/self_attn/Add_output_0")
+        self._inputs = [Port(p.any_name) for p in model.inputs]
+        self._outputs = [Port(p.any_name) for p in model.outputs]
+        self.compiled = core.compile_model(model, "CPU", config)
         self._local = threading.local()
 
     def get_inputs(self) -> list[Port]:
