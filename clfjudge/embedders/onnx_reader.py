@@ -47,7 +47,8 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._reader = reader
         self._provider, self._threads = provider, threads
         self._session = None
-        self._shared = None  # (prefix session, continuation session) when the export has them for this variant
+        self._shared_files = None  # (prefix graph, continuation graph) when the export has them for this variant
+        self._shared = None  # their sessions, opened on first use: a judge that never shares a prompt never loads them
         self.shared_prefix_min = SHARED_PREFIX_MIN
 
     @property
@@ -68,8 +69,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         graphs = self._reader.get("shared_prefix")
         variant = next((name for name, file in READER_FILES.items() if file == self.file), self.variant)
         if graphs and variant in graphs["variants"]:  # the variant named, or its file (as the parity gate names it)
-            self._shared = tuple(inference_session(self.directory / graphs[k], self._provider, self._threads)
-                                 for k in ("prefix", "continuation"))
+            self._shared_files = tuple(self.directory / graphs[k] for k in ("prefix", "continuation"))
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
 
     @property
@@ -77,7 +77,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         """Whether answers of one prompt are read after its key/value cache (the export has the shared-prefix
         graphs for this variant)."""
         self._load()
-        return self._shared is not None
+        return self._shared_files is not None
 
     def _load_tokenizer(self) -> None:
         """tokenizer.json alone (the prompt frame is on the card: ``_render``); the session waits."""
@@ -127,7 +127,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         grouping answers by their prompt would only cut the batches smaller -- every pair's two answers share one,
         so a call of many pairs would run as one small batch per pair."""
         self._load()
-        if self._shared is not None:
+        if self._shared_files is not None:
             return super()._read_all(items, with_log_probs)
         return self._read(items, with_log_probs)
 
@@ -136,8 +136,10 @@ class OnnxDecoderReader(DecoderEmbedder):
         answers (the continuation graph): the same vectors as reading each prompt + answer whole, up to float
         rounding. Without those graphs (an older export, the int8 variant) the prompt is read with every answer."""
         self._load()
-        if self._shared is None:
+        if self._shared_files is None:
             return self._read([(prefix, body) for body in bodies], with_log_probs)
+        if self._shared is None:
+            self._shared = tuple(inference_session(f, self._provider, self._threads) for f in self._shared_files)
         head, continuation = self._shared
         cached = head.run(None, {"input_ids": np.array([prefix], dtype=np.int64)})
         names = [o.name for o in head.get_outputs()]
