@@ -333,10 +333,6 @@ def main() -> int:
     return 0
 
 
-def _load(values) -> str:
-    return " / ".join(f"{v:.2f}" for v in values)
-
-
 def markdown(d: dict[str, Any]) -> str:
     m = d["machine"]
     out = [f"# Decoder embedding judge: speed per path ({m['date'][:10]})", "",
@@ -344,16 +340,14 @@ def markdown(d: dict[str, Any]) -> str:
            f"test pairs = {d['answers']} answers read cold (mean {d['mean_tokens']:.0f} tokens with the prompt), "
            f"{d['pair_gflops']:.1f} GFLOP in all (counted from the config). Median of repeated runs, each path in "
            "its own process. Matmul peak: a 512 x 576 x 1536 product measured in the same run: "
-           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s. Load average "
-           f"(1, 5, 15 min) at the start {_load(m['loadavg_at_start'])}, at the end {_load(d['loadavg_at_end'])}"
-           " (other jobs on the machine count).", "",
+           + ", ".join(f"{k} {v:.0f}" for k, v in d["matmul_peak_gflops"].items()) + " GFLOP/s.", "",
            "| path | threads | pairs/s | answers/s | agreement with fp32 | GFLOP/s | of peak | peak RSS MB |",
            "|---|---|---|---|---|---|---|---|"]
     out += [f"| {r['path']} | {r['threads']} | {r['pairs_per_s']:.2f} | {r['answers_per_s']:.2f} | "
             f"{100 * r['agreement']:.1f}% | {r['gflops_per_s']:.0f} | {100 * r['peak_fraction']:.0f}% | "
             f"{r['peak_rss_mb']:.0f} |" for r in d["rows"]]
-    out += ["", f"Load average (1, 5, 15 min) at the start {_load(m['loadavg_at_start'])}, at the end "
-            f"{_load(d['loadavg_at_end'])}; after each path: "
+    out += ["", f"Load average (1, 5, 15 min; other jobs on the machine count) at the start "
+            f"{_load(m['loadavg_at_start'])}, at the end {_load(d['loadavg_at_end'])}; after each path: "
             + "; ".join(f"{r['path']} x{r['threads']} {r['loadavg_after'][0]:.2f}" for r in d["rows"]) + ".", ""]
     g = d["gate"]
     out += [f"Parity gate of the bench export ({g['validation']['n']} {g['validation']['source']} pairs, "
@@ -379,7 +373,7 @@ def markdown(d: dict[str, Any]) -> str:
 
 
 def _load(loadavg) -> str:
-    return ", ".join(f"{x:.2f}" for x in loadavg)
+    return " / ".join(f"{x:.2f}" for x in loadavg)
 
 
 if __name__ == "__main__":
