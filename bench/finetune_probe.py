@@ -232,7 +232,7 @@ def finetune(train: dict[str, Pairs], head: dict, n_blocks: int, lr: float,
         if step % 50 == 0 or step == len(steps):
             print(f"  step {step}/{len(steps)}: loss {loss.item():.3f}, "
                   f"{(time.monotonic() - start) / step:.2f} s/step", flush=True)
-    trained = {"w": w.detach().numpy(), "w_info": float(w_info), "scale": head["scale"],
+    trained = {"w": w.detach().numpy(), "w_info": float(w_info.detach()), "scale": head["scale"],
                "info_scale": head["info_scale"]}
     return reader, trained, (time.monotonic() - start) / max(len(steps), 1)
 
