@@ -107,7 +107,7 @@ def read(spec: str, layers: list[int], name: str, records: list, cache: Path, pr
                 pool[row, len(prompt):len(prompt) + len(body)] = 1 / len(body)
             model(input_ids=ids, attention_mask=mask)
             for layer in layers:
-                means[layer][batch] = torch.einsum("bt,btd->bd", pool, captured[layer].float()).numpy()
+                means[layer][batch] = torch.einsum("bt,btd->bd", pool, captured[layer].float()).float().numpy()
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, keys=np.array(keys), **{f"mean{layer}": v for layer, v in means.items()})
     print(f"[{spec}] {name}: {len(keys)} answers in {time.monotonic() - start:.0f} s", flush=True)
@@ -145,6 +145,13 @@ def design(p: Pairs, layer: str | None, length: str, scale: dict) -> np.ndarray:
 
 
 def fit(train: list[Pairs], layer: str | None, length: str, c: float, balanced: bool = False):
+    """The judge fitted on ``train``, as its score on a set: accuracy minus longer-answer-wins (points)."""
+    margin = head(train, layer, length, c, balanced)
+    return lambda p: 100 * np.mean((margin(p) > 0) == (p.y == 1)) - p.longer
+
+
+def head(train: list[Pairs], layer: str | None, length: str, c: float, balanced: bool = False):
+    """The judge fitted on ``train``, as its margins on a set's pairs (> 0: the first answer wins)."""
     from sklearn.linear_model import LogisticRegression
 
     scale = {length: np.concatenate([getattr(p, length) for p in train]).std() for length in ("info", "chars")}
@@ -154,9 +161,9 @@ def fit(train: list[Pairs], layer: str | None, length: str, c: float, balanced: 
     y = np.concatenate([p.y for p in train])
     w = np.concatenate([_weights(p, balanced) for p in train])
     w *= len(w) / w.sum()
-    head = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
-    head.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
-    return lambda p: 100 * np.mean((design(p, layer, length, scale) @ head.coef_[0] > 0) == (p.y == 1)) - p.longer
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
+    model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
+    return lambda p: design(p, layer, length, scale) @ model.coef_[0]
 
 
 def _weights(p: Pairs, balanced: bool) -> np.ndarray:
