@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-padding", type=float, default=DEFAULT_MAX_PADDING,
                    help="the fraction of a forward pass that may be padding (a CPU computes padding at full cost "
                         "and gains little from bigger batches; 1: any, as on a GPU)")
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms, help="how long a batch waits to fill")
+    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+                   help="how long an idle judge waits for more requests before a call (0: none; requests that "
+                        "arrive during a call are batched into the next one anyway)")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="queued items before 503")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="per-request timeout (504)")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)

@@ -3,12 +3,12 @@
 Requests are authenticated (optional API key), validated, measured in the judge's own tokens
 (``Judge.sequence_lengths``), queued (bounded: 503 when full), merged by one batching task into judge calls, run
 in a worker thread (the judge is not re-entrant, so one call at a time), and answered. A call waits at most
-``max_wait_ms`` to fill, then takes the oldest queued request and the queued requests nearest to it in length, up
-to ``max_batch_size`` items and ``max_batch_tokens`` padded tokens (``batching.next_call``, the token budget of
-text-embeddings-inference); requests that arrive while the judge runs are queued for the next call, so under load
-calls fill without waiting; a request waiting longer than
-``timeout_s`` gets 504. On shutdown the server stops accepting (503), drains what is queued, then stops the
-batcher.
+``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to fill, then takes the oldest
+queued request and the queued requests nearest to it in length, up to ``max_batch_size`` items and
+``max_batch_tokens`` padded tokens (``batching.next_call``, the token budget of text-embeddings-inference);
+requests that arrive while the judge runs are queued for the next call, so under load calls fill without waiting;
+a request waiting longer than ``timeout_s`` gets 504. On shutdown the server stops accepting (503), drains what
+is queued, then stops the batcher.
 
 Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
 5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
@@ -42,7 +42,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 class Limits:
     max_batch_size: int = 32
     max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS  # padded tokens per judge call (None: items only)
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0  # on a CPU, waiting for company costs the lone request more than batching saves
     max_queue: int = 256  # queued items (not requests)
     timeout_s: float = 30.0
     max_body_bytes: int = 1 << 20
