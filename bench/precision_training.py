@@ -77,7 +77,7 @@ def main() -> int:
 
 
 def _size(records: list) -> dict:
-    """Answers and characters-as-proxy are not tokens: count the reader's tokens the way ``rp.read`` does."""
+    """The answers and tokens ``rp.read`` reads for these records (the reader's own tokenizer and template)."""
     from clfjudge.embedders.decoder import DecoderEmbedder
 
     reader = DecoderEmbedder("smollm2", layer=8, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER)
