@@ -7,6 +7,8 @@ weights as the default (every source the same total weight; within it, the pairs
 as much as those the shorter one wins). It is cheap on a CPU because the first seven blocks stay frozen: their
 output for every token of every (question, answer) is read once (bf16 autocast) and cached as fp16 on disk, and
 training runs only the tuned blocks over it (about 0.6 s per step of 8 pairs on 2 cores for one block).
+``--pool-runs`` QUERIES:LR:EPOCHS keeps layer 8 frozen and learns how to pool it instead of the mean: softmax
+attention over the answer's tokens with QUERIES learned queries (``AttentionPool``; 0.01 s per step).
 
 Protocol (the one ``reader_probe.py`` uses, with a held-out slice instead of leave-one-source-out, because each fit
 costs minutes): every pool source (``--cap`` pairs each, decontaminated against every dev and test set) is split by
@@ -16,6 +18,7 @@ as trained and also refitted by the same regression on the tuned features. The e
 record; no choice reads them. Every number is accuracy on non-tie pairs minus "longer answer wins" on the same pairs.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/finetune_probe.py [--runs 1:2e-5:1 1:1e-4:2 3:5e-5:1]
+    OMP_NUM_THREADS=2 .venv/bin/python bench/finetune_probe.py --runs --pool-runs 1:1e-2:3 4:1e-2:3 16:1e-2:3
 
 Writes bench/results/finetune_probe_<date>.{md,json}; the token states (about 3.4 GB for the default sets) stay
 under ``--cache``.
@@ -137,6 +140,13 @@ class Reader:
     def __call__(self, pairs: Pairs, answers: list[int], grad: bool):
         import torch
 
+        h, pool = self.states(pairs, answers, grad)
+        return torch.einsum("bt,btd->bd", pool, h)
+
+    def states(self, pairs: Pairs, answers: list[int], grad: bool):
+        """The last tuned block's states of the given answers (rows x tokens x hidden, fp32) and the mean pool."""
+        import torch
+
         lengths = [int(pairs.offsets[j + 1] - pairs.offsets[j]) for j in answers]
         rows, width = len(answers), max(lengths)
         x, pool = torch.zeros(rows, width, HIDDEN), torch.zeros(rows, width)
@@ -153,7 +163,7 @@ class Reader:
             for block in self.blocks:
                 out = block(h, attention_mask=mask, position_ids=positions, position_embeddings=rotary)
                 h = out[0] if isinstance(out, tuple) else out
-        return torch.einsum("bt,btd->bd", pool, h.float())
+        return h.float(), pool
 
     def embed(self, pairs: Pairs) -> np.ndarray:
         """The pooled vector of every answer of a set (no gradient), in length-sorted batches."""
@@ -171,7 +181,7 @@ def regression(train: dict[str, Pairs], vectors: dict[str, np.ndarray]):
     from sklearn.linear_model import LogisticRegression
 
     diffs = np.vstack([vectors[n][p.a] - vectors[n][p.b] for n, p in train.items()])
-    scale = diffs.std(0) * np.sqrt(HIDDEN) + 1e-6
+    scale = diffs.std(0) * np.sqrt(diffs.shape[1]) + 1e-6
     info_scale = np.concatenate([p.info for p in train.values()]).std()
     x = np.hstack([diffs / scale, np.concatenate([p.info for p in train.values()])[:, None] / info_scale])
     y = np.concatenate([p.y for p in train.values()])
@@ -191,17 +201,18 @@ def score(evals: dict[str, Pairs], vectors: dict[str, np.ndarray], head: dict) -
     return out
 
 
-def finetune(train: dict[str, Pairs], head: dict, n_blocks: int, lr: float,
-             epochs: float) -> tuple[Reader, dict, float]:
-    """Blocks and head trained together from the frozen judge (head lr 1e-3, the regression's L2 kept)."""
+def train_with_head(train: dict[str, Pairs], head: dict, pooled, params, lr: float, epochs: float,
+                    queries: int = 1) -> tuple[dict, float]:
+    """``params`` (the reader's) and the head trained together from the frozen judge on the default's pairwise loss
+    and weights (head lr 1e-3, the regression's L2 kept). ``pooled(name, answers, grad)`` gives each answer's
+    vector, ``queries`` vectors of HIDDEN side by side; the head's weights on all but the first start at zero."""
     import torch
 
-    torch.manual_seed(0)
-    reader = Reader(n_blocks)
-    w = torch.tensor(head["w"], dtype=torch.float32, requires_grad=True)
+    w = torch.tensor(np.concatenate([head["w"], np.zeros((queries - 1) * HIDDEN)]), dtype=torch.float32,
+                     requires_grad=True)
     w_info = torch.tensor(float(head["w_info"]), requires_grad=True)
-    scale = torch.tensor(head["scale"], dtype=torch.float32)
-    optimizer = torch.optim.AdamW([{"params": reader.blocks.parameters(), "lr": lr, "weight_decay": 0.0},
+    scale = torch.tensor(np.tile(head["scale"], queries), dtype=torch.float32)
+    optimizer = torch.optim.AdamW([{"params": params, "lr": lr, "weight_decay": 0.0},
                                    {"params": [w, w_info], "lr": 1e-3, "weight_decay": 0.0}])
     n_pairs = sum(len(p.y) for p in train.values())
     total_w = sum(p.weights().sum() for p in train.values())
@@ -220,7 +231,7 @@ def finetune(train: dict[str, Pairs], head: dict, n_blocks: int, lr: float,
         loss = l2 * (w.pow(2).sum() + w_info.pow(2))
         for name in dict.fromkeys(n for n, _ in batch):
             p, ks = train[name], [k for n, k in batch if n == name]
-            v = reader(p, [p.a[k] for k in ks] + [p.b[k] for k in ks], True)
+            v = pooled(name, [p.a[k] for k in ks] + [p.b[k] for k in ks], True)
             s = ((v[:len(ks)] - v[len(ks):]) / scale) @ w + torch.tensor(p.info[ks] / head["info_scale"],
                                                                          dtype=torch.float32) * w_info
             sign = torch.tensor(2 * p.y[ks] - 1, dtype=torch.float32)
@@ -232,9 +243,78 @@ def finetune(train: dict[str, Pairs], head: dict, n_blocks: int, lr: float,
         if step % 50 == 0 or step == len(steps):
             print(f"  step {step}/{len(steps)}: loss {loss.item():.3f}, "
                   f"{(time.monotonic() - start) / step:.2f} s/step", flush=True)
-    trained = {"w": w.detach().numpy(), "w_info": float(w_info.detach()), "scale": head["scale"],
+    trained = {"w": w.detach().numpy(), "w_info": float(w_info.detach()), "scale": scale.numpy(),
                "info_scale": head["info_scale"]}
-    return reader, trained, (time.monotonic() - start) / max(len(steps), 1)
+    return trained, (time.monotonic() - start) / max(len(steps), 1)
+
+
+def finetune(train: dict[str, Pairs], head: dict, n_blocks: int, lr: float,
+             epochs: float) -> tuple[Reader, dict, float]:
+    """The blocks from layer 8 up trained with the head."""
+    import torch
+
+    torch.manual_seed(0)
+    reader = Reader(n_blocks)
+    trained, per_step = train_with_head(train, head, lambda n, answers, grad: reader(train[n], answers, grad),
+                                        list(reader.blocks.parameters()), lr, epochs)
+    return reader, trained, per_step
+
+
+class AttentionPool:
+    """Learned softmax attention over an answer's tokens of the frozen reader's states, instead of their mean.
+
+    Query k pools sum_t softmax_t(z_t . q_k / sqrt(HIDDEN)) h_t, z the states standardised per dimension. Query 0
+    starts at zero, which is the mean (the frozen judge); the others start small and random, their head weights
+    at zero, so step 0 is the frozen judge. ``tokens[name][j]``: answer j's states over its answer tokens only.
+    """
+
+    def __init__(self, tokens: dict[str, list[np.ndarray]], queries: int) -> None:
+        import torch
+
+        sample = np.concatenate([t for ts in tokens.values() for t in ts[::50]]).astype(np.float32)
+        self.mu, self.sd = torch.from_numpy(sample.mean(0)), torch.from_numpy(sample.std(0) + 1e-3)
+        generator = torch.Generator().manual_seed(0)
+        q = 0.5 * torch.randn(queries, HIDDEN, generator=generator)
+        q[0] = 0.0
+        self.q, self.tokens = q.requires_grad_(), tokens
+
+    def __call__(self, name: str, answers: list[int], grad: bool):
+        import torch
+
+        spans = [self.tokens[name][j] for j in answers]
+        x = torch.zeros(len(spans), max(len(t) for t in spans), HIDDEN)
+        valid = torch.zeros(x.shape[:2], dtype=torch.bool)
+        for row, t in enumerate(spans):
+            x[row, :len(t)], valid[row, :len(t)] = torch.from_numpy(t.astype(np.float32)), True
+        with torch.set_grad_enabled(grad):
+            logits = ((x - self.mu) / self.sd) @ self.q.T / HIDDEN ** 0.5
+            attention = torch.softmax(logits.masked_fill(~valid[..., None], float("-inf")), dim=1)
+            return torch.einsum("btk,btd->bkd", attention, x).reshape(len(spans), -1)
+
+    def embed(self, name: str) -> np.ndarray:
+        n = len(self.tokens[name])
+        return np.concatenate([self(name, list(range(i, min(i + 64, n))), False).numpy() for i in range(0, n, 64)])
+
+
+def answer_tokens(reader: Reader, pairs: Pairs) -> list[np.ndarray]:
+    """The frozen reader's states over each answer's own tokens (the question's left out), fp16."""
+    from clfjudge.batching import token_batches
+
+    lengths = np.diff(pairs.offsets).tolist()
+    out: list[np.ndarray] = [np.empty(0)] * len(lengths)
+    for batch in token_batches(lengths, len(lengths), 2 * rp.BATCH_TOKENS):
+        h, _ = reader.states(pairs, batch, False)
+        for row, j in enumerate(batch):
+            out[j] = h[row, pairs.prompt_lengths[j]:lengths[j]].numpy().astype(np.float16)
+    return out
+
+
+def learn_pooling(train: dict[str, Pairs], sets: dict[str, Pairs], tokens: dict[str, list[np.ndarray]],
+                  head: dict, queries: int, lr: float, epochs: float) -> tuple[dict, dict, float]:
+    """Attention pooling over the frozen layer trained with the head; the pooled vectors of every set."""
+    pool = AttentionPool(tokens, queries)
+    trained, per_step = train_with_head(train, head, pool, [pool.q], lr, epochs, queries)
+    return trained, {n: pool.embed(n) for n in sets}, per_step
 
 
 def summary(scores: dict[str, float], selection: list[str]) -> dict:
@@ -246,7 +326,9 @@ def summary(scores: dict[str, float], selection: list[str]) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", default=["1:2e-5:1", "1:1e-4:2", "3:5e-5:1"], help="BLOCKS:LR:EPOCHS")
+    p.add_argument("--runs", nargs="*", default=["1:2e-5:1", "1:1e-4:2", "3:5e-5:1"], help="BLOCKS:LR:EPOCHS")
+    p.add_argument("--pool-runs", nargs="*", default=[],
+                   help="QUERIES:LR:EPOCHS: layer 8 frozen, attention pooling over its tokens learned with the head")
     p.add_argument("--cap", type=int, default=600, help="pairs per pool source")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "clfjudge" / "probe" / f"smollm2-h{LAYER}")
     args = p.parse_args()
@@ -263,16 +345,37 @@ def main() -> int:
     selection = [n for n in evals if n.startswith("held:")] + list(rp.DEV)
 
     rows, start_heads = {}, {}
-    for run in args.runs:
-        n_blocks, lr, epochs = int(run.split(":")[0]), float(run.split(":")[1]), float(run.split(":")[2])
-        if n_blocks not in start_heads:  # the frozen judge at the same depth: the start and the baseline
-            frozen = Reader(n_blocks)
-            vectors = {n: frozen.embed(s) for n, s in sets.items()}
+
+    def frozen_start(n_blocks: int, vectors: dict[str, np.ndarray] | None = None) -> dict:
+        """The frozen judge at the same depth: every run's start and its baseline row."""
+        if n_blocks not in start_heads:
+            if vectors is None:
+                frozen = Reader(n_blocks)
+                vectors = {n: frozen.embed(s) for n, s in sets.items()}
             start_heads[n_blocks] = regression(train, vectors)
             rows[f"frozen, layer {LAYER + n_blocks} (the default judge's recipe)"] = summary(
                 score(evals, vectors, start_heads[n_blocks]), selection)
+        return start_heads[n_blocks]
+
+    if args.pool_runs:
+        frozen = Reader(1)
+        tokens = {n: answer_tokens(frozen, s) for n, s in sets.items()}
+        head = frozen_start(1, {n: np.stack([t.astype(np.float32).mean(0) for t in ts]) for n, ts in tokens.items()})
+        for run in args.pool_runs:
+            queries, lr, epochs = int(run.split(":")[0]), float(run.split(":")[1]), float(run.split(":")[2])
+            print(f"attention pooling {run}", flush=True)
+            trained, pooled, per_step = learn_pooling(train, sets, tokens, head, queries, lr, epochs)
+            label = (f"layer {LAYER + 1} frozen, attention pooling ({queries} quer{'ies' if queries > 1 else 'y'}), "
+                     f"lr {lr:g}, {epochs:g} epoch{'s' * (epochs != 1)}")
+            rows[f"{label}: head as trained"] = {**summary(score(evals, pooled, trained), selection),
+                                                 "s_per_step": per_step}
+            rows[f"{label}: head refitted"] = summary(score(evals, pooled, regression(train, pooled)), selection)
+        del tokens
+    for run in args.runs:
+        n_blocks, lr, epochs = int(run.split(":")[0]), float(run.split(":")[1]), float(run.split(":")[2])
+        start_head = frozen_start(n_blocks)
         print(f"fine-tuning {run}", flush=True)
-        reader, trained, per_step = finetune(train, start_heads[n_blocks], n_blocks, lr, epochs)
+        reader, trained, per_step = finetune(train, start_head, n_blocks, lr, epochs)
         tuned = {n: reader.embed(s) for n, s in sets.items()}
         label = (f"layers {LAYER + 1}-{LAYER + n_blocks} tuned" if n_blocks > 1 else f"layer {LAYER + 1} tuned") + \
             f", lr {lr:g}, {epochs:g} epoch{'s' * (epochs != 1)}"
@@ -291,9 +394,10 @@ def markdown(result: dict, selection: list[str]) -> str:
     held = [n for n in selection if n.startswith("held:")]
     lines = [f"# Fine-tuning probe ({m['date'][:10]})", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, load at start {m['loadavg_at_start'][0]:.1f}; commit "
-             f"{m['commit']}; {result['wall_time_s']} s. SmolLM2 blocks from layer 8 up trained with the head on "
-             f"{result['train_pairs']} pool pairs (85% of each source's questions, {result['cap']} pairs per source "
-             "before the split); selection: the 15% held-out slices of each source + LLMBar's case-study dev sets. "
+             f"{m['commit']}; {result['wall_time_s']} s. Readers trained with the head (SmolLM2's blocks from "
+             f"layer 8 up, or an attention pooling of frozen layer 8) on {result['train_pairs']} pool pairs (85% of "
+             f"each source's questions, {result['cap']} pairs per source before the split); selection: the 15% "
+             "held-out slices of each source + LLMBar's case-study dev sets. "
              "Accuracy on non-tie pairs minus longer-answer-wins on the same pairs (points); the test sets are "
              "scored for the record, never used for a choice.", "",
              "| variant | selection mean | held-out mean | dev mean | " + " | ".join(n[5:] for n in held) + " | "
