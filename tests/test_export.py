@@ -151,13 +151,14 @@ def test_gate_refuses_and_writes_nothing(judges, tmp_path, capsys):
 
 def test_int8_fallback_exports_fp32_once_when_int8_is_refused(judges, tmp_path, capsys):
     out = tmp_path / "fallback"
-    code = main(["export", str(judges["tiny_bert_dir"]), "--out", str(out), "--n", "8", "--int8", "--int8-fallback",
+    code = main(["export", str(judges["tiny_bert_dir"]), "--out", str(out), "--n", "8", "--int8", "--fallback",
                  "--threshold", "int8.min_agreement=1.01"])  # no int8 model can agree on more than every pair
     assert code == 0
     card = json.loads((out / "judge_card.json").read_text())
     assert card["runtime"]["onnx"]["primary"] == "model.onnx" and not list(out.glob("model_quantized*"))
     report = json.loads((out / "parity_report.json").read_text())
-    assert "min_agreement" in report["int8_refused"]["reason"] and "int8 refused" in capsys.readouterr().err
+    assert "min_agreement" in report["refused"]["reason"] and "refused by the parity gate" in capsys.readouterr().err
+    assert card["runtime"]["onnx"]["served"]["file"] == "model.onnx"  # the one run left is the one served
 
 
 def test_export_refuses_existing_output_and_judges_without_weights(judges, tmp_path):

@@ -76,21 +76,21 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     result = export_judge(judge_dir, tmp_path / "int8", int8=True, n_records=12,
                           parity=_parity(**{"int8.min_agreement": 0.0, "int8.max_metric_delta": 1.0}))
     assert result.primary == "reader_quantized.onnx"
-    int8_judge = Judge.load(tmp_path / "int8")
+    int8_judge = Judge.load(tmp_path / "int8", provider="cpu")  # the primary (auto: the fastest run that passed)
     assert int8_judge.backend_name == "onnx (int8)"
     assert not int8_judge.judge.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
 
 
 def test_int8_fallback_writes_fp32_when_the_gate_refuses_only_int8(judge_dir, tmp_path):
-    result = export_judge(judge_dir, tmp_path / "fallback", int8=True, int8_fallback=True, n_records=12,
+    result = export_judge(judge_dir, tmp_path / "fallback", int8=True, fallback=True, n_records=12,
                           parity=_parity(**{"int8.min_cosine": 1.01}))
     assert result.primary == "reader.onnx" and list(result.report["variants"]) == ["reader.onnx"]
-    assert "feature cosine" in result.report["int8_refused"]["reason"]
+    assert "feature cosine" in result.report["refused"]["reason"]
     assert not list((tmp_path / "fallback").glob("reader_quantized*"))  # the refused file is not shipped
     assert Judge.load(tmp_path / "fallback").backend_name == "onnx (fp32)"
     with pytest.raises(ParityError, match="max_abs_diff"):  # a failing fp32 variant still fails the export
-        export_judge(judge_dir, tmp_path / "broken", int8=True, int8_fallback=True, n_records=12,
+        export_judge(judge_dir, tmp_path / "broken", int8=True, fallback=True, n_records=12,
                      parity=_parity(**{"int8.min_cosine": 1.01, "fp32.max_abs_diff": -1.0}))
 
 

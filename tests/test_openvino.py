@@ -4,6 +4,7 @@ reader.onnx), bf16 goes through the parity gate at export and loads only where i
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -15,7 +16,7 @@ from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingJudge
-from clfjudge.models.onnx_session import inference_session
+from clfjudge.models.onnx_session import gate_key, inference_session
 from clfjudge.testing import tiny_llama
 
 ov = pytest.importorskip("openvino", reason="the openvino extra is not installed (pip install 'clfjudge[openvino]')")
@@ -56,7 +57,7 @@ def test_openvino_f32_runs_the_classifier_export_as_onnxruntime_does(classifier_
     assert entry["provider"] == "openvino" and entry["passed"] and entry["max_abs_diff"] < 1e-4
     assert JudgeCard.load(classifier_onnx.out_dir).runtime["onnx"]["gated"] == ["model.onnx @ openvino"]
     items = _items(8)
-    ort_judge = Judge.load(classifier_onnx.out_dir)
+    ort_judge = Judge.load(classifier_onnx.out_dir, provider="cpu")
     ov_judge = Judge.load(classifier_onnx.out_dir, provider="openvino", threads=1)
     assert ov_judge.backend_name == "onnx (openvino)"
     ort_out, ov_out = ort_judge.compare_batch(items), ov_judge.compare_batch(items)
@@ -69,7 +70,8 @@ def test_openvino_f32_reads_like_onnxruntime_for_an_embedding_judge(embedding_on
     entry = embedding_onnx.report["variants"]["reader.onnx @ openvino"]
     assert entry["passed"] and entry["min_cosine"] > 0.9999 and entry["agreement"] == 1.0
     items = _items(6)
-    ort_judge, ov_judge = Judge.load(embedding_onnx.out_dir), Judge.load(embedding_onnx.out_dir, provider="openvino")
+    ort_judge = Judge.load(embedding_onnx.out_dir, provider="cpu")
+    ov_judge = Judge.load(embedding_onnx.out_dir, provider="openvino")
     assert ov_judge.backend_name == "onnx (fp32, openvino)"
     ort_out, ov_out = ort_judge.compare_batch(items), ov_judge.compare_batch(items)
     assert [c.verdict for c in ov_out] == [c.verdict for c in ort_out]
@@ -96,7 +98,8 @@ def test_bf16_is_gated_at_export_and_loads_only_where_it_passed(embedding_onnx, 
     assert judge.backend_name == "onnx (fp32, openvino-bf16)"
     assert judge.judge.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
     np.testing.assert_allclose([c.p_a for c in judge.compare_batch(_items(4))],
-                               [c.p_a for c in Judge.load(embedding_onnx.out_dir).compare_batch(_items(4))],
+                               [c.p_a for c in Judge.load(embedding_onnx.out_dir, provider="cpu").compare_batch(
+                                   _items(4))],
                                atol=0.05)
     with pytest.raises(ValueError, match="has not measured"):  # exported without --provider openvino-bf16
         Judge.load(classifier_onnx.out_dir, provider="openvino-bf16")
@@ -116,3 +119,34 @@ def test_unknown_provider_and_missing_openvino_are_named(embedding_onnx, monkeyp
     monkeypatch.setitem(sys.modules, "openvino", None)  # as if the extra were not installed
     with pytest.raises(ImportError, match=r"clfjudge\[openvino\]"):
         inference_session(embedding_onnx.out_dir / "reader.onnx", "openvino")
+
+
+def test_auto_loads_the_fastest_run_the_gate_passed(embedding_onnx, tmp_path, monkeypatch):
+    variants = embedding_onnx.report["variants"]
+    card = JudgeCard.load(embedding_onnx.out_dir)
+    served = card.runtime["onnx"]["served"]
+    fastest = max((k for k, v in variants.items() if v["passed"]), key=lambda k: variants[k]["records_per_s"])
+    assert gate_key(served["file"], served["provider"]) == fastest
+    # a copy whose card serves OpenVINO f32: auto loads it; a named variant or provider loads what it names
+    copy = shutil.copytree(embedding_onnx.out_dir, tmp_path / "judge")
+    card.runtime["onnx"]["served"] = {"file": "reader.onnx", "provider": "openvino", "records_per_s": 1.0}
+    card.save(copy)
+    assert Judge.load(copy).backend_name == "onnx (fp32, openvino)"
+    assert Judge.load(copy, variant="fp32").backend_name == "onnx (fp32)"
+    assert Judge.load(copy, provider="cpu").backend_name == "onnx (fp32)"
+    monkeypatch.setitem(sys.modules, "openvino", None)  # where the served provider is missing: onnxruntime
+    assert Judge.load(copy).backend_name == "onnx (fp32)"
+
+
+def test_fallback_drops_a_refused_provider_and_serves_what_passed(embedding_judge, tmp_path):
+    strict = ParityConfig.load(overrides=["bf16.min_cosine=1.01"])  # no bf16 run can pass
+    result = export_judge(embedding_judge, tmp_path / "out", n_records=8, parity=strict, fallback=True,
+                          providers=["openvino-bf16"])
+    assert list(result.report["refused"]["variants"]) == ["reader.onnx @ openvino-bf16"]
+    assert "feature cosine" in result.report["refused"]["reason"] and result.report["passed"]
+    onnx = JudgeCard.load(result.out_dir).runtime["onnx"]
+    assert onnx["gated"] == [] and onnx["served"]["file"] == "reader.onnx" and onnx["served"]["provider"] == "cpu"
+    assert (result.out_dir / "reader.onnx").exists()  # the file a refused provider ran stays for the runs that passed
+    assert Judge.load(result.out_dir).backend_name == "onnx (fp32)"
+    with pytest.raises(ValueError, match="has not measured"):
+        Judge.load(result.out_dir, provider="openvino-bf16")

@@ -40,24 +40,28 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
 
     from clfjudge import pipeline
     from clfjudge.export import onnx as export
+    from clfjudge.models.onnx_session import PROVIDERS
 
     calls = []
 
-    def fake_export(judge_dir, out_dir, *, int8, int8_fallback, **kw):
-        calls.append((int8, int8_fallback))
-        gate = {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0, "on_boundary": 0}
+    def fake_export(judge_dir, out_dir, *, int8, fallback, providers, **kw):
+        calls.append((int8, fallback, providers))
+        gate = {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0, "on_boundary": 0, "records_per_s": 3.0}
         report = {"variants": {"model.onnx": {**gate, "passed": True}},
-                  "int8_refused": {"reason": "int8 refused by the parity gate: decision agreement 90.00% < 99.00%",
-                                   "variants": {"model_quantized.onnx": {**gate, "passed": False}}}}
+                  "refused": {"reason": "refused by the parity gate: decision agreement 90.00% < 99.00%",
+                              "variants": {"model_quantized.onnx": {**gate, "passed": False}}}}
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx", report=report)
 
     monkeypatch.setattr(export, "export_judge", fake_export)
     state = pipeline.RunState(RunConfig(out=tmp_path), pipeline.PROFILES.get("full"),
                               outputs={"train": {"judge_dir": str(tmp_path / "judge")}})
     out = pipeline.STEPS.get("export")(state)
-    assert calls == [(True, True)] and out["primary"] == "model.onnx"
-    assert "90.00%" in out["int8_refused"]["reason"]
-    assert out["int8_refused"]["parity"]["model_quantized.onnx"]["passed"] is False
+    # openvino-bf16 is gated too where the openvino extra is installed
+    has_openvino = PROVIDERS.get("openvino-bf16").available()
+    assert calls == [(True, True, ["openvino-bf16"] if has_openvino else [])] and out["primary"] == "model.onnx"
+    assert out["served"] == {"file": "model.onnx", "provider": "cpu", "records_per_s": 3.0}
+    assert "90.00%" in out["refused"]["reason"]
+    assert out["refused"]["parity"]["model_quantized.onnx"]["passed"] is False
     assert list(out["parity"]) == ["model.onnx"]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..data.records import PairRecord
+from ..models.onnx_session import AUTO
 from .judges import DirectoryJudge, Predictions, build_judge, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
@@ -146,7 +147,7 @@ class _OnRay:
         calls = sorted(todo, key=lambda s: -len(records[s.name]))
         load = {"directory": str(directory), "trust_pickle": self.trust_pickle,
                 "threads": max(1, int(self.options.cpus_per_actor)),
-                "provider": "cuda" if self.options.gpus_per_actor else "cpu"}
+                "provider": "cuda" if self.options.gpus_per_actor else AUTO}
         for index, result in ray_engine.map_on_actors(DirectoryJudge, load, predict_or_reason,
                                                       [(s.name, s.kind, records[s.name]) for s in calls],
                                                       self.options, f"audit: {name}"):

@@ -236,7 +236,9 @@ class DirectoryJudge(RuntimeJudge):
     @staticmethod
     def display_name(directory: Path, card) -> str:
         """The judge's name in the report, from its directory and card (no need to load the model)."""
-        variant = card.runtime.get("onnx", {}).get("primary", "") if card.runtime.get("backend") == "onnx" else ""
+        onnx = card.runtime.get("onnx", {}) if card.runtime.get("backend") == "onnx" else {}
+        run = onnx.get("served") or {"file": onnx.get("primary", ""), "provider": "cpu"}  # what provider auto runs
+        variant = run["file"] + (f" @ {run['provider']}" if run["file"] and run["provider"] != "cpu" else "")
         return f"{directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
 
 

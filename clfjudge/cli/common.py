@@ -19,6 +19,15 @@ def add_trust_pickle(parser) -> None:
     parser.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE_HELP)
 
 
+def add_provider(parser) -> None:
+    from ..models.onnx_session import AUTO, PROVIDERS
+
+    parser.add_argument("--provider", default=AUTO, choices=[AUTO, *PROVIDERS.names()],
+                        help="what runs an ONNX judge: auto (the fastest run its export's parity gate passed, where "
+                             "this machine has it; else cpu), onnxruntime (cpu, cuda) or OpenVINO (openvino: f32, "
+                             "openvino-bf16: only where clfjudge export --provider gated it; the openvino extra)")
+
+
 # -- --engine local | ray (clfjudge score, clfjudge audit) -------------------------------------------------------
 
 def add_engine_options(parser: argparse.ArgumentParser, engines: Sequence[str], engine_help: str,

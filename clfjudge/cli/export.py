@@ -13,8 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("judge_dir", metavar="JUDGE_DIR", help="a trained judge directory (HF model + judge_card.json)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
-    p.add_argument("--int8-fallback", action="store_true",
-                   help="with --int8: if the gate refuses int8 but passes fp32, write fp32 and say why (as make main)")
+    p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",
+                   help="if the gate refuses only lossy runs (int8, a bf16 --provider) but passes fp32, write what "
+                        "passed and say why (as make main)")
     p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
     p.add_argument("--provider", dest="providers", action="append", default=[], metavar="NAME",
                    help="also gate the fp32 file as this provider runs it (repeatable): openvino (f32), "
@@ -44,20 +45,21 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge
+    from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
 
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
                               isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
-                              int8_fallback=args.int8_fallback, providers=args.providers)
+                              fallback=args.fallback, providers=args.providers)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise
     _print_variants(result.report, sys.stdout)
-    if result.report.get("int8_refused"):
-        print(result.report["int8_refused"]["reason"], file=sys.stderr)
-    exported = result.report["export"]
-    print(f"exporter {exported['exporter']} (opset {exported['opset']}); primary {result.primary}")
+    if result.report.get("refused"):
+        print(result.report["refused"]["reason"], file=sys.stderr)
+    exported, fastest = result.report["export"], served(result.report)
+    print(f"exporter {exported['exporter']} (opset {exported['opset']}); primary {result.primary}; served (fastest "
+          f"that passed): {fastest['file']} on {fastest['provider']}, {fastest['records_per_s']} records/s")
     print(result.out_dir)
     return 0

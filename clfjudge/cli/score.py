@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..data.records import PairRecord, Record, RecordError
-from ..models.onnx_session import PROVIDERS
 from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .common import add_engine_options, add_trust_pickle, check_local_options, ray_engine, ray_options
+from .common import add_engine_options, add_provider, add_trust_pickle, check_local_options, ray_engine, ray_options
 
 TASKS = ("auto", "compare", "score")
 SHOWN_REJECTIONS = 10
@@ -43,9 +42,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
                         "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
-    p.add_argument("--provider", default="cpu", choices=PROVIDERS.names(),
-                   help="what runs an ONNX judge: onnxruntime (cpu, cuda) or OpenVINO (openvino: f32, openvino-bf16: "
-                        "only where clfjudge export --provider gated it; the openvino extra)")
+    add_provider(p)
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import add_trust_pickle
+from .common import add_provider, add_trust_pickle
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
                         "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
+    add_provider(p)
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
     budget = args.max_batch_tokens or None
-    judge = Judge.load(args.model, backend=args.backend, threads=args.threads, batch_size=args.max_batch_size,
+    judge = Judge.load(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
+                       batch_size=args.max_batch_size,
                        trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding)
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,

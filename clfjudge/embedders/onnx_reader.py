@@ -40,7 +40,8 @@ class OnnxDecoderReader(DecoderEmbedder):
                          stats_tokens=config.get("stats_tokens"), batch_size=batch_size, cache_dir=cache_dir)
         self._depth = reader["depth"]
         self.directory = Path(directory)
-        self.variant = variant or reader["primary"]
+        variant = variant or reader["primary"]
+        self.variant = next((key for key, file in READER_FILES.items() if file == variant), variant)  # a file name
         # part of the cache identity: int8 readings are not fp32 ones, nor are a bf16 provider's
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{self.variant}" + ("" if arithmetic == "fp32" else f"-{provider}")

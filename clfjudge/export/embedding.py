@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -217,21 +218,35 @@ def _features(embedder, questions: list[str], answers: list[str], shared_prefix_
         embedder.shared_prefix_min = saved
 
 
-def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> dict[str, Any]:
+def _texts(records: Sequence[PairRecord]) -> tuple[list[str], list[str]]:
+    """Both answers of every pair with their questions, as the gate reads them."""
+    return [r.question for r in records] * 2, [r.answer_a for r in records] + [r.answer_b for r in records]
+
+
+def _reference(reference, records: Sequence[PairRecord]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The PyTorch fp32 judge's vectors, token statistics and probabilities on the gate's pairs, read once for
+    every variant."""
+    vec, stats = _features(reference.embedder, *_texts(records), 10 ** 9)
+    return vec, stats, reference.predict_proba(records)  # from the vectors just read
+
+
+def _parity(reference: tuple, candidate, records: Sequence[PairRecord], thresholds) -> dict[str, Any]:
     """Features (pooled vectors, token statistics), probabilities, decisions and accuracy of ``candidate``
-    against ``reference`` on the same pairs (both answer orders, as the judge decides), every answer read whole
-    (its prompt read with it). A candidate with the shared-prefix graphs is read once more with each pair's two
-    answers read after their prompt's cache: ``shared_min_cosine`` (gated like ``min_cosine``)."""
+    against the ``reference`` readings (``_reference``) on the same pairs (both answer orders, as the judge
+    decides), every answer read whole (its prompt read with it). A candidate with the shared-prefix graphs is read
+    once more with each pair's two answers read after their prompt's cache: ``shared_min_cosine`` (gated like
+    ``min_cosine``)."""
     from ..metrics import pairwise_metrics
 
-    questions = [r.question for r in records] * 2
-    answers = [r.answer_a for r in records] + [r.answer_b for r in records]
-    ref_vec, ref_stats = _features(reference.embedder, questions, answers, 10 ** 9)
+    questions, answers = _texts(records)
+    ref_vec, ref_stats, ref_p = reference
+    start = time.perf_counter()
     vec, stats = _features(candidate.embedder, questions, answers, 10 ** 9)
-    measured: dict[str, Any] = {"min_cosine": _min_cosine(ref_vec, vec)}
+    measured: dict[str, Any] = {"min_cosine": _min_cosine(ref_vec, vec),  # what "served" is chosen by
+                                "records_per_s": len(records) / max(time.perf_counter() - start, 1e-9)}
     if stats is not None:
         measured["max_stat_diff"] = float(np.abs(ref_stats - stats).max())
-    ref_p, p = reference.predict_proba(records), candidate.predict_proba(records)  # from the vectors just read
+    p = candidate.predict_proba(records)  # from the vectors just read
     if candidate.embedder.shares_prefixes:
         shared_vec, shared_stats = _features(candidate.embedder, questions, answers, 2)
         candidate.embedder.clear_cache()
@@ -256,7 +271,7 @@ def _parity(reference, candidate, records: Sequence[PairRecord], thresholds) -> 
 
 def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
                            isa: str = "auto", source: str | None = None, n_records: int | None = None,
-                           parity=None, int8_config=None, trust_pickle: bool = False, int8_fallback: bool = False,
+                           parity=None, int8_config=None, trust_pickle: bool = False, fallback: bool = False,
                            providers=()):
     from ..embedders.decoder import DecoderEmbedder
     from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
@@ -269,12 +284,13 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         ParityError,
         _check_out_dir,
         _parity_message,
-        drop_refused_int8,
+        drop_refused,
         gate_entry,
         gate_runs,
         gated,
         int8_settings,
         quantize_onnx,
+        served,
         validation_records,
     )
 
@@ -321,27 +337,28 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         shutil.copy(judge_dir / card.runtime["sklearn_model"], tmp / card.runtime["sklearn_model"])
         embedder._tokenizer.save_pretrained(tmp)
         primary = "int8" if int8 else "fp32"
-        variants = {}
+        variants, reference_readings = {}, _reference(reference, records)
         for run in gate_runs(files, READER_FILES["fp32"], providers):
             thresholds = parity.for_precision(run.precision)
             onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config, variant=run.file,
                                             provider=run.provider, batch_size=parity.batch_size, cache_dir="")
             candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
-            variants[run.key] = gate_entry(run, _parity(reference, candidate, records, thresholds), thresholds)
+            variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds),
+                                          thresholds)
         for name, meta in files.items():
             meta["bytes"] = (tmp / name).stat().st_size
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": READER_FILES[primary], "variants": variants,
                   "passed": all(v["passed"] for v in variants.values())}
-        if int8_fallback and drop_refused_int8(report, files, tmp):
+        if fallback and drop_refused(report, files, tmp) and READER_FILES[primary] not in files:
             primary, report["primary"] = "fp32", READER_FILES["fp32"]
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         card.runtime = {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files,
                                                                       **exported},
-                        "onnx": {"primary": READER_FILES[primary], "gated": gated(report),
+                        "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
                                  "parity": {"report": REPORT_NAME, "source": validation["source"],
                                             "n": validation["n"],
                                             **{n: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff",

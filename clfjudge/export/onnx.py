@@ -29,6 +29,7 @@ import platform
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -274,7 +275,9 @@ def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: 
     the agreement and the metric (and counted): an fp32 graph computes the same function up to float rounding,
     which can tip a decision that sits on a boundary (an undertrained judge puts many there)."""
     ref_raw = reference.raw_outputs(records) if ref_raw is None else ref_raw
+    start = time.perf_counter()
     raw = candidate.raw_outputs(records)
+    records_per_s = len(records) / max(time.perf_counter() - start, 1e-9)  # what "served" is chosen by
     diff = np.abs(raw - ref_raw)
     keep = np.ones(len(records), dtype=bool)
     if boundary_eps:
@@ -288,7 +291,8 @@ def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: 
     agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw[idx]), _decisions(candidate, raw[idx]))])
     return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "agreement": float(agree),
             "metric": metric, "metric_reference": float(ref_value), "metric_onnx": float(value),
-            "metric_delta": float(value - ref_value), "on_boundary": int(len(records) - len(idx))}
+            "metric_delta": float(value - ref_value), "on_boundary": int(len(records) - len(idx)),
+            "records_per_s": records_per_s}
 
 
 # -- ONNX export ------------------------------------------------------------------------------------------
@@ -480,22 +484,33 @@ def _check_out_dir(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
 
 
-def drop_refused_int8(report: dict[str, Any], files: dict[str, Any], tmp: Path) -> bool:
-    """``int8_fallback``: when the gate refuses only int8 variants (every fp32 one passed), delete their files, move
-    them to ``report["int8_refused"]`` (with the gate's message) and let the export go on with fp32, so nothing is
-    exported or read twice. False (report untouched) when there is nothing to drop or an fp32 variant failed."""
+def drop_refused(report: dict[str, Any], files: dict[str, Any], tmp: Path) -> bool:
+    """``fallback``: when the gate refuses only lossy runs (int8 files, providers computing in bf16) and every fp32
+    run passed, move them to ``report["refused"]`` (with the gate's message), delete the files no passing run reads,
+    and let the export go on with what passed, so nothing is exported or read twice. False (report untouched) when
+    there is nothing to drop or an fp32 run failed."""
     variants = report["variants"]
-    refused = [name for name, v in variants.items() if v["precision"] == "int8" and not v["passed"]]
-    if not refused or not all(v["passed"] for v in variants.values() if v["precision"] != "int8"):
+    refused = [name for name, v in variants.items() if v["precision"] != "fp32" and not v["passed"]]
+    if not refused or not all(v["passed"] for v in variants.values() if v["precision"] == "fp32"):
         return False
-    reason = "int8 refused by the parity gate: " + " | ".join(_failure_lines(report))
-    report["int8_refused"] = {"reason": reason, "variants": {n: variants.pop(n) for n in refused}}
-    for name in refused:
+    reason = "refused by the parity gate: " + " | ".join(_failure_lines(report))
+    report["refused"] = {"reason": reason, "variants": {n: variants.pop(n) for n in refused}}
+    still_read = {name.split(" @ ")[0] for name in variants}
+    for name in [f for f in files if f not in still_read]:
         files.pop(name)
         for path in tmp.glob(name + "*"):
             path.unlink()
     report["passed"] = all(v["passed"] for v in variants.values())
     return True
+
+
+def served(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The card's ``runtime.onnx.served``: of the runs the gate passed, the one that read the gate's records
+    fastest (file, provider, records/s), which ``Judge.load(provider="auto")`` runs where it can."""
+    key, run = max(((k, v) for k, v in report["variants"].items() if v["passed"]),
+                   key=lambda kv: kv[1].get("records_per_s", 0.0))
+    return {"file": key.split(" @ ")[0], "provider": run.get("provider", "cpu"),
+            "records_per_s": round(run.get("records_per_s", 0.0), 2)}
 
 
 def _failure_lines(report: dict[str, Any]) -> list[str]:
@@ -510,17 +525,18 @@ def _parity_message(report: dict[str, Any]) -> str:
 def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
                  opset: int | None = None, isa: str = "auto", source: str | None = None,
                  n_records: int | None = None, parity: ParityConfig | None = None,
-                 int8_config: str | Path = INT8_CONFIG, int8_fallback: bool = False,
+                 int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
                  providers: Sequence[str] = ()) -> ExportResult:
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc).
-    ``int8_fallback``: when the gate refuses int8 but passes fp32, write the fp32 judge and say why in the parity
-    report (``int8_refused``) instead of failing. ``providers``: also gate the fp32 file as these run it."""
+    ``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
+    (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
+    instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
                                                  n_records=n_records, parity=parity, int8_config=int8_config,
-                                                 int8_fallback=int8_fallback, providers=providers)
+                                                 fallback=fallback, providers=providers)
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")
@@ -572,7 +588,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
             "export": exported, "primary": primary, "variants": variants,
             "passed": all(v["passed"] for v in variants.values()),
         }
-        if int8_fallback and drop_refused_int8(report, files, tmp):
+        if fallback and drop_refused(report, files, tmp) and primary not in files:
             primary = report["primary"] = ONNX_VARIANTS["optimized"] if optimize else fp32.name
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
@@ -581,7 +597,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         torch_backend.model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
-            "primary": primary, "files": files, **exported, "gated": gated(report),
+            "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in variants.items()}},

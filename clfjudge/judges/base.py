@@ -29,6 +29,7 @@ from ..batching import check_budget
 from ..card import JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
 from ..models.heads import PairOutputs
+from ..models.onnx_session import AUTO
 from ..registry import Registry, resolve
 from .calibration import Calibration
 
@@ -142,12 +143,14 @@ class Judge:
 
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
-    def load(directory: str | Path, backend: str = "auto", provider: str = "cpu", variant: str | None = None,
+    def load(directory: str | Path, backend: str = "auto", provider: str = "auto", variant: str | None = None,
              threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
              max_batch_tokens: int | None = None, max_padding: float | None = None) -> Judge:
         """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
         "sklearn" (embedding judges) or "generate" (generative judges); ``provider``, what runs an ONNX file
-        (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16";
+        (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16", or
+        "auto": what the export measured fastest among the runs its parity gate passed, where this machine has it
+        (else "cpu"; "cpu" for a judge that is not ONNX);
         ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
         ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens`` / ``max_padding``: rows, padded
         tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);
@@ -156,6 +159,8 @@ class Judge:
         directory = Path(directory)
         card = JudgeCard.load(directory)
         name = detect_backend(directory, card) if backend == "auto" else backend
+        if provider == AUTO and name != "onnx":  # the ONNX loader resolves it from the card
+            provider = "cpu"
         loader = LOADERS.get(name)
         loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target
         judge = loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,

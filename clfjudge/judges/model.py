@@ -15,7 +15,7 @@ from ..batching import token_batches
 from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
-from ..models.onnx_session import check_gated, inference_session
+from ..models.onnx_session import check_gated, inference_session, resolve_provider
 from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
 
 if TYPE_CHECKING:
@@ -186,6 +186,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
         if "reader" not in card.runtime:
             raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
                              "clfjudge export first, or load it with backend='sklearn'")
+        variant, provider = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
         reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
                                    provider=provider, threads=threads, batch_size=batch_size)
         check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
@@ -193,6 +194,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
                              batch_size)
         judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
         return judge
+    variant, provider = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
     backend = OnnxBackend(path, provider, threads)

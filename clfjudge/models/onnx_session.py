@@ -8,9 +8,14 @@ extra). Every session answers the same three calls as an ``onnxruntime.Inference
 
 A provider whose ``precision`` is not fp32 computes other numbers than the exported file's fp32: it runs a judge only
 where ``clfjudge export --provider NAME`` measured it through the parity gate (``check_gated``).
+
+``provider="auto"`` (``Judge.load``'s default) runs a judge as its export measured fastest among the runs the gate
+passed (the card's ``runtime.onnx.served``: file and provider), where this machine has that provider; else, or when
+a variant is named, onnxruntime on the CPU.
 """
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +27,31 @@ from ..registry import Registry, resolve
 @dataclass(frozen=True)
 class Provider:
     """``open``: (path, threads) -> session, or a lazy "module:function" target; ``precision``: the arithmetic it
-    runs the fp32 file in ("fp32": the same function up to float rounding; else a parity gate decides)."""
+    runs the fp32 file in ("fp32": the same function up to float rounding; else a parity gate decides);
+    ``available``: whether this machine can open it (checked without importing the runtime)."""
 
     open: Callable[[Path, int | None], Any] | str
     precision: str = "fp32"
+    available: Callable[[], bool] = lambda: True
+
+
+def _has_module(name: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # ValueError: set to None in sys.modules (import blocked)
+            return False
+
+    return check
+
+
+def _has_ort_provider(name: str) -> Callable[[], bool]:
+    def check() -> bool:
+        import onnxruntime as ort
+
+        return name in ort.get_available_providers()
+
+    return check
 
 
 def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None], Any]:
@@ -48,15 +74,32 @@ def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None],
 
 PROVIDERS: Registry[Provider] = Registry("ONNX provider")
 PROVIDERS.register("cpu", Provider(_onnxruntime(["CPUExecutionProvider"])))
-PROVIDERS.register("cuda", Provider(_onnxruntime(["CUDAExecutionProvider", "CPUExecutionProvider"])))
-PROVIDERS.register("openvino", Provider("clfjudge.models.openvino_session:open_f32"))
-PROVIDERS.register("openvino-bf16", Provider("clfjudge.models.openvino_session:open_bf16", precision="bf16"))
+PROVIDERS.register("cuda", Provider(_onnxruntime(["CUDAExecutionProvider", "CPUExecutionProvider"]),
+                                    available=_has_ort_provider("CUDAExecutionProvider")))
+PROVIDERS.register("openvino", Provider("clfjudge.models.openvino_session:open_f32",
+                                        available=_has_module("openvino")))
+PROVIDERS.register("openvino-bf16", Provider("clfjudge.models.openvino_session:open_bf16", precision="bf16",
+                                             available=_has_module("openvino")))
+AUTO = "auto"  # Judge.load's provider: the card's served run where this machine has it (``resolve_provider``)
 
 
 def provider_info(name: str) -> Provider:
     if name not in PROVIDERS:
         raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS.names())}")
     return PROVIDERS.get(name)
+
+
+def resolve_provider(provider: str, variant: str | None, onnx_runtime: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The (variant, provider) an ONNX judge loads with. ``provider`` "auto" with no ``variant`` named: the file and
+    provider the export served (the card's ``runtime.onnx.served``: the fastest run its parity gate passed) if this
+    machine has that provider; otherwise, and for a named variant, onnxruntime's CPU provider."""
+    if provider != AUTO:
+        return variant, provider
+    served = onnx_runtime.get("served") or {}
+    name, file = served.get("provider", "cpu"), served.get("file")
+    if variant is not None or not file or name not in PROVIDERS or not PROVIDERS.get(name).available():
+        return variant, "cpu"
+    return (None if file == onnx_runtime.get("primary") else file), name
 
 
 def inference_session(path: str | Path, provider: str = "cpu", threads: int | None = None) -> Any:
