@@ -48,45 +48,22 @@ def cache_states(name: str, records: list, cache: Path) -> Path:
     path = cache / f"{name}.npz"
     if path.exists():
         return path
-    import torch
-    from transformers import AutoModel
-
-    from clfjudge.batching import token_batches
-    from clfjudge.embedders.decoder import DecoderEmbedder, autocast
-
-    reader = DecoderEmbedder("smollm2", layer=LAYER, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER)
-    reader._load()  # the library's tokenizer and prompt template
-    model = AutoModel.from_pretrained(str(rp.reader_path("smollm2")), dtype=torch.float32).eval()
-    model.layers = model.layers[:LAYER]
-    captured = {}
-    model.layers[LAYER - 1].register_forward_hook(
-        lambda m, i, o: captured.__setitem__("h", o[0] if isinstance(o, tuple) else o))
-    items = {}
-    for r in records:
-        for answer in (r.answer_a, r.answer_b):
-            items.setdefault(rp.text_key(r.question, answer),
-                             (reader._prompt_ids(r.question), reader._answer_ids(answer)))
-    keys = list(items)
-    lengths = [sum(map(len, items[k])) for k in keys]
+    entries, pad = rp.answer_items("smollm2", records)
+    lengths = [len(prompt) + len(body) for _, prompt, body in entries]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     states = np.lib.format.open_memmap(path.with_suffix(".states.npy"), "w+", np.float16, (int(offsets[-1]), HIDDEN))
+
+    def keep(batch: list[int], hooked: dict) -> None:
+        for row, j in enumerate(batch):
+            states[offsets[j]:offsets[j + 1]] = hooked[LAYER][row, :lengths[j]].numpy()
+
     start = time.monotonic()
-    with torch.inference_mode(), autocast("bf16"):
-        for batch in token_batches(lengths, len(keys), rp.BATCH_TOKENS):
-            ids = torch.full((len(batch), max(lengths[j] for j in batch)), reader._eos)
-            mask = torch.zeros_like(ids)
-            for row, j in enumerate(batch):
-                prompt, body = items[keys[j]]
-                ids[row, :lengths[j]] = torch.tensor(prompt + body)
-                mask[row, :lengths[j]] = 1
-            model(input_ids=ids, attention_mask=mask)
-            h = captured["h"].float().numpy()
-            for row, j in enumerate(batch):
-                states[offsets[j]:offsets[j + 1]] = h[row, :lengths[j]]
+    rp.read_states("smollm2", [LAYER], entries, pad, "bf16", keep)
     states.flush()
-    np.savez(path, keys=np.array(keys), offsets=offsets, prompt_lengths=np.array([len(items[k][0]) for k in keys]))
-    print(f"{name}: {len(keys)} answers, {offsets[-1]} tokens in {time.monotonic() - start:.0f} s", flush=True)
+    np.savez(path, keys=np.array([e[0] for e in entries]), offsets=offsets,
+             prompt_lengths=np.array([len(e[1]) for e in entries]))
+    print(f"{name}: {len(entries)} answers, {offsets[-1]} tokens in {time.monotonic() - start:.0f} s", flush=True)
     return path
 
 

@@ -67,50 +67,69 @@ def text_key(question: str, answer: str) -> str:
     return hashlib.blake2b((question + "\0" + answer).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
-def read(spec: str, layers: list[int], name: str, records: list, cache: Path, precision: str) -> Path:
-    """Mean state of every hooked layer over each answer's tokens, each answer read once after its question."""
-    path = cache / spec / f"{name}.npz"
-    if path.exists():
-        return path
+def answer_items(spec: str, records: list) -> tuple[list[tuple[str, list[int], list[int]]], int]:
+    """Each distinct (question, answer) of ``records`` once, as (text key, prompt ids, answer ids) tokenized and
+    templated as the library's reader does (its token limits: MAX_PROMPT, MAX_ANSWER), and the padding id."""
+    from clfjudge.embedders.decoder import DecoderEmbedder
+
+    reader = DecoderEmbedder(spec, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
+    reader._load_tokenizer()
+    items = {}
+    for r in records:
+        for answer in (r.answer_a, r.answer_b):
+            key = text_key(r.question, answer)
+            if key not in items:
+                items[key] = (reader._prompt_ids(r.question), reader._answer_ids(answer))
+    return [(key, prompt, body) for key, (prompt, body) in items.items()], reader._eos
+
+
+def read_states(spec: str, layers: list[int], entries: list, pad: int, precision: str, keep) -> None:
+    """Read every ``answer_items`` entry after its question with ``spec`` cut at the deepest of ``layers``, in
+    token-budgeted batches; ``keep(batch, states)`` gets each batch's indices into ``entries`` and every hooked
+    layer's states (rows x padded tokens x hidden, fp32)."""
     import torch
     from transformers import AutoModel
 
     from clfjudge.batching import token_batches
-    from clfjudge.embedders.decoder import DecoderEmbedder, autocast, resolve_precision
+    from clfjudge.embedders.decoder import autocast, resolve_precision
 
-    reader = DecoderEmbedder(spec, layer=max(layers), max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
-    reader._load()  # the tokenizer and the prompt template of the library's reader
     model = AutoModel.from_pretrained(str(reader_path(spec)), dtype=torch.float32).eval()
     model.layers = model.layers[:max(layers)]
     captured = {}
     for layer in layers:
         model.layers[layer - 1].register_forward_hook(
             lambda m, i, o, layer=layer: captured.__setitem__(layer, o[0] if isinstance(o, tuple) else o))
-    items = {}
-    for r in records:
-        for answer in (r.answer_a, r.answer_b):
-            items.setdefault(text_key(r.question, answer),
-                             (reader._prompt_ids(r.question), reader._answer_ids(answer)))
-    keys = sorted(items, key=lambda k: sum(map(len, items[k])))
-    means = {layer: np.zeros((len(keys), model.config.hidden_size), np.float32) for layer in layers}
-    lengths = [sum(map(len, items[k])) for k in keys]
-    start = time.monotonic()
+    lengths = [len(prompt) + len(body) for _, prompt, body in entries]
     with torch.inference_mode(), autocast(resolve_precision(precision)):
-        for batch in token_batches(lengths, max(len(keys), 1), BATCH_TOKENS):  # rows x longest within the token budget
-            width = max(lengths[j] for j in batch)
-            ids = torch.full((len(batch), width), reader._eos)
-            mask, pool = torch.zeros_like(ids), torch.zeros(len(batch), width)
+        for batch in token_batches(lengths, max(len(entries), 1), BATCH_TOKENS):  # rows x longest within the budget
+            ids = torch.full((len(batch), max(lengths[j] for j in batch)), pad)
+            mask = torch.zeros_like(ids)
             for row, j in enumerate(batch):
-                prompt, body = items[keys[j]]
-                ids[row, :len(prompt) + len(body)] = torch.tensor(prompt + body)
-                mask[row, :len(prompt) + len(body)] = 1
-                pool[row, len(prompt):len(prompt) + len(body)] = 1 / len(body)
+                ids[row, :lengths[j]] = torch.tensor(entries[j][1] + entries[j][2])
+                mask[row, :lengths[j]] = 1
             model(input_ids=ids, attention_mask=mask)
-            for layer in layers:
-                means[layer][batch] = torch.einsum("bt,btd->bd", pool, captured[layer].float()).float().numpy()
+            keep(batch, {layer: captured[layer].float() for layer in layers})
+
+
+def read(spec: str, layers: list[int], name: str, records: list, cache: Path, precision: str) -> Path:
+    """Mean state of every hooked layer over each answer's tokens, each answer read once after its question."""
+    path = cache / spec / f"{name}.npz"
+    if path.exists():
+        return path
+    entries, pad = answer_items(spec, records)
+    means: dict[int, np.ndarray] = {}
+
+    def keep(batch: list[int], states: dict) -> None:
+        for layer, h in states.items():
+            out = means.setdefault(layer, np.zeros((len(entries), h.shape[-1]), np.float32))
+            for row, j in enumerate(batch):
+                out[j] = h[row, len(entries[j][1]):len(entries[j][1]) + len(entries[j][2])].mean(0).numpy()
+
+    start = time.monotonic()
+    read_states(spec, layers, entries, pad, precision, keep)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, keys=np.array(keys), **{f"mean{layer}": v for layer, v in means.items()})
-    print(f"[{spec}] {name}: {len(keys)} answers in {time.monotonic() - start:.0f} s", flush=True)
+    np.savez(path, keys=np.array([e[0] for e in entries]), **{f"mean{layer}": v for layer, v in means.items()})
+    print(f"[{spec}] {name}: {len(entries)} answers in {time.monotonic() - start:.0f} s", flush=True)
     return path
 
 
