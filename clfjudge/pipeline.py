@@ -120,8 +120,8 @@ def export_int8(state: RunState) -> dict[str, Any]:
     from .models.onnx_session import PROVIDERS
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
-        return {name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "passed")}
-                for name, v in report["variants"].items()}
+        keys = ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "records_per_s", "passed")
+        return {name: {k: v[k] for k in keys if k in v} for name, v in report["variants"].items()}
 
     judge_dir = _needs(state, "train", "judge_dir")
     parity = ParityConfig.load(overrides=state.profile.parity_overrides)

@@ -15,10 +15,13 @@ parity with PyTorch.
    clfjudge/configs/parity.yaml's defaults), encoded by the judge's own encoder and run in padded, length-bucketed
    batches through PyTorch and through every ONNX file; max |logit diff|, decision agreement and the metric
    delta (accuracy for pair judges, Pearson for point judges) are checked against clfjudge/configs/parity.yaml. Any
-   failure removes the temporary output and raises ``ParityError`` naming the threshold and the numbers;
+   failure removes the temporary output and raises ``ParityError`` naming the threshold and the numbers; with
+   ``fallback`` (``--fallback``, as ``make main``), lossy runs that fail (int8, a bf16 provider) are dropped instead
+   when every fp32 run passed, and the report says why (``refused``);
 5. on success the directory is moved into place: the ONNX files (named as optimum's ORTModel* expect),
    config.json, the tokenizer files, judge_card.json (runtime section: files, primary file, exporter,
-   parity summary) and parity_report.json.
+   parity summary, and ``served``: the run that read the gate's records fastest among those that passed, which
+   ``Judge.load(provider="auto")`` runs) and parity_report.json.
 """
 from __future__ import annotations
 
