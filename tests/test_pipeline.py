@@ -7,6 +7,7 @@ import os
 import pytest
 
 from clfjudge.cli import main
+from clfjudge.models.onnx_session import gate_key
 from clfjudge.paths import data_root
 from clfjudge.pipeline import ORDER, RunConfig, run
 
@@ -76,6 +77,8 @@ def test_quick_main_job_end_to_end(tmp_path, monkeypatch):
     record = json.loads((tmp_path / "run.json").read_text())
     assert list(record["steps"]) == list(ORDER)
     assert all(v["passed"] for v in record["outputs"]["export"]["parity"].values())
+    served = record["outputs"]["export"]["served"]  # the fastest run that passed, what the audit ran
+    assert gate_key(served["file"], served["provider"]) in record["outputs"]["export"]["parity"]
     metrics = json.loads((tmp_path / "audit" / "metrics.json").read_text())
     rows = metrics["suites"]["cross-scheme"]["rows"]
     trained = next(name for name in rows if "judge-onnx" in name)
