@@ -33,6 +33,11 @@ CONFIGS = {  # id: (label, flags)
     "count": ("by count (max 32, 5 ms, no token budget)",
               ["--max-batch-size", "32", "--max-batch-tokens", "0", "--max-padding", "1", "--max-wait-ms", "5"]),
     "one": ("one at a time (max batch 1)", ["--max-batch-size", "1", "--max-wait-ms", "0"]),
+    # the same two on onnxruntime's CPU provider, for an export whose served run is another provider's
+    "token-cpu": ("token budget, onnxruntime CPU", ["--max-batch-size", "32", "--max-batch-tokens", "4096",
+                                                   "--max-padding", "0.1", "--max-wait-ms", "0", "--provider", "cpu"]),
+    "one-cpu": ("one at a time, onnxruntime CPU",
+                ["--max-batch-size", "1", "--max-wait-ms", "0", "--provider", "cpu"]),
 }
 
 
