@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 from tiny_judges import make_judge
 
-from clfjudge.judges.base import Judge, as_pair
+from clfjudge.judges.base import WARM_UP_CHARS, WARM_UP_TEXT, Judge, as_pair
 from clfjudge.serving.server import Limits, create_app
 
 PAIR = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9 is a prime number."}
@@ -62,7 +62,7 @@ def test_compare_with_a_generative_judge(tiny_llama_dir, tmp_path):
     judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
     judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
     seven_nine = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
-    with TestClient(create_app(judge)) as client:
+    with TestClient(create_app(judge, warm_up=False)) as client:  # the scripted LM reads only primes
         got = client.post("/compare", json=seven_nine)
         assert got.status_code == 200
         assert got.json() == {"p_a": 1.0, "p_tie": 0.0, "p_b": 0.0, "verdict": "A", "parsed": True, "generated": ["1"]}
@@ -401,3 +401,57 @@ def test_a_client_leaving_mid_body_is_not_a_server_error(pair_judge):
     with TestClient(app):  # runs the lifespan
         asyncio.run(run())
     assert sent[0]["status"] == 499 and app.state.stats.requests == {("compare", 499): 1}
+
+
+class Recording(SlowJudge):
+    """A real judge that records the sizes of its calls and its warm-ups."""
+
+    def __init__(self, judge) -> None:
+        super().__init__(judge, 0.0)
+        self.calls: list[int] = []
+        self.warm_ups: list[int | None] = []
+
+    def compare_batch(self, items, symmetric=False):
+        self.calls.append(len(items))
+        return super().compare_batch(items, symmetric)
+
+    def warm_up(self, max_items=None):
+        self.warm_ups.append(max_items)
+        return Judge.warm_up(self, max_items)  # the base method, through this judge's recorded calls
+
+    @property
+    def max_batch_tokens(self):
+        return self.judge.max_batch_tokens
+
+    @property
+    def batch_size(self):
+        return self.judge.batch_size
+
+
+def test_the_server_warms_the_judge_up_before_it_listens(pair_judge):
+    judge = Recording(pair_judge)
+    with TestClient(create_app(judge, Limits(max_batch_size=8))) as client:
+        assert judge.warm_ups == [8] and len(judge.calls) == 2  # the biggest call, then answers sharing a question
+        seconds = [line for line in client.get("/metrics").text.splitlines()
+                   if line.startswith("clfjudge_warm_up_seconds ")]
+        assert len(seconds) == 1 and float(seconds[0].split()[1]) > 0
+        assert client.post("/compare", json=PAIR).status_code == 200
+    cold = Recording(pair_judge)
+    with TestClient(create_app(cold, warm_up=False)) as client:
+        assert client.post("/compare", json=PAIR).status_code == 200
+        assert cold.warm_ups == [] and "clfjudge_warm_up_seconds" not in client.get("/metrics").text
+
+
+def test_warm_up_fills_the_token_budget_with_long_answers(tiny_bert_dir, tmp_path):
+    directory = make_judge(tiny_bert_dir, tmp_path, "cls3")
+    unbudgeted = Recording(Judge.load(directory))
+    assert unbudgeted.warm_up(32) == 3 and unbudgeted.calls == [1, 2]  # no budget: one long pair
+    budgeted = Recording(Judge.load(directory, max_batch_tokens=2000))
+    budgeted.warm_up(32)
+    long = (WARM_UP_TEXT * 100)[:WARM_UP_CHARS]  # as many long pairs as the budget holds, in the judge's tokens
+    seqs = budgeted.judge.sequence_lengths([as_pair({"question": "Warm-up question 0.", "answer_a": "0a. " + long,
+                                                     "answer_b": "0b. " + long})])[0]
+    assert budgeted.calls == [min(32, 2000 // (max(seqs) * len(seqs))), 2] and budgeted.calls[0] > 1
+    capped = Recording(Judge.load(directory, max_batch_tokens=100_000))
+    capped.warm_up(5)
+    assert capped.calls == [5, 2]

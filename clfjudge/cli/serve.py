@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-items", type=int, default=d.max_items, help="items per request")
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text field")
     p.add_argument("--max-json-depth", type=int, default=d.max_json_depth, help="nesting of a JSON body")
+    p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                   help="start listening without first judging made-up inputs shaped like the biggest call "
+                        "(Judge.warm_up: the first requests then pay for loading and memory growth)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /compare, /score and /metrics (default: "
                         f"${API_KEY_ENV}; the variable keeps the key out of the process list)")
@@ -77,6 +80,6 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
                     max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
-    uvicorn.run(create_app(judge, limits, api_key=api_key), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=int(args.timeout_s) + 1)
+    uvicorn.run(create_app(judge, limits, api_key=api_key, warm_up=args.warm_up), host=args.host, port=args.port,
+                log_level="warning", timeout_graceful_shutdown=int(args.timeout_s) + 1)
     return 0

@@ -39,6 +39,10 @@ ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int
 TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item's index in the batch
+# What ``Judge.warm_up`` reads: plain prose, repeated into an answer longer than any judge's token limit.
+WARM_UP_TEXT = ("The committee reviewed the proposal in detail, weighed its costs against the expected benefits, "
+                "and asked the authors to clarify how the results would be measured and reported. ")
+WARM_UP_CHARS = 8000
 _PAIR_FIELDS = ("id", "question", "answer_a", "answer_b", "rubric", "reference", "verdict", "scores", "source",
                 "scenario", "model_a", "model_b")
 _POINT_FIELDS = ("id", "question", "answer", "rubric", "reference", "score", "scale", "source", "scenario", "model")
@@ -185,6 +189,34 @@ class Judge:
         return None
 
     # -- public API ---------------------------------------------------------------------------------------
+    def warm_up(self, max_items: int | None = None) -> int:
+        """Judge made-up inputs once, shaped like the biggest call this judge takes: as many long answers as its
+        token budget holds (one without a budget; at most ``max_items`` items, default ``batch_size``), then four
+        answers to one question. What loads lazily (an ONNX session, a decoder reader's shared-prefix graphs) then
+        loads here, and the runtime grows its memory for its biggest batch here, not inside the first requests: a
+        server started cold paid 1-2 s of it inside its first batched calls (text-embeddings-inference warms up
+        the same way). Returns the number of items judged."""
+        task = "compare" if "compare" in self.tasks else "score"
+        long = (WARM_UP_TEXT * (WARM_UP_CHARS // len(WARM_UP_TEXT) + 1))[:WARM_UP_CHARS]
+
+        def item(question: str, k: int, text: str) -> dict[str, str]:  # distinct texts: no cache answers
+            if task == "compare":
+                return {"question": question, "answer_a": f"{k}a. {text}", "answer_b": f"{k}b. {text}"}
+            return {"question": question, "answer": f"{k}. {text}"}
+
+        run = self.compare_batch if task == "compare" else self.score_batch
+        probe = item("Warm-up question 0.", 0, long)
+        lengths = self.sequence_lengths([as_pair(probe) if task == "compare" else as_point(probe)])
+        rows = 1
+        if lengths and self.max_batch_tokens:
+            rows = max(1, self.max_batch_tokens // (max(lengths[0]) * len(lengths[0])))
+        rows = min(rows, max_items or self.batch_size)
+        biggest = [item(f"Warm-up question {k}.", k, long) for k in range(rows)]
+        shared = [item("Warm-up question.", k, WARM_UP_TEXT) for k in range(2 if task == "compare" else 4)]
+        run(biggest)
+        run(shared)
+        return len(biggest) + len(shared)
+
     def require(self, task: str) -> None:
         if task not in self.tasks:
             can = " / ".join(sorted(self.tasks))

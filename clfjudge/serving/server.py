@@ -7,8 +7,9 @@ in a worker thread (the judge is not re-entrant, so one call at a time), and ans
 queued request and the queued requests nearest to it in length, up to ``max_batch_size`` items and
 ``max_batch_tokens`` padded tokens (``batching.next_call``, the token budget of text-embeddings-inference);
 requests that arrive while the judge runs are queued for the next call, so under load calls fill without waiting;
-a request waiting longer than ``timeout_s`` gets 504. On shutdown the server stops accepting (503), drains what
-is queued, then stops the batcher.
+a request waiting longer than ``timeout_s`` gets 504. Before it listens, the server warms the judge up
+(``Judge.warm_up``: sessions loaded, memory grown for the biggest call). On shutdown the server stops accepting
+(503), drains what is queued, then stops the batcher.
 
 Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
 5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
@@ -103,6 +104,7 @@ class Stats:
         self.batch_tokens = Histogram("clfjudge_batch_tokens", [2 ** k for k in range(6, 17)])
         self.padding = Histogram("clfjudge_batch_padding_fraction", [0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1])
         self.tokens = Counter()  # "real" / "padded" token positions computed
+        self.warm_up_s: float | None = None  # how long the judge's warm-up took (None: not warmed up)
 
     def observe_call(self, real: int, padded: int) -> None:
         self.batch_tokens.observe(padded)
@@ -119,6 +121,8 @@ class Stats:
         lines += ["# TYPE clfjudge_tokens_total counter"]
         lines += [f'clfjudge_tokens_total{{kind="{k}"}} {self.tokens[k]}' for k in ("real", "padded")]
         lines += ["# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}"]
+        if self.warm_up_s is not None:
+            lines += ["# TYPE clfjudge_warm_up_seconds gauge", f"clfjudge_warm_up_seconds {self.warm_up_s:.6f}"]
         return "\n".join(lines) + "\n"
 
 
@@ -345,10 +349,11 @@ def bearer_key_ok(header: str | None, key: bytes) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1", "replace"), key)
 
 
-def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
+def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, warm_up: bool = True):
     """A Starlette app serving ``judge`` (a clfjudge.judges.base.Judge or anything with compare_batch/score_batch
     and ``tasks``). With ``api_key``, /compare, /score and /metrics need ``Authorization: Bearer <key>``;
-    /healthz stays open (load balancers probe it)."""
+    /healthz stays open (load balancers probe it). ``warm_up``: run ``judge.warm_up`` (if it has one) at startup,
+    before the server listens."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
@@ -445,6 +450,10 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None):
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        if warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
+            start = time.monotonic()
+            await asyncio.to_thread(judge.warm_up, limits.max_batch_size)
+            stats.warm_up_s = time.monotonic() - start
         for task in tasks:
             batchers[task] = Batcher(runners[task], limits, stats, plan, passes)
             batchers[task].start()
