@@ -1,0 +1,171 @@
+"""Does a frozen reader judge better when it reads one answer after the other (a cross-reading, as PairRM's
+cross-attention does), rather than each answer alone after its question?
+
+Every pair is read twice by SmolLM2 cut at ``--layer`` (bf16 autocast where the CPU has it): the question's
+prompt, answer A, a separator, answer B; and the same with B first. Each answer's mean state is kept twice: read
+first (after the question alone: exactly the default judge's reading) and read second (after the question and the
+other answer, so its states can see what it is compared with). Heads over the antisymmetric differences:
+
+- ``first``: first-read A minus first-read B (the default judge's features);
+- ``second``: A read after B minus B read after A (each answer in the light of the other);
+- ``first+second``: both.
+
+each with the information-length difference, logistic regression with C = 0.03, on the reader probe's protocol
+(``reader_probe.py``: leave one pool source out, LLMBar case studies as dev, points above longer-answer-wins on the
+same non-tie pairs; the evaluation sets with ``--test`` only, for the record). Pool sources are capped at
+``--per-source`` pairs (a prefix of the reader probe's seeded samples). Readings are cached as ``.npz`` per set
+under ``--cache``. A pair costs two passes of both answers: four answer readings, against two.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/cross_probe.py [--per-source 500] [--test]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write  # noqa: E402
+from reader_probe import DEV, MAX_ANSWER, MAX_PROMPT, TEST, _weights, load_sets, read_states  # noqa: E402
+
+SEPARATOR = "\n\nAnother answer:\n\n"  # between the two answers, inside the assistant's turn
+C = 0.03
+
+
+def read(spec: str, layer: int, name: str, records: list, cache: Path, precision: str) -> Path:
+    """For each record, both orders: the mean layer state over the first answer's and the second answer's tokens
+    (``first_ab``, ``second_ab``: A then B; ``first_ba``, ``second_ba``: B then A)."""
+    path = cache / f"cross-{spec}-{layer}" / f"{name}.npz"
+    if path.exists():
+        return path
+    from clfjudge.embedders.decoder import DecoderEmbedder
+
+    reader = DecoderEmbedder(spec, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
+    reader._load_tokenizer()
+    sep = reader._tokenizer.encode(SEPARATOR, add_special_tokens=False)
+    entries, spans = [], []  # (key, prompt ids, body ids) as read_states takes them; the two answers' spans
+    for i, r in enumerate(records):
+        prompt = reader._prompt_ids(r.question)
+        a, b = reader._answer_ids(r.answer_a), reader._answer_ids(r.answer_b)
+        for order, (x, y) in (("ab", (a, b)), ("ba", (b, a))):
+            entries.append((f"{i}{order}", prompt, x + sep + y))
+            start = len(prompt)
+            spans.append(((start, start + len(x)), (start + len(x) + len(sep), start + len(x) + len(sep) + len(y))))
+    out = {"first": None, "second": None}
+
+    def keep(batch: list[int], states: dict) -> None:
+        h = states[layer]
+        for key in out:
+            if out[key] is None:
+                out[key] = np.zeros((len(entries), h.shape[-1]), np.float32)
+        for row, j in enumerate(batch):
+            for key, (lo, hi) in zip(("first", "second"), spans[j]):
+                out[key][j] = h[row, lo:hi].mean(0).numpy()
+
+    started = time.monotonic()
+    read_states(spec, [layer], entries, reader._eos, precision, keep)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, first_ab=out["first"][0::2], second_ab=out["second"][0::2], first_ba=out["first"][1::2],
+             second_ba=out["second"][1::2])
+    print(f"[{spec}:{layer}] {name}: {len(records)} pairs, {len(entries)} passes in "
+          f"{time.monotonic() - started:.0f} s", flush=True)
+    return path
+
+
+class Pairs:
+    """A set's non-tie pairs: the two difference features, information length, labels."""
+
+    def __init__(self, records: list, z) -> None:
+        from clfjudge.judges.features import information_lengths
+
+        keep = np.array([r.verdict is not None and r.verdict.value in ("A", "B") for r in records])
+        pairs = [r for r, k in zip(records, keep) if k]
+        self.y = np.array([r.verdict.value == "A" for r in pairs], dtype=float)
+        a, b = [r.answer_a for r in pairs], [r.answer_b for r in pairs]
+        self.info = np.log1p(information_lengths(a)) - np.log1p(information_lengths(b))
+        self.chars = np.log1p([len(t) for t in a]) - np.log1p([len(t) for t in b])
+        self.longer = 100 * np.mean(np.where(self.chars == 0, 0.5, (self.chars > 0) == (self.y == 1)))
+        self.first = (z["first_ab"] - z["first_ba"])[keep]  # A read first minus B read first
+        self.second = (z["second_ba"] - z["second_ab"])[keep]  # A read after B minus B read after A
+
+
+def design(p: Pairs, groups: tuple[str, ...], scale: dict) -> np.ndarray:
+    cols = [getattr(p, g) / scale[g] / np.sqrt(getattr(p, g).shape[1]) for g in groups]
+    return np.hstack(cols + [p.info[:, None] / scale["info"]])
+
+
+def fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool):
+    """Points above longer-answer-wins of the head fitted on ``train``, as a function of a set."""
+    from sklearn.linear_model import LogisticRegression
+
+    scale = {g: np.vstack([getattr(p, g) for p in train]).std(0) + 1e-6 for g in groups}
+    scale["info"] = np.concatenate([p.info for p in train]).std()
+    x = np.vstack([design(p, groups, scale) for p in train])
+    y = np.concatenate([p.y for p in train])
+    w = np.concatenate([_weights(p, balanced) for p in train])
+    w *= len(w) / w.sum()
+    model = LogisticRegression(C=C, fit_intercept=False, max_iter=5000)
+    model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
+    return lambda p: 100 * np.mean((design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)) - p.longer
+
+
+def probe(data: dict[str, Pairs], groups: tuple[str, ...], balanced: bool) -> dict:
+    pool = [n for n in data if n.startswith("pool:")]
+    loso = {n: fit([data[m] for m in pool if m != n], groups, balanced)(data[n]) for n in pool}
+    judge = fit([data[n] for n in pool], groups, balanced)
+    dev = {n: judge(data[n]) for n in DEV}
+    return {"loso": loso, "loso_mean": float(np.mean(list(loso.values()))), "dev": dev,
+            "dev_mean": float(np.mean(list(dev.values()))),
+            "selection_mean": float(np.mean([*loso.values(), *dev.values()])),
+            "test": {n: judge(data[n]) for n in TEST if n in data}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reader", default="smollm2")
+    p.add_argument("--layer", type=int, default=8)
+    p.add_argument("--per-source", type=int, default=500)
+    p.add_argument("--test", action="store_true", help="read and score the evaluation sets too (for the record)")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "clfjudge" / "probe")
+    p.add_argument("--precision", default="auto")
+    args = p.parse_args()
+    started = time.monotonic()
+    named = {n: recs[:args.per_source] if n.startswith("pool:") else recs for n, recs in load_sets().items()
+             if n.startswith("pool:") or n in DEV or (args.test and n in TEST)}
+    data = {n: Pairs(recs, np.load(read(args.reader, args.layer, n, recs, args.cache, args.precision)))
+            for n, recs in named.items()}
+    rows = {f"{'+'.join(groups)} + info{', length-balanced' if balanced else ''}": probe(data, groups, balanced)
+            for balanced in (False, True) for groups in (("first",), ("second",), ("first", "second"))}
+    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
+              "reader": f"{args.reader}:{args.layer}", "per_source": args.per_source, "separator": SEPARATOR,
+              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    print(f"wrote {write('cross_probe', result, markdown(result))}")
+    return 0
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    first = next(iter(result["rows"].values()))
+    pool, test = list(first["loso"]), list(first["test"])
+    lines = [f"# Cross-reading probe ({m['date'][:10]})", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores; commit {m['commit']}; {result['wall_time_s']} s; reader "
+             f"{result['reader']}, {result['per_source']} pairs per pool source. Accuracy on non-tie pairs minus "
+             "longer-answer-wins on the same pairs (points). LOSO: trained on the other five pool sources; dev: "
+             "LLMBar case studies; selection mean over the eleven. `first`: each answer read after the question "
+             "(the default judge's reading); `second`: each answer read after the question and the other answer.",
+             "", "| variant | LOSO mean | " + " | ".join(n.removeprefix("pool:") for n in pool)
+             + " | dev mean | selection mean |" + "".join(f" {n.removeprefix('llmbar-')} |" for n in test),
+             "|---" * (4 + len(pool) + len(test)) + "|"]
+    for name, r in result["rows"].items():
+        lines.append(f"| {name} | {r['loso_mean']:+.1f} | " + " | ".join(f"{r['loso'][n]:+.1f}" for n in pool)
+                     + f" | {r['dev_mean']:+.1f} | {r['selection_mean']:+.1f} |"
+                     + "".join(f" {r['test'][n]:+.1f} |" for n in test))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
