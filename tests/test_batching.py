@@ -54,23 +54,28 @@ queued_st = st.lists(st.tuples(st.integers(1, 4), st.lists(st.integers(0, 600), 
 
 @settings(deadline=None)
 @given(queued_st, st.integers(1, 40), budget_st)
-def test_next_call_takes_the_oldest_and_stays_within_the_limits(queued, max_items, budget):
+def test_next_call_takes_the_oldest_requests_in_order_while_they_fit(queued, max_items, budget):
     chosen = next_call(queued, max_items, budget)
     if not queued:
         assert chosen == []
         return
-    assert chosen[0] == 0 and chosen == sorted(set(chosen))
-    if len(chosen) > 1:
-        assert sum(queued[j][0] for j in chosen) <= max(max_items, queued[0][0])
-        cost = padded_tokens([n for j in chosen for n in queued[j][1]])
-        assert budget is None or cost <= max(budget, padded_tokens(queued[0][1]))
+    assert chosen == list(range(len(chosen))) and chosen  # a prefix of the queue: no request is overtaken
+
+    def fits(k: int) -> bool:
+        cost = padded_tokens([n for j in range(k) for n in queued[j][1]])
+        return sum(queued[j][0] for j in range(k)) <= max_items and (budget is None or cost <= budget)
+
+    assert len(chosen) == 1 or fits(len(chosen))  # the oldest goes even over the limits, alone
+    assert len(chosen) == len(queued) or not fits(len(chosen) + 1)  # the next one would not fit
 
 
-def test_next_call_prefers_the_oldest_requests_length_bucket():
+def test_next_call_keeps_the_queue_order():
     queued = [(1, [100]), (1, [900]), (1, [110]), (1, [95]), (1, [400])]
-    assert next_call(queued, 3) == [0, 2, 3]  # nearest to 100 in length, not the next in line
-    assert next_call(queued, 8, 400) == [0, 2, 3]  # a fourth at 110 tokens would cost 440
-    assert next_call([(1, [5000]), (1, [10]), (1, [])], 8, 100) == [0, 2]  # over budget alone; a cache hit is free
+    assert next_call(queued, 3) == [0, 1, 2]  # the next in line, whatever their lengths
+    assert next_call(queued, 8, 2000) == [0, 1]  # a third at 900 tokens wide would cost 2700
+    assert next_call(queued, 8, 400) == [0]  # the next in line does not fit: the call ends there
+    assert next_call([(1, [5000]), (1, [10])], 8, 100) == [0]  # over budget: alone
+    assert next_call([(1, [50]), (1, []), (1, [40])], 8, 90) == [0, 1]  # a cache hit is free; 2 rows x 50 are not
 
 
 # -- the server's Batcher on this policy ------------------------------------------------------------------

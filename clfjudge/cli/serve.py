@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                    help="token budget of a judge call and of each forward pass, padding included (rows x longest "
-                        "sequence, in the judge's own tokens); queued requests join the call nearest the oldest "
-                        "one in length. 0: no budget, calls are cut at --max-batch-size only")
+                        "sequence, in the judge's own tokens); queued requests join the call in arrival order. 0: no "
+                        "budget, calls are cut at --max-batch-size only")
     p.add_argument("--max-padding", type=float, default=DEFAULT_MAX_PADDING,
                    help="the fraction of a forward pass that may be padding (a CPU computes padding at full cost "
                         "and gains little from bigger batches; 1: any, as on a GPU)")

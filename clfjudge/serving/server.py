@@ -3,9 +3,9 @@
 Requests are authenticated (optional API key), validated, measured in the judge's own tokens
 (``Judge.sequence_lengths``), queued (bounded: 503 when full), merged by one batching task into judge calls, run
 in a worker thread (the judge is not re-entrant, so one call at a time), and answered. A call waits at most
-``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to fill, then takes the oldest
-queued request and the queued requests nearest to it in length, up to ``max_batch_size`` items and
-``max_batch_tokens`` padded tokens (``batching.next_call``, the token budget of text-embeddings-inference);
+``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to fill, then takes queued
+requests in arrival order, up to ``max_batch_size`` items and ``max_batch_tokens`` padded tokens
+(``batching.next_call``: text-embeddings-inference's queue and token budget);
 requests that arrive while the judge runs are queued for the next call, so under load calls fill without waiting;
 a request waiting longer than ``timeout_s`` gets 504. Before it listens, the server warms the judge up
 (``Judge.warm_up``: sessions loaded, memory grown for the biggest call). On shutdown the server stops accepting
