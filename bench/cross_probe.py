@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reader_probe  # noqa: E402
 from common import machine, write  # noqa: E402
 from reader_probe import DEV, MAX_ANSWER, MAX_PROMPT, TEST, _weights, load_sets, read_states  # noqa: E402
 
@@ -76,19 +77,12 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
     return path
 
 
-class Pairs:
-    """A set's non-tie pairs: the two difference features, information length, labels."""
+class Pairs(reader_probe.Pairs):
+    """A set's non-tie pairs (labels, length features: ``reader_probe.Pairs``) and the two difference features."""
 
     def __init__(self, records: list, z) -> None:
-        from clfjudge.judges.features import information_lengths
-
+        super().__init__(records, None)
         keep = np.array([r.verdict is not None and r.verdict.value in ("A", "B") for r in records])
-        pairs = [r for r, k in zip(records, keep) if k]
-        self.y = np.array([r.verdict.value == "A" for r in pairs], dtype=float)
-        a, b = [r.answer_a for r in pairs], [r.answer_b for r in pairs]
-        self.info = np.log1p(information_lengths(a)) - np.log1p(information_lengths(b))
-        self.chars = np.log1p([len(t) for t in a]) - np.log1p([len(t) for t in b])
-        self.longer = 100 * np.mean(np.where(self.chars == 0, 0.5, (self.chars > 0) == (self.y == 1)))
         self.first = (z["first_ab"] - z["first_ba"])[keep]  # A read first minus B read first
         self.second = (z["second_ba"] - z["second_ab"])[keep]  # A read after B minus B read after A
 
