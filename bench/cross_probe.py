@@ -20,7 +20,6 @@ under ``--cache``. A pair costs two passes of both answers: four answer readings
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -31,10 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reader_probe  # noqa: E402
 from common import machine, write  # noqa: E402
-from reader_probe import DEV, MAX_ANSWER, MAX_PROMPT, TEST, _weights, load_sets, read_states  # noqa: E402
+from reader_probe import MAX_ANSWER, MAX_PROMPT, group_markdown, group_probe, probe_parser, probe_sets, read_states  # noqa: E402
 
 SEPARATOR = "\n\nAnother answer:\n\n"  # between the two answers, inside the assistant's turn
-C = 0.03
 
 
 def read(spec: str, layer: int, name: str, records: list, cache: Path, precision: str) -> Path:
@@ -87,52 +85,16 @@ class Pairs(reader_probe.Pairs):
         self.second = (z["second_ba"] - z["second_ab"])[keep]  # A read after B minus B read after A
 
 
-def design(p: Pairs, groups: tuple[str, ...], scale: dict) -> np.ndarray:
-    cols = [getattr(p, g) / scale[g] / np.sqrt(getattr(p, g).shape[1]) for g in groups]
-    return np.hstack(cols + [p.info[:, None] / scale["info"]])
-
-
-def fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool):
-    """Points above longer-answer-wins of the head fitted on ``train``, as a function of a set."""
-    from sklearn.linear_model import LogisticRegression
-
-    scale = {g: np.vstack([getattr(p, g) for p in train]).std(0) + 1e-6 for g in groups}
-    scale["info"] = np.concatenate([p.info for p in train]).std()
-    x = np.vstack([design(p, groups, scale) for p in train])
-    y = np.concatenate([p.y for p in train])
-    w = np.concatenate([_weights(p, balanced) for p in train])
-    w *= len(w) / w.sum()
-    model = LogisticRegression(C=C, fit_intercept=False, max_iter=5000)
-    model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
-    return lambda p: 100 * np.mean((design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)) - p.longer
-
-
-def probe(data: dict[str, Pairs], groups: tuple[str, ...], balanced: bool) -> dict:
-    pool = [n for n in data if n.startswith("pool:")]
-    loso = {n: fit([data[m] for m in pool if m != n], groups, balanced)(data[n]) for n in pool}
-    judge = fit([data[n] for n in pool], groups, balanced)
-    dev = {n: judge(data[n]) for n in DEV}
-    return {"loso": loso, "loso_mean": float(np.mean(list(loso.values()))), "dev": dev,
-            "dev_mean": float(np.mean(list(dev.values()))),
-            "selection_mean": float(np.mean([*loso.values(), *dev.values()])),
-            "test": {n: judge(data[n]) for n in TEST if n in data}}
-
-
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reader", default="smollm2")
+    p = probe_parser(__doc__)
     p.add_argument("--layer", type=int, default=8)
-    p.add_argument("--per-source", type=int, default=500)
-    p.add_argument("--test", action="store_true", help="read and score the evaluation sets too (for the record)")
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "clfjudge" / "probe")
-    p.add_argument("--precision", default="auto")
     args = p.parse_args()
     started = time.monotonic()
-    named = {n: recs[:args.per_source] if n.startswith("pool:") else recs for n, recs in load_sets().items()
-             if n.startswith("pool:") or n in DEV or (args.test and n in TEST)}
+    named = probe_sets(args.per_source, args.test)
     data = {n: Pairs(recs, np.load(read(args.reader, args.layer, n, recs, args.cache, args.precision)))
             for n, recs in named.items()}
-    rows = {f"{'+'.join(groups)} + info{', length-balanced' if balanced else ''}": probe(data, groups, balanced)
+    rows = {f"{'+'.join(groups)} + info{', length-balanced' if balanced else ''}":
+            group_probe(data, (*groups, "info"), balanced)
             for balanced in (False, True) for groups in (("first",), ("second",), ("first", "second"))}
     result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
               "reader": f"{args.reader}:{args.layer}", "per_source": args.per_source, "separator": SEPARATOR,
@@ -142,23 +104,8 @@ def main() -> int:
 
 
 def markdown(result: dict) -> str:
-    m = result["machine"]
-    first = next(iter(result["rows"].values()))
-    pool, test = list(first["loso"]), list(first["test"])
-    lines = [f"# Cross-reading probe ({m['date'][:10]})", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores; commit {m['commit']}; {result['wall_time_s']} s; reader "
-             f"{result['reader']}, {result['per_source']} pairs per pool source. Accuracy on non-tie pairs minus "
-             "longer-answer-wins on the same pairs (points). LOSO: trained on the other five pool sources; dev: "
-             "LLMBar case studies; selection mean over the eleven. `first`: each answer read after the question "
-             "(the default judge's reading); `second`: each answer read after the question and the other answer.",
-             "", "| variant | LOSO mean | " + " | ".join(n.removeprefix("pool:") for n in pool)
-             + " | dev mean | selection mean |" + "".join(f" {n.removeprefix('llmbar-')} |" for n in test),
-             "|---" * (4 + len(pool) + len(test)) + "|"]
-    for name, r in result["rows"].items():
-        lines.append(f"| {name} | {r['loso_mean']:+.1f} | " + " | ".join(f"{r['loso'][n]:+.1f}" for n in pool)
-                     + f" | {r['dev_mean']:+.1f} | {r['selection_mean']:+.1f} |"
-                     + "".join(f" {r['test'][n]:+.1f} |" for n in test))
-    return "\n".join(lines) + "\n"
+    return group_markdown(result, "Cross-reading probe", "`first`: each answer read after the question (the default "
+                          "judge's reading); `second`: each answer read after the question and the other answer.")
 
 
 if __name__ == "__main__":

@@ -205,6 +205,83 @@ def probe(data: dict[str, Pairs], layer: str | None, length: str, c: float, bala
             "test": {n: judge(data[n]) for n in TEST}}
 
 
+def probe_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every probe on this protocol takes (a reader, the pool cap, the evaluation sets, the cache)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--reader", default="smollm2")
+    p.add_argument("--per-source", type=int, default=500)
+    p.add_argument("--test", action="store_true", help="read and score the evaluation sets too (for the record)")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "clfjudge" / "probe")
+    p.add_argument("--precision", default="auto")
+    return p
+
+
+def probe_sets(per_source: int, test: bool) -> dict[str, list]:
+    """``load_sets`` with the pool samples cut to their first ``per_source`` pairs and the evaluation sets only
+    when asked (``test``: for the record)."""
+    return {n: recs[:per_source] if n.startswith("pool:") else recs for n, recs in load_sets().items()
+            if n.startswith("pool:") or n in DEV or (test and n in TEST)}
+
+
+# -- heads over named feature groups of a Pairs (the cross-reading, backward and prompted probes) ---------
+def _group(p: Pairs, g: str) -> np.ndarray:
+    return getattr(p, g).reshape(len(p.y), -1)
+
+
+def group_design(p: Pairs, groups: tuple[str, ...], scale: dict) -> np.ndarray:
+    """Each group standardised and weighted by 1/sqrt(its width), as ``EmbeddingJudge``'s linear heads."""
+    return np.hstack([_group(p, g) / scale[g] / np.sqrt(_group(p, g).shape[1]) for g in groups])
+
+
+def group_fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = 0.03):
+    """Points above longer-answer-wins of the head fitted on ``train``, as a function of a set."""
+    from sklearn.linear_model import LogisticRegression
+
+    scale = {g: np.vstack([_group(p, g) for p in train]).std(0) + 1e-6 for g in groups}
+    x = np.vstack([group_design(p, groups, scale) for p in train])
+    y = np.concatenate([p.y for p in train])
+    w = np.concatenate([_weights(p, balanced) for p in train])
+    w *= len(w) / w.sum()
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
+    model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
+    return lambda p: 100 * np.mean((group_design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)) - p.longer
+
+
+def group_probe(data: dict[str, Pairs], groups: tuple[str, ...] | None, balanced: bool, rule=None) -> dict:
+    """LOSO over the pool, dev and (where read) test scores of ``group_fit``, or of an untrained ``rule`` (a set ->
+    points above longer-answer-wins) when ``groups`` is None."""
+    pool = [n for n in data if n.startswith("pool:")]
+    train = (lambda names: rule) if groups is None else (lambda names: group_fit([data[m] for m in names], groups,
+                                                                                  balanced))
+    loso = {n: train([m for m in pool if m != n])(data[n]) for n in pool}
+    judge = train(pool)
+    dev = {n: judge(data[n]) for n in DEV}
+    return {"loso": loso, "loso_mean": float(np.mean(list(loso.values()))), "dev": dev,
+            "dev_mean": float(np.mean(list(dev.values()))),
+            "selection_mean": float(np.mean([*loso.values(), *dev.values()])),
+            "test": {n: judge(data[n]) for n in TEST if n in data}}
+
+
+def group_markdown(result: dict, title: str, note: str) -> str:
+    """A probe's rows as a table: LOSO per pool source, dev and selection means, test columns where read."""
+    m = result["machine"]
+    first = next(iter(result["rows"].values()))
+    pool, test = list(first["loso"]), list(first["test"])
+    lines = [f"# {title} ({m['date'][:10]})", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores; commit {m['commit']}; {result['wall_time_s']} s; reader "
+             f"{result['reader']}, {result['per_source']} pairs per pool source. Accuracy on non-tie pairs minus "
+             "longer-answer-wins on the same pairs (points). LOSO: trained on the other five pool sources; dev: "
+             f"LLMBar case studies; selection mean over the eleven. {note}",
+             "", "| variant | LOSO mean | " + " | ".join(n.removeprefix("pool:") for n in pool)
+             + " | dev mean | selection mean |" + "".join(f" {n.removeprefix('llmbar-')} |" for n in test),
+             "|---" * (4 + len(pool) + len(test)) + "|"]
+    for name, r in result["rows"].items():
+        lines.append(f"| {name} | {r['loso_mean']:+.1f} | " + " | ".join(f"{r['loso'][n]:+.1f}" for n in pool)
+                     + f" | {r['dev_mean']:+.1f} | {r['selection_mean']:+.1f} |"
+                     + "".join(f" {r['test'][n]:+.1f} |" for n in test))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--readers", nargs="+", default=["smollm2:8,15,20,30", "gemma3:6,9"],

@@ -1,0 +1,152 @@
+"""Does the answer explain its question? A backward-likelihood probe (MMI reranking, Li et al. 2016; instruction
+backtranslation, Li et al. 2023).
+
+Every judge so far reads the answer *after* the question: its features say what the answer is like, and how
+well the question predicts it (PMI, the forward direction, which a long fluent answer wins by length alone). Here
+the decoder reads the answer first and then scores the question: the mean log-probability of the question's
+tokens given the answer, in the reader's chat template (user: the answer and a request for the instruction it
+was written for; assistant: the question). Both answers of a pair are scored on the *same* target tokens, so the
+difference is not a length of the thing scored; an answer to a neighbouring question (LLMBar's Neighbor and
+GPTInst) or one that ignores a constraint should predict the question worse.
+
+Features (differences A - B): ``bwd`` = that mean log-probability; with information length (``info``) and the
+default judge's layer-8 mean state (``first``: the cross probe's cached first reading), logistic regression with
+C = 0.03 on the reader probe's protocol (leave one pool source out, LLMBar case studies as dev; points above
+longer-answer-wins on the same non-tie pairs; the evaluation sets with ``--test``, for the record, choosing
+nothing). Readings cached as ``.npz`` per set under ``--cache``.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/backward_probe.py [--per-source 500] [--test]
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reader_probe  # noqa: E402
+from common import machine, write  # noqa: E402
+from reader_probe import (  # noqa: E402
+    BATCH_TOKENS,
+    MAX_ANSWER,
+    MAX_PROMPT,
+    group_markdown,
+    group_probe,
+    probe_parser,
+    probe_sets,
+    text_key,
+)
+
+ASK = "Here is a response:\n\n{answer}\n\nWrite the instruction it responds to."
+
+
+def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Path:
+    """Mean log-probability of each record's question given each of its answers (one entry per distinct text)."""
+    path = cache / f"backward-{spec}" / f"{name}.npz"
+    if path.exists():
+        return path
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from clfjudge.batching import token_batches
+    from clfjudge.embedders.decoder import autocast, resolve_precision
+    from clfjudge.models.backbones import load_tokenizer, resolve_backbone
+
+    tok = load_tokenizer(resolve_backbone(spec))
+    ids = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
+    entries = {}
+    for r in records:
+        question = ids(r.question)
+        if len(question) > MAX_PROMPT:  # keep both ends of a long instruction, as the reader's prompt does
+            question = question[:MAX_PROMPT // 2] + question[-MAX_PROMPT // 2:]
+        target = question + [tok.eos_token_id]
+        for answer in (r.answer_a, r.answer_b):
+            key = text_key(r.question, answer)
+            if key not in entries:
+                body = tok.decode(ids(answer)[:MAX_ANSWER])
+                prefix = ids(tok.apply_chat_template([{"role": "user", "content": ASK.format(answer=body)}],
+                                                     tokenize=False, add_generation_prompt=True))
+                entries[key] = (prefix, target)
+    keys = list(entries)
+    items = [entries[k] for k in keys]
+    model = AutoModelForCausalLM.from_pretrained(str(resolve_backbone(spec).path_or_id), dtype=torch.float32).eval()
+    lengths = [len(p) + len(t) for p, t in items]
+    out = np.zeros(len(items), np.float32)
+    started = time.monotonic()
+    with torch.inference_mode(), autocast(resolve_precision(precision)):
+        for batch in token_batches(lengths, len(items), BATCH_TOKENS):
+            x = torch.full((len(batch), max(lengths[j] for j in batch)), tok.eos_token_id)
+            mask = torch.zeros_like(x)
+            for row, j in enumerate(batch):
+                x[row, :lengths[j]] = torch.tensor(items[j][0] + items[j][1])
+                mask[row, :lengths[j]] = 1
+            h = model.model(input_ids=x, attention_mask=mask).last_hidden_state
+            for row, j in enumerate(batch):
+                p, t = len(items[j][0]), items[j][1]
+                logits = model.lm_head(h[row, p - 1:p - 1 + len(t)]).float()
+                out[j] = torch.log_softmax(logits, -1)[torch.arange(len(t)), torch.tensor(t)].mean().item()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(keys), bwd=out)
+    print(f"[backward {spec}] {name}: {len(items)} answers in {time.monotonic() - started:.0f} s", flush=True)
+    return path
+
+
+class Pairs(reader_probe.Pairs):
+    """A set's non-tie pairs: labels and length features, the backward difference and (where cached) the default
+    judge's layer-8 difference."""
+
+    def __init__(self, records: list, z, first) -> None:
+        super().__init__(records, None)
+        pairs = [r for r in records if r.verdict is not None and r.verdict.value in ("A", "B")]
+        index = dict(zip(z["keys"], range(len(z["keys"]))))
+        value = lambda r, a: z["bwd"][index[text_key(r.question, a)]]  # noqa: E731
+        self.bwd = np.array([[value(r, r.answer_a) - value(r, r.answer_b)] for r in pairs])
+        if first is not None:
+            keep = np.array([r.verdict is not None and r.verdict.value in ("A", "B") for r in records])
+            self.first = (first["first_ab"] - first["first_ba"])[keep]
+
+
+def rule(p: Pairs) -> float:
+    """The backward likelihood alone, untrained: the answer that predicts the question better wins."""
+    return 100 * np.mean(np.where(p.bwd[:, 0] == 0, 0.5, (p.bwd[:, 0] > 0) == (p.y == 1))) - p.longer
+
+
+def main() -> int:
+    p = probe_parser(__doc__)
+    p.add_argument("--sets", nargs="*", help="only these sets (a quick look)")
+    args = p.parse_args()
+    started = time.monotonic()
+    named = probe_sets(args.per_source, args.test)
+    if args.sets:
+        named = {n: named[n] for n in args.sets}
+    cross = args.cache / "cross-smollm2-8"
+    data = {n: Pairs(recs, np.load(read(args.reader, n, recs, args.cache, args.precision)),
+                     np.load(cross / f"{n}.npz") if (cross / f"{n}.npz").exists() else None)
+            for n, recs in named.items()}
+    if args.sets:
+        for n, d in data.items():
+            print(f"{n}: backward rule {rule(d):+.1f} (longer wins {d.longer:.1f}, {len(d.y)} pairs)")
+        return 0
+    variants = {"backward rule (untrained)": None, "info": ("info",), "bwd + info": ("bwd", "info")}
+    if all(hasattr(d, "first") for d in data.values()):
+        variants |= {"layer 8 + info (the default's features)": ("first", "info"),
+                     "layer 8 + bwd + info": ("first", "bwd", "info")}
+    rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced, rule)
+            for balanced in (False, True) for name, groups in variants.items() if groups or not balanced}
+    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
+              "reader": args.reader, "per_source": args.per_source, "ask": ASK,
+              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    print(f"wrote {write('backward_probe', result, markdown(result))}")
+    return 0
+
+
+def markdown(result: dict) -> str:
+    return group_markdown(result, "Backward-likelihood probe", "`bwd`: mean log-probability of the question's "
+                          f"tokens after the answer, asked as {result['ask']!r}.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
