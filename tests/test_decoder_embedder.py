@@ -232,6 +232,29 @@ def test_disk_cache_serves_a_second_embedder(llama_dir, tmp_path, monkeypatch):
     assert len(list(tmp_path.iterdir())) == 2
 
 
+def test_readings_inside_scratch_are_forgotten_and_never_stored(llama_dir, tmp_path):
+    kept = DecoderEmbedder(str(llama_dir), layer=2, cache_dir=tmp_path)
+    vectors = kept.embed_answers(["What is an apple?"], ["A fruit."])
+    shards = sorted(tmp_path.rglob("shard-*.npz"))
+    embedder = DecoderEmbedder(str(llama_dir), layer=2, cache_dir=tmp_path)
+    with embedder.scratch():  # the disk cache is loaded first: what it holds stays in memory
+        embedder.embed_answers(["Made up?"], ["Made up."])
+        assert len(embedder) == 2
+    assert len(embedder) == 1 and sorted(tmp_path.rglob("shard-*.npz")) == shards
+    np.testing.assert_array_equal(embedder.embed_answers(["What is an apple?"], ["A fruit."]), vectors)
+    embedder.embed_answers(["Real?"], ["Real."])  # outside it, readings are stored again
+    assert len(sorted(tmp_path.rglob("shard-*.npz"))) == len(shards) + 1
+
+
+def test_a_sentence_encoder_forgets_what_it_read_inside_scratch(tmp_path):
+    encoder = TextEmbedder("minilm", cache_dir=tmp_path)
+    with encoder.scratch():
+        encoder.embed(["made up"])
+    assert len(encoder) == 0 and not list(tmp_path.rglob("shard-*.npz"))
+    encoder.embed(["real"])
+    assert len(encoder) == 1 and len(list(tmp_path.rglob("shard-*.npz"))) == 1
+
+
 @pytest.mark.parametrize("stats", [False, True])
 def test_answers_sharing_a_prompt_reuse_its_cache_with_the_same_numbers(chat_llama_dir, stats):
     """Best-of-n: eight candidates of one question read after one cached prompt = each read whole."""

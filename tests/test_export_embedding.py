@@ -68,6 +68,7 @@ def test_fp32_reader_matches_pytorch_and_loads_without_torch(judge_dir, tmp_path
     warmed = Judge.load(out, max_batch_tokens=4096)  # a server's warm-up opens every session, shared prefix too
     assert warmed.warm_up() >= 3
     assert warmed.judge.embedder._session is not None and warmed.judge.embedder._shared is not None
+    assert len(warmed.judge.embedder) == 0  # and keeps none of its made-up readings
     np.testing.assert_allclose([c.p_a for c in warmed.compare_batch(items)],
                                [c.p_a for c in onnx_judge.compare_batch(items)], atol=1e-6)
 

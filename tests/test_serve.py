@@ -42,6 +42,9 @@ class SlowJudge:
     def sequence_lengths(self, records):
         return self.judge.sequence_lengths(records)
 
+    def scratch(self):
+        return self.judge.scratch()
+
 
 def test_compare_matches_the_judge(pair_judge):
     with TestClient(create_app(pair_judge)) as client:

@@ -8,6 +8,7 @@ arrays (``allow_pickle=False``); the identity is checked on load.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -64,6 +65,7 @@ class Cached:
         self.cache_dir = cache_dir
         self._disk: DiskCache | None = None
         self._opened = False
+        self._paused = False  # inside ``scratch``: nothing is stored
 
     def load(self, cache_id: str, memory: dict[str, np.ndarray]) -> None:
         if not self._opened:
@@ -74,8 +76,24 @@ class Cached:
                 self._disk.load_into(memory)
 
     def store(self, keys: list[str], vectors: np.ndarray) -> None:
-        if self._disk is not None:
+        if self._disk is not None and not self._paused:
             self._disk.append(keys, vectors)
+
+
+@contextlib.contextmanager
+def scratch(embedder):
+    """Readings ``embedder`` makes inside are forgotten when it ends: none is stored on disk, and those it added to
+    its in-memory cache are removed (a judge's warm-up reads made-up texts that no user asked for). The disk cache
+    is loaded first, so what it holds stays in memory."""
+    embedder._disk.load(embedder.cache_id, embedder._cache)
+    before = set(embedder._cache)
+    embedder._disk._paused = True
+    try:
+        yield
+    finally:
+        embedder._disk._paused = False
+        for key in set(embedder._cache) - before:
+            del embedder._cache[key]
 
 
 def save_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> Path:

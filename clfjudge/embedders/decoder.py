@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import token_batches
-from .cache import Cached, load_vectors, save_vectors
+from .cache import Cached, load_vectors, save_vectors, scratch
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -463,6 +463,10 @@ class DecoderEmbedder:
     def clear_cache(self) -> None:
         """Forget every stored vector (a long-running judge can bound its memory this way)."""
         self._cache.clear()
+
+    def scratch(self):
+        """A context whose readings are forgotten when it ends (``cache.scratch``)."""
+        return scratch(self)
 
     def save_cache(self, path: str | Path) -> Path:
         return save_vectors(path, self._cache, self.cache_id)

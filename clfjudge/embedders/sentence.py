@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import Cached, load_vectors, save_vectors
+from .cache import Cached, load_vectors, save_vectors, scratch
 
 DEFAULT_ENCODER = "minilm"
 
@@ -96,6 +96,10 @@ class TextEmbedder:
     def clear_cache(self) -> None:
         """Forget every stored vector (a long-running judge can bound its memory this way)."""
         self._cache.clear()
+
+    def scratch(self):
+        """A context whose readings are forgotten when it ends (``cache.scratch``)."""
+        return scratch(self)
 
     def save_cache(self, path: str | Path) -> Path:
         return save_vectors(path, self._cache, self.cache_id)

@@ -17,6 +17,7 @@ position-invariant by construction (reward heads, embedding judges) skip the sec
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -213,9 +214,14 @@ class Judge:
         rows = min(rows, max_items or self.batch_size)
         biggest = [item(f"Warm-up question {k}.", k, long) for k in range(rows)]
         shared = [item("Warm-up question.", k, WARM_UP_TEXT) for k in range(2 if task == "compare" else 4)]
-        run(biggest)
-        run(shared)
+        with self.scratch():  # made-up texts: kept neither in memory nor in a disk cache
+            run(biggest)
+            run(shared)
         return len(biggest) + len(shared)
+
+    def scratch(self) -> contextlib.AbstractContextManager:
+        """A context whose judgements leave no trace (a judge that caches readings forgets the ones made inside)."""
+        return contextlib.nullcontext()
 
     def require(self, task: str) -> None:
         if task not in self.tasks:

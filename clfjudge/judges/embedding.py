@@ -715,6 +715,10 @@ class SklearnJudge(Judge):
             out.append(lengths + (embedder.pending_text_lengths([r.question]) if with_question else []))
         return out
 
+    def scratch(self):
+        """The embedder's readings made inside are forgotten (``embedders.cache.scratch``)."""
+        return self.judge.embedder.scratch()
+
     def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
         return Cls3Head().outputs(self.calibration.scale(raw))
 
