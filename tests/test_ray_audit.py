@@ -26,6 +26,19 @@ FIXTURES = Path(__file__).parent / "fixtures" / "data"
 REAL_DATA = (data_root() / "pandalm" / "data" / "testset-v1.json").exists()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """This process predicts with one thread, as each actor does (one CPU each): a sum split over two threads
+    rounds differently in the last bits, and the two audits are compared byte for byte. (In a full test run
+    test_backbones already sets one thread at import; run alone, this module would otherwise use every core.)"""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def judges(tiny_bert_dir, tmp_path_factory) -> list[str]:
     """A pair judge (3-way classifier) and a point judge (regression), random init: each is applied to the sets
@@ -133,3 +146,20 @@ def test_the_local_audit_does_not_import_ray(judges, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert done.stdout.decode().splitlines()[-1] == "[]"
+
+
+def test_more_actors_than_the_cluster_has_are_refused_here_and_waited_for_on_a_cluster(capsys):
+    """Ray waits without a timeout for resources to place an actor: a local instance started by clfjudge cannot
+    grow, so asking it for more is an error; a cluster may autoscale, so there it is a warning."""
+    from clfjudge.serving import ray_engine
+
+    cpu = ray_engine.RayOptions(actors=3)
+    with pytest.raises(ValueError, match=r"3 actor\(s\) need 3 CPUs \(the cluster has 2\): a local Ray instance"):
+        ray_engine.check_placeable(3, cpu, {"CPU": 2.0}, can_grow=False)
+    ray_engine.check_placeable(3, cpu, {"CPU": 2.0}, can_grow=True)
+    assert "warning: 3 actor(s) need 3 CPUs (the cluster has 2); Ray waits" in capsys.readouterr().err
+    ray_engine.check_placeable(2, cpu, {"CPU": 2.0}, can_grow=False)  # fits: nothing said
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match=r"1 GPUs \(the cluster has 0\)"):  # no GPU at all: it would wait forever
+        ray_engine.check_placeable(2, ray_engine.RayOptions(gpus_per_actor=0.5), {"CPU": 2.0}, can_grow=False)
+

@@ -210,3 +210,55 @@ def test_the_single_process_path_does_not_import_ray(judge_dir, shards, tmp_path
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert done.stdout.decode().splitlines()[-1] == "[]"
+
+
+def test_asking_a_local_ray_for_more_actors_than_it_has_stops_with_a_clear_error(judge_dir, shards, tmp_path):
+    """Ray would wait forever to place them. In a process of its own, so that clfjudge starts the local instance
+    (in this one it would join the module's)."""
+    script = ("import sys\nfrom clfjudge.cli import main\n"
+              f"sys.exit(main(['score', {str(judge_dir)!r}, '--input', {str(shards / 'in' / 'b.jsonl')!r}, "
+              f"'--output', {str(tmp_path / 'out')!r}, '--engine', 'ray', '--actors', '4096']))\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_worker_niceness": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, timeout=600)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err[-3000:]
+    assert "4096 actor(s) need 4096 CPUs" in err and "a local Ray instance cannot place them" in err, err[-3000:]
+
+
+def test_a_finished_shard_whose_input_changed_is_refused_even_at_the_same_size(tmp_path):
+    """The skip check compares the input's SHA-256, not only its size: a label flipped in place is found."""
+    from clfjudge.serving import ray_engine
+    from clfjudge.serving.batch import Tally
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(_pair(0, "x")) + "\n")
+    shard, layout = ray_engine.Shard(str(path), "in", "jsonl"), ray_engine.Layout(tmp_path / "out")
+    writer = ray_engine.ShardWriter(shard, layout)
+    writer.add({"first": 1, "last": 1, "rows": "{}\n", "rejected": "", "tally": json.dumps(Tally().to_dict())})
+    writer.commit(ray_engine.input_digest(str(path)))
+    assert ray_engine._finished(shard, layout) is not None  # unchanged: skipped
+    text = path.read_text()
+    path.write_text(text.replace('"verdict": "A"', '"verdict": "B"') if '"verdict": "A"' in text
+                    else text.replace("a", "b", 1))
+    assert path.stat().st_size == len(text.encode())
+    with pytest.raises(ValueError, match=r"was scored from .*sha256 [0-9a-f]{12}\.\.\.\), not from"):
+        ray_engine._finished(shard, layout)
+
+
+def test_an_input_that_changes_while_it_is_scored_is_not_written(ray_cluster, judge_dir, shards, tmp_path,
+                                                                   monkeypatch):
+    from clfjudge.serving import ray_engine
+
+    real, calls = ray_engine.input_digest, []
+
+    def changing(path):  # the file as the run starts, then another content of the same size
+        calls.append(path)
+        return real(path) if len(calls) == 1 else {**real(path), "sha256": "0" * 64}
+
+    monkeypatch.setattr(ray_engine, "input_digest", changing)
+    out = tmp_path / "out"
+    code, _, err = _score(str(judge_dir), "--input", str(shards / "in" / "b.jsonl"), "--output", str(out),
+                          "--engine", "ray", "--actors", "1", *OPTIONS)
+    assert code == 2 and "changed while it was scored" in err, err[-3000:]
+    assert not (out / "b.jsonl").exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import sys
@@ -276,8 +277,9 @@ class ShardWriter:
         self.tally.add(Tally.from_dict(json.loads(row["tally"])))
         return row["rejected"].splitlines()
 
-    def commit(self, size: int) -> None:
-        """The shard is complete: make its files durable, then rename them into place, the output last."""
+    def commit(self, source: dict[str, Any]) -> None:
+        """The shard is complete: make its files durable, then rename them into place, the output last.
+        ``source``: the input's ``input_digest`` as it was scored."""
         for f in self.files:
             f.flush()
             os.fsync(f.fileno())
@@ -290,8 +292,8 @@ class ShardWriter:
             rejected.unlink(missing_ok=True)
         state = self.layout.state(self.shard)
         state.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(state, json.dumps({"input": self.shard.path, "bytes": size,
-                                             "tally": self.tally.to_dict()}, indent=1) + "\n")
+        _write_atomically(state, json.dumps({"input": self.shard.path, **source, "tally": self.tally.to_dict()},
+                                            indent=1) + "\n")
         os.replace(Layout.temporary(output), output)
         _fsync_dir(output.parent)
 
@@ -300,17 +302,26 @@ class ShardWriter:
             f.close()
 
 
+def input_digest(path: str) -> dict[str, Any]:
+    """What identifies an input file's content: its size and SHA-256 (the single-process scorer's --resume
+    checks the same)."""
+    with open(path, "rb") as f:
+        return {"bytes": os.fstat(f.fileno()).st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+
+
 def _finished(shard: Shard, layout: Layout) -> Tally | None:
-    """The tally of a shard an earlier run finished, or None; an error if its input changed since."""
+    """The tally of a shard an earlier run finished, or None; an error if its input changed since (size and
+    SHA-256; a state written before the hash was recorded is checked by size)."""
     state_path = layout.state(shard)
     if not layout.output(shard).is_file() or not state_path.is_file():
         return None
     state = json.loads(state_path.read_text(encoding="utf-8"))
-    size = os.path.getsize(shard.path)
-    if state["input"] != shard.path or state["bytes"] != size:
-        raise ValueError(f"{layout.output(shard)} was scored from {state['input']} ({state['bytes']} bytes), not "
-                         f"from {shard.path} ({size} bytes): remove it (and {state_path}) to score this shard again, "
-                         "or use another output directory")
+    now = input_digest(shard.path)
+    if state["input"] != shard.path or any(state[k] != now[k] for k in now if k in state):
+        was = f"{state['bytes']} bytes" + (f", sha256 {state['sha256'][:12]}..." if "sha256" in state else "")
+        raise ValueError(f"{layout.output(shard)} was scored from {state['input']} ({was}), not from {shard.path} "
+                         f"({now['bytes']} bytes, sha256 {now['sha256'][:12]}...): remove it (and {state_path}) "
+                         "to score this shard again, or use another output directory")
     return Tally.from_dict(state["tally"])
 
 
@@ -342,35 +353,62 @@ class RayOptions:
     cpus_per_actor: float = 1.0
 
 
+_started_locally = False  # whether the Ray instance in use was started here (it has this machine and cannot grow)
+
+
 def _connect(address: str | None) -> bool:
     """Connect to Ray (or start a local instance); True if this call did, so the caller shuts it down."""
+    global _started_locally
     if ray.is_initialized():
         return False
     local = {"include_dashboard": False} if address is None and "RAY_ADDRESS" not in os.environ else {}
     ray.init(address=address, logging_level="warning", log_to_driver=False, **local)
+    _started_locally = bool(local)
     return True
 
 
 @contextlib.contextmanager
 def connected(address: str | None) -> Iterator[None]:
     """Ray for the block (``_connect``); a local instance started for it is shut down after it."""
+    global _started_locally
     started = _connect(address)
     try:
         yield
     finally:
         if started:
             ray.shutdown()
+            _started_locally = False
 
 
-def _pool_size(options: RayOptions) -> int:
+def _pool_size(options: RayOptions, calls: int | None = None) -> int:
+    """How many actors to start (at most ``calls``), checked against what the cluster has (``check_placeable``)."""
     if options.actors is not None:
         if options.actors < 1:
             raise ValueError("--actors must be positive")
-        return options.actors
-    resources = ray.cluster_resources()
-    if options.gpus_per_actor:
-        return max(1, int(resources.get("GPU", 0) // options.gpus_per_actor))
-    return max(1, int(resources.get("CPU", 1) // options.cpus_per_actor))
+        size = options.actors
+    else:
+        resources = ray.cluster_resources()
+        per = ("GPU", options.gpus_per_actor) if options.gpus_per_actor else ("CPU", options.cpus_per_actor)
+        size = max(1, int(resources.get(per[0], 0) // per[1]))
+    size = size if calls is None else min(size, calls)
+    check_placeable(size, options, ray.cluster_resources(), can_grow=not _started_locally)
+    return size
+
+
+def check_placeable(size: int, options: RayOptions, resources: dict[str, float], can_grow: bool) -> None:
+    """Ray waits, without a timeout, for resources to place an actor. Asking for more than the cluster has is an
+    error on a local instance started here (it cannot grow) and a warning on a cluster (an autoscaler may add
+    nodes; until then the run waits)."""
+    need = {"CPU": size * options.cpus_per_actor, "GPU": size * options.gpus_per_actor}
+    short = [f"{need[k]:g} {k}s (the cluster has {resources.get(k, 0):g})" for k in need
+             if need[k] > resources.get(k, 0) + 1e-9]
+    if not short:
+        return
+    message = f"{size} actor(s) need {' and '.join(short)}"
+    if not can_grow:
+        raise ValueError(f"{message}: a local Ray instance cannot place them; ask for fewer --actors (or fewer "
+                         "CPUs / GPUs per actor)")
+    print(f"warning: {message}; Ray waits until the cluster can place them", file=sys.stderr)
 
 
 def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, symmetric: bool, chunk_size: int,
@@ -417,6 +455,7 @@ def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symm
     context.execution_options.preserve_order = True  # each shard's chunks reach the driver in line order
     size = _pool_size(options)
     print(f"scoring {len(shards)} shard(s) with {size} judge actor(s) on Ray", file=sys.stderr)
+    sources = {s.path: input_digest(s.path) for s in shards}  # each input as the run starts, before any is read
     # Reading and cutting chunks is light next to judging them: the read tasks take no CPU slot, so that every
     # slot can hold an actor (a read task waiting for a slot the actors hold would stall the pipeline).
     ds = ray.data.read_datasource(ChunkSource(shards, task, chunk_size), num_cpus=0)
@@ -441,7 +480,11 @@ def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symm
                           file=sys.stderr)
                     shown += 1
             if row["final"]:
-                writer.commit(os.path.getsize(path))
+                now = input_digest(path)
+                if now != sources[path]:  # the lines scored are not all from one version of the file
+                    raise ValueError(f"{path} changed while it was scored ({sources[path]['bytes']} bytes, then "
+                                     f"{now['bytes']}); its output is not written: score it again")
+                writer.commit(now)
                 del writers[path]
     finally:
         for writer in writers.values():  # unfinished shards keep their temporary files; the next run redoes them
@@ -484,7 +527,7 @@ def map_on_actors(build: Callable[..., Any], kwargs: dict[str, Any], work: Calla
     run with its error (``_task_errors``), an actor that cannot start with the error ``build`` raised."""
     if not calls:
         return
-    size = min(_pool_size(options), len(calls))
+    size = _pool_size(options, len(calls))
     print(f"{what}: {len(calls)} call(s) on {size} actor(s) on Ray", file=sys.stderr)
     holder = ray.remote(_Holder).options(num_cpus=options.cpus_per_actor, num_gpus=options.gpus_per_actor)
     actors = [holder.remote(build, kwargs, work) for _ in range(size)]
