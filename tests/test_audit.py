@@ -102,7 +102,24 @@ def test_semscore_system_level_on_real_slice(tmp_path):
                   limit=60, bootstrap=0, progress=False)
     cell = m["suites"]["cross-scheme"]["rows"]["semscore"]["prometheus-vicuna"]
     assert -1.0 <= cell["pearson"] <= 1.0
-    assert len(m["suites"]["system-level"]["sets"]["prometheus-vicuna"]["semscore"]["systems"]) == 4
+    system = m["suites"]["system-level"]["sets"]["prometheus-vicuna"]["semscore"]
+    assert len(system["systems"]) == 4 and system["kendall_tau"] == pytest.approx(abs(system["kendall_tau_signed"]))
+
+
+def test_system_level_keeps_the_sign_the_papers_protocol_drops():
+    from clfjudge.audit.report import system_section
+    from clfjudge.audit.semscore import system_level
+
+    systems = ["a", "a", "b", "b", "c", "c"]
+    gold = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    backwards = system_level(systems, [-g for g in gold], gold)  # ranks the three systems in reverse
+    assert backwards.kendall_tau == pytest.approx(1.0) and backwards.pearson_r == pytest.approx(1.0)
+    assert backwards.kendall_tau_signed == pytest.approx(-1.0) and backwards.pearson_r_signed == pytest.approx(-1.0)
+    assert system_level(systems, gold, gold).kendall_tau_signed == pytest.approx(1.0)
+    cell = {"kendall_tau": 1.0, "pearson_r": 1.0, "kendall_tau_signed": -1.0, "pearson_r_signed": -1.0,
+            "systems": ["a", "b", "c"]}
+    lines = system_section({"suites": {"system-level": {"sets": {"vicuna": {"shorter": cell}}}}})
+    assert "| vicuna | shorter | 1.000 | 1.000 | -1.000 / -1.000 | 3 |" in lines
 
 
 def test_only_the_length_baseline_has_a_margin():

@@ -209,13 +209,17 @@ def system_section(m: Mapping[str, Any]) -> list[str]:
     sets = m["suites"].get("system-level", {}).get("sets", {})
     if not sets:
         return []
-    body = [[s, j, _fmt(v["kendall_tau"], pct=False), _fmt(v["pearson_r"], pct=False), str(len(v["systems"]))]
-            for s, judges in sets.items() for j, v in judges.items()]
+    def signed(v: Mapping[str, Any]) -> str:  # metrics written before the signed values were kept: n/a
+        return " / ".join(_fmt(v.get(k), pct=False) for k in ("kendall_tau_signed", "pearson_r_signed"))
+
+    body = [[s, j, _fmt(v["kendall_tau"], pct=False), _fmt(v["pearson_r"], pct=False), signed(v),
+             str(len(v["systems"]))] for s, judges in sets.items() for j, v in judges.items()]
     return ["## System level (SemScore protocol)", "",
-            "Per-system mean of each judge's score vs the per-system mean GPT-4 score; |Kendall τ|, |Pearson r|. "
+            "Per-system mean of each judge's score vs the per-system mean GPT-4 score; |Kendall τ|, |Pearson r| "
+            "(the paper's protocol), and both with their sign (negative: the judge ranks the systems backwards). "
             f"Paper: SemScore {SEMSCORE_SYSTEM['kendall_tau']} / {SEMSCORE_SYSTEM['pearson_r']} "
             f"({SEMSCORE_SYSTEM['table']}); with only 4 systems here τ moves in steps of 1/3.", "",
-            *_table(["set", "judge", "Kendall τ", "Pearson r", "systems"], body), ""]
+            *_table(["set", "judge", "Kendall τ", "Pearson r", "signed τ / r", "systems"], body), ""]
 
 
 def truncation_section(m: Mapping[str, Any]) -> list[str]:

@@ -81,13 +81,16 @@ class SystemLevel:
     systems: list[str]
     metric_means: list[float]
     gold_means: list[float]
-    kendall_tau: float
+    kendall_tau: float  # |tau| and |r|, the paper's protocol
     pearson_r: float
     n_per_system: dict[str, int]
+    kendall_tau_signed: float  # the same with their sign: a judge that ranks the systems backwards is negative
+    pearson_r_signed: float
 
 
 def system_level(systems: Sequence[str], metric: Sequence[float], gold: Sequence[float]) -> SystemLevel:
-    """Average metric and gold per system, then |Kendall tau| and |Pearson r| across systems (paper §4)."""
+    """Average metric and gold per system, then |Kendall tau| and |Pearson r| across systems (paper §4), and both
+    with their sign."""
     from scipy.stats import kendalltau, pearsonr
 
     by_sys: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -98,11 +101,7 @@ def system_level(systems: Sequence[str], metric: Sequence[float], gold: Sequence
         raise ValueError(f"system-level correlation needs at least 3 systems, got {names}")
     m_means = [float(np.mean([m for m, _ in by_sys[s]])) for s in names]
     g_means = [float(np.mean([g for _, g in by_sys[s]])) for s in names]
-    return SystemLevel(
-        systems=names,
-        metric_means=m_means,
-        gold_means=g_means,
-        kendall_tau=abs(float(kendalltau(m_means, g_means).statistic)),
-        pearson_r=abs(float(pearsonr(m_means, g_means).statistic)),
-        n_per_system={s: len(by_sys[s]) for s in names},
-    )
+    tau = float(kendalltau(m_means, g_means).statistic)
+    r = float(pearsonr(m_means, g_means).statistic)
+    return SystemLevel(systems=names, metric_means=m_means, gold_means=g_means, kendall_tau=abs(tau), pearson_r=abs(r),
+                       n_per_system={s: len(by_sys[s]) for s in names}, kendall_tau_signed=tau, pearson_r_signed=r)

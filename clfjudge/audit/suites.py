@@ -284,6 +284,8 @@ def system_level_suite(d: AuditData) -> Table:
             kept = [(r.model, v, r.score) for r, v in zip(recs, p.scores) if v is not None]
             res = system_level(*zip(*kept))
             out.setdefault(s.name, {})[judge] = {"kendall_tau": res.kendall_tau, "pearson_r": res.pearson_r,
+                                                 "kendall_tau_signed": res.kendall_tau_signed,
+                                                 "pearson_r_signed": res.pearson_r_signed,
                                                  "systems": res.systems, "judge_means": res.metric_means,
                                                  "gold_means": res.gold_means}
     return {"sets": out}
