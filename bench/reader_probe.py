@@ -247,14 +247,15 @@ def group_fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: fl
     return lambda p: 100 * np.mean((group_design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)) - p.longer
 
 
-def group_probe(data: dict[str, Pairs], groups: tuple[str, ...] | None, balanced: bool, rule=None) -> dict:
-    """LOSO over the pool, dev and (where read) test scores of ``group_fit``, or of an untrained ``rule`` (a set ->
-    points above longer-answer-wins) when ``groups`` is None."""
+def group_probe(data: dict[str, Pairs], groups: tuple[str, ...] | None, balanced: bool, rule=None,
+                fit=None) -> dict:
+    """LOSO over the pool, dev and (where read) test scores of ``group_fit``, of an untrained ``rule`` (a set ->
+    points above longer-answer-wins) when ``groups`` is None, or of ``fit`` (training sets -> such a function)."""
     pool = [n for n in data if n.startswith("pool:")]
-    train = (lambda names: rule) if groups is None else (lambda names: group_fit([data[m] for m in names], groups,
-                                                                                  balanced))
-    loso = {n: train([m for m in pool if m != n])(data[n]) for n in pool}
-    judge = train(pool)
+    if fit is None:
+        fit = (lambda train: rule) if groups is None else (lambda train: group_fit(train, groups, balanced))
+    loso = {n: fit([data[m] for m in pool if m != n])(data[n]) for n in pool}
+    judge = fit([data[n] for n in pool])
     dev = {n: judge(data[n]) for n in DEV}
     return {"loso": loso, "loso_mean": float(np.mean(list(loso.values()))), "dev": dev,
             "dev_mean": float(np.mean(list(dev.values()))),
