@@ -163,3 +163,49 @@ def test_more_actors_than_the_cluster_has_are_refused_here_and_waited_for_on_a_c
     with pytest.raises(ValueError, match=r"1 GPUs \(the cluster has 0\)"):  # no GPU at all: it would wait forever
         ray_engine.check_placeable(2, ray_engine.RayOptions(gpus_per_actor=0.5), {"CPU": 2.0}, can_grow=False)
 
+
+
+CLIENT_CLUSTER = """
+import sys
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
+                                                        "ray_client_server_port": int(sys.argv[1])})
+print("up", flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_audit_runs_through_ray_client(judges, tmp_path):
+    """From a machine outside the cluster (a Ray Client driver, ``--address ray://HOST:PORT``): the judge
+    directories predict on the cluster's actors and the audit is the local audit, byte for byte. The cluster runs
+    in a process of its own with a Ray Client server, as ``ray start --head`` would."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CLFJUDGE_DATA": str(FIXTURES),
+           "RAY_worker_niceness": "0"}
+    env.pop("RAY_ADDRESS", None)
+    cluster = subprocess.Popen([sys.executable, "-c", CLIENT_CLUSTER, str(port)], cwd=REPO, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert cluster.stdout.readline().strip() == "up"
+        common = [*judges, "--sets", "pandalm-test", "autoj-test", "--limit", "3", "--bootstrap", "20"]
+        script = f"import sys\nfrom clfjudge.cli import main\nsys.exit(main({['audit', *common]!r} + sys.argv[1:]))"
+        runs = {}
+        for name, extra in (("local", []), ("client", ["--engine", "ray", "--address", f"ray://127.0.0.1:{port}",
+                                                       "--actors", "2"])):
+            runs[name] = subprocess.run([sys.executable, "-c", script, "--out", str(tmp_path / name), *extra],
+                                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            assert runs[name].returncode == 0, runs[name].stderr[-3000:]
+    finally:
+        cluster.communicate(timeout=120)  # closes stdin: the cluster shuts down
+    assert "2 call(s) on 2 actor(s) on Ray" in runs["client"].stderr
+    for file in ("metrics.json", "report.md"):
+        assert (tmp_path / "client" / file).read_bytes() == (tmp_path / "local" / file).read_bytes(), file

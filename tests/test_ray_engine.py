@@ -201,6 +201,20 @@ def test_bad_ray_inputs_and_options_are_named(judge_dir, tmp_path):
     assert code == 2 and "--actors applies to --engine ray" in err
 
 
+def test_a_ray_client_address_is_refused_before_anything_is_written(judge_dir, shards, tmp_path, monkeypatch):
+    """Ray Data, which the scorer runs on, does not work through Ray Client: ``ray://`` (given or in RAY_ADDRESS) is
+    refused with the ways that do work, before the output directory is made."""
+    args = [str(judge_dir), "--input", str(shards / "in" / "a.jsonl"), "--output", str(tmp_path / "o"),
+            "--engine", "ray"]
+    code, _, err = _score(*args, "--address", "ray://127.0.0.1:10001")
+    assert code == 2 and "--address ray://127.0.0.1:10001: clfjudge score --engine ray runs on Ray Data" in err
+    assert "--address auto" in err and "ray job submit" in err
+    monkeypatch.setenv("RAY_ADDRESS", "ray://10.0.0.1:10001")
+    code, _, err = _score(*args)
+    assert code == 2 and "RAY_ADDRESS ray://10.0.0.1:10001: clfjudge score --engine ray" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_single_process_path_does_not_import_ray(judge_dir, shards, tmp_path):
     script = ("import sys\nfrom clfjudge.cli import main\n"
               f"code = main(['score', {str(judge_dir)!r}, '--input', {str(shards / 'in' / 'a.jsonl')!r}, "

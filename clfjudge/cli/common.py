@@ -35,8 +35,9 @@ def add_engine_options(parser: argparse.ArgumentParser, engines: Sequence[str], 
     e = parser.add_argument_group("engine", "where the judge runs (pip install 'clfjudge[ray]' for --engine ray)")
     e.add_argument("--engine", default="local", choices=engines, help=engine_help)
     e.add_argument("--address", default=None,
-                   help="Ray cluster to use: auto (the one `ray start` runs here), ray://HOST:10001 or HOST:6379 "
-                        "(default: RAY_ADDRESS, else a local Ray instance started for this run)")
+                   help="Ray cluster to use: auto (the one `ray start` runs here), HOST:6379, or ray://HOST:10001 "
+                        "(Ray Client: audit only, Ray Data does not run through it) (default: RAY_ADDRESS, else a "
+                        "local Ray instance started for this run)")
     e.add_argument("--actors", type=int, default=None,
                    help="judge actors, each loading the judge once (default: one per CPU of the cluster, or per "
                         "GPU share with --gpus-per-actor)")

@@ -380,18 +380,30 @@ def connected(address: str | None) -> Iterator[None]:
             _started_locally = False
 
 
+def check_not_ray_client(address: str | None) -> None:
+    """Ray Data, which the scoring runs on, does not work through Ray Client (ray-project/ray#42739): refuse a
+    ``ray://`` address (given or in RAY_ADDRESS) before anything starts, instead of failing inside Ray."""
+    given = address if address is not None else os.environ.get("RAY_ADDRESS", "")
+    if given.startswith("ray://"):
+        where = "--address" if address is not None else "RAY_ADDRESS"
+        raise ValueError(f"{where} {given}: clfjudge score --engine ray runs on Ray Data, which does not work "
+                         "through Ray Client (ray://). Run it on a node of the cluster (--address auto, or "
+                         "HEAD_IP:6379), or submit it there as a Ray job (ray job submit -- clfjudge score ...); "
+                         "clfjudge audit --engine ray does work through ray://")
+
+
 def _pool_size(options: RayOptions, calls: int | None = None) -> int:
     """How many actors to start (at most ``calls``), checked against what the cluster has (``check_placeable``)."""
+    resources = ray.cluster_resources()
     if options.actors is not None:
         if options.actors < 1:
             raise ValueError("--actors must be positive")
         size = options.actors
     else:
-        resources = ray.cluster_resources()
         per = ("GPU", options.gpus_per_actor) if options.gpus_per_actor else ("CPU", options.cpus_per_actor)
         size = max(1, int(resources.get(per[0], 0) // per[1]))
     size = size if calls is None else min(size, calls)
-    check_placeable(size, options, ray.cluster_resources(), can_grow=not _started_locally)
+    check_placeable(size, options, resources, can_grow=not _started_locally)
     return size
 
 
@@ -414,6 +426,7 @@ def check_placeable(size: int, options: RayOptions, resources: dict[str, float],
 def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, symmetric: bool, chunk_size: int,
                  load: dict[str, Any], options: RayOptions, settings: dict[str, Any]) -> tuple[Tally, list[Path]]:
     """Score the shards not yet finished in ``out``; the tally of every shard and the rejected files there."""
+    check_not_ray_client(options.address)
     layout = Layout(out)
     out.mkdir(parents=True, exist_ok=True)
     _check_settings(layout, settings)
