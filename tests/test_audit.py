@@ -71,6 +71,18 @@ def test_unknown_judge_and_suite_are_clear_errors(tmp_path):
         build_judge("baseline:oracle")
     with pytest.raises(ValueError, match="unknown suite"):
         run_audit(["baseline:longer"], tmp_path, suites=["vibes"], progress=False)
+    # a judge that names nothing is refused before any set is loaded or output directory made
+    with pytest.raises(FileNotFoundError, match="neither a judge directory"):
+        run_audit(["baseline:longer", str(tmp_path / "nope")], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_key_error_is_one_unquoted_line(tiny_pair_judge, capsys):
+    """The CLI prints a KeyError's message, not its repr (which would wrap it in quotes)."""
+    assert main(["calibrate", str(tiny_pair_judge), "--source", "nope"]) == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "clfjudge: error:" in x)
+    assert "clfjudge: error: unknown source 'nope'; known: alpacaeval-gpt4, " in line, err
 
 
 def test_cli_writes_report(fixture_data, tmp_path):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.records import PairRecord
 from ..models.onnx_session import AUTO
-from .judges import DirectoryJudge, Predictions, build_judge, judge_directory, predict_or_reason
+from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
 if TYPE_CHECKING:
@@ -164,11 +164,13 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     from .report import write_report
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     chosen = list(suites or SUITES)
     unknown = sorted(set(chosen) - set(SUITES))
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
+    for spec in judges:  # before any set is loaded or judge predicts
+        check_spec(spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
     test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
     names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)

@@ -274,13 +274,26 @@ JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
 JUDGE_KINDS.register("gen", _generative)
 
 
+def _kind(spec: str) -> tuple[str, str] | None:
+    """(prefix, rest) of a spec that names a registered kind; None for a judge directory."""
+    prefix, _, rest = spec.partition(":")
+    return (prefix, rest) if prefix in JUDGE_KINDS and (rest or prefix == "semscore") else None
+
+
 def judge_directory(spec: str) -> Path | None:
     """The judge directory a spec names (``DIR``, or the deprecated ``gen:DIR``), or None for the other kinds
     (those ``clfjudge audit --engine ray`` does not send to Ray)."""
-    prefix, _, rest = spec.partition(":")
-    if prefix in JUDGE_KINDS and (rest or prefix == "semscore"):
-        return Path(rest) if prefix == "gen" and "@" not in rest else None
+    kind = _kind(spec)
+    if kind is not None:
+        return Path(kind[1]) if kind[0] == "gen" and "@" not in kind[1] else None
     return Path(spec) if Path(spec).is_dir() else None
+
+
+def check_spec(spec: str) -> None:
+    """Refuse, before anything is loaded, a spec that names neither a judge kind nor a directory."""
+    if _kind(spec) is None and not Path(spec).is_dir():
+        raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
+                                f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
 
 
 def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
@@ -293,10 +306,8 @@ def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
 
 
 def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:
-    prefix, _, rest = spec.partition(":")
-    if prefix in JUDGE_KINDS and (rest or prefix == "semscore"):
-        return JUDGE_KINDS.get(prefix)(rest)
-    if not Path(spec).is_dir():
-        raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
-                                f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
+    kind = _kind(spec)
+    if kind is not None:
+        return JUDGE_KINDS.get(kind[0])(kind[1])
+    check_spec(spec)
     return DirectoryJudge(spec, trust_pickle=trust_pickle)

@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (FileNotFoundError, ValueError, KeyError) as exc:  # user errors: one clear line, non-zero exit
-        print(f"clfjudge: error: {exc}", file=sys.stderr)
+        # str(KeyError) is the repr of its message (quoted); the message itself reads better
+        message = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else exc
+        print(f"clfjudge: error: {message}", file=sys.stderr)
         return 2
 
 
