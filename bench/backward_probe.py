@@ -19,7 +19,6 @@ nothing). Readings cached as ``.npz`` per set under ``--cache``.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,16 +27,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reader_probe  # noqa: E402
-from common import machine, write  # noqa: E402
+from common import write  # noqa: E402
 from reader_probe import (  # noqa: E402
-    BATCH_TOKENS,
     MAX_ANSWER,
     MAX_PROMPT,
     group_markdown,
     group_probe,
     probe_parser,
+    probe_result,
     probe_sets,
     text_key,
+    token_nll,
 )
 
 ASK = "Here is a response:\n\n{answer}\n\nWrite the instruction it responds to."
@@ -48,11 +48,6 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
     path = cache / f"backward-{spec}" / f"{name}.npz"
     if path.exists():
         return path
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from clfjudge.batching import token_batches
-    from clfjudge.embedders.decoder import autocast, resolve_precision
     from clfjudge.models.backbones import load_tokenizer, resolve_backbone
 
     tok = load_tokenizer(resolve_backbone(spec))
@@ -69,28 +64,12 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
                 body = tok.decode(ids(answer)[:MAX_ANSWER])
                 prefix = ids(tok.apply_chat_template([{"role": "user", "content": ASK.format(answer=body)}],
                                                      tokenize=False, add_generation_prompt=True))
-                entries[key] = (prefix, target)
-    keys = list(entries)
-    items = [entries[k] for k in keys]
-    model = AutoModelForCausalLM.from_pretrained(str(resolve_backbone(spec).path_or_id), dtype=torch.float32).eval()
-    lengths = [len(p) + len(t) for p, t in items]
-    out = np.zeros(len(items), np.float32)
+                entries[key] = (key, prefix, target)
     started = time.monotonic()
-    with torch.inference_mode(), autocast(resolve_precision(precision)):
-        for batch in token_batches(lengths, len(items), BATCH_TOKENS):
-            x = torch.full((len(batch), max(lengths[j] for j in batch)), tok.eos_token_id)
-            mask = torch.zeros_like(x)
-            for row, j in enumerate(batch):
-                x[row, :lengths[j]] = torch.tensor(items[j][0] + items[j][1])
-                mask[row, :lengths[j]] = 1
-            h = model.model(input_ids=x, attention_mask=mask).last_hidden_state
-            for row, j in enumerate(batch):
-                p, t = len(items[j][0]), items[j][1]
-                logits = model.lm_head(h[row, p - 1:p - 1 + len(t)]).float()
-                out[j] = torch.log_softmax(logits, -1)[torch.arange(len(t)), torch.tensor(t)].mean().item()
+    nll = token_nll(spec, list(entries.values()), tok.eos_token_id, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, keys=np.array(keys), bwd=out)
-    print(f"[backward {spec}] {name}: {len(items)} answers in {time.monotonic() - started:.0f} s", flush=True)
+    np.savez(path, keys=np.array(list(entries)), bwd=np.array([-x.mean() for x in nll], np.float32))
+    print(f"[backward {spec}] {name}: {len(entries)} answers in {time.monotonic() - started:.0f} s", flush=True)
     return path
 
 
@@ -136,9 +115,7 @@ def main() -> int:
                      "layer 8 + bwd + info": ("first", "bwd", "info")}
     rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced, rule)
             for balanced in (False, True) for name, groups in variants.items() if groups or not balanced}
-    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
-              "reader": args.reader, "per_source": args.per_source, "ask": ASK,
-              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    result = probe_result(args, started, rows, ask=ASK)
     print(f"wrote {write('backward_probe', result, markdown(result))}")
     return 0
 

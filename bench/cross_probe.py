@@ -20,7 +20,6 @@ under ``--cache``. A pair costs two passes of both answers: four answer readings
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,8 +28,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reader_probe  # noqa: E402
-from common import machine, write  # noqa: E402
-from reader_probe import MAX_ANSWER, MAX_PROMPT, group_markdown, group_probe, probe_parser, probe_sets, read_states  # noqa: E402
+from common import write  # noqa: E402
+from reader_probe import (  # noqa: E402
+    MAX_ANSWER,
+    MAX_PROMPT,
+    group_markdown,
+    group_probe,
+    probe_parser,
+    probe_result,
+    probe_sets,
+    read_states,
+)
 
 SEPARATOR = "\n\nAnother answer:\n\n"  # between the two answers, inside the assistant's turn
 
@@ -96,9 +104,7 @@ def main() -> int:
     rows = {f"{'+'.join(groups)} + info{', length-balanced' if balanced else ''}":
             group_probe(data, (*groups, "info"), balanced)
             for balanced in (False, True) for groups in (("first",), ("second",), ("first", "second"))}
-    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
-              "reader": f"{args.reader}:{args.layer}", "per_source": args.per_source, "separator": SEPARATOR,
-              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    result = probe_result(args, started, rows, f"{args.reader}:{args.layer}", separator=SEPARATOR)
     print(f"wrote {write('cross_probe', result, markdown(result))}")
     return 0
 

@@ -22,7 +22,6 @@ embedding cache.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,8 +32,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cross_probe  # noqa: E402
-from common import machine, write  # noqa: E402
-from reader_probe import MAX_ANSWER, MAX_PROMPT, _weights, group_markdown, group_probe, probe_parser, probe_sets  # noqa: E402
+from common import write  # noqa: E402
+from reader_probe import (  # noqa: E402
+    MAX_ANSWER,
+    MAX_PROMPT,
+    _weights,
+    group_markdown,
+    group_probe,
+    probe_parser,
+    probe_result,
+    probe_sets,
+)
 
 C = 0.03
 Margin = Callable[[cross_probe.Pairs], np.ndarray]
@@ -177,10 +185,8 @@ def main() -> int:
     rows = {f"{name}{', length-balanced' if balanced else ''}":
             group_probe(data, None, balanced, fit=partial(trained, make=make, balanced=balanced))
             for balanced in (False, True) for name, make in variants.items()}
-    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
-              "reader": f"{args.reader}:8", "per_source": args.per_source, "gap": args.gap,
-              "autoj_pairs": {"n": len(extra.y), "longer_wins": extra.longer},
-              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    result = probe_result(args, started, rows, f"{args.reader}:8", gap=args.gap,
+                          autoj_pairs={"n": len(extra.y), "longer_wins": extra.longer})
     print(f"wrote {write('invariance_probe', result, markdown(result))}")
     return 0
 

@@ -16,7 +16,6 @@ evaluation sets only with ``--test``, for the record). Readings cached as ``.npz
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reader_probe  # noqa: E402
-from common import machine, write  # noqa: E402
-from reader_probe import answer_items, group_markdown, group_probe, probe_parser, probe_sets, read_states, text_key  # noqa: E402
+from common import write  # noqa: E402
+from reader_probe import (  # noqa: E402
+    answer_items,
+    group_markdown,
+    group_probe,
+    probe_parser,
+    probe_result,
+    probe_sets,
+    read_states,
+    text_key,
+)
 
 ASK = "Is the response above helpful and correct, and does it do exactly what was asked? Answer yes or no."
 
@@ -93,9 +101,7 @@ def main() -> int:
         variants[f"layer {layer} last (prompted) + mean + info"] = (f"last{layer}", f"mean{layer}", "info")
     rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced)
             for balanced in (False, True) for name, groups in variants.items()}
-    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
-              "reader": args.reader, "per_source": args.per_source, "ask": ASK,
-              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    result = probe_result(args, started, rows, ask=ASK)
     text = group_markdown(result, "Prompted-reading probe", "`last`: the state of the last token after a second "
                           f"user turn asking {result['ask']!r}; `mean`: over the answer's tokens, same pass.")
     print(f"wrote {write('prompted_probe', result, text)}")

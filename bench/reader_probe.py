@@ -83,6 +83,23 @@ def answer_items(spec: str, records: list) -> tuple[list[tuple[str, list[int], l
     return [(key, prompt, body) for key, (prompt, body) in items.items()], reader._eos
 
 
+def padded_batches(entries: list, pad: int):
+    """Token-budgeted batches of ``answer_items``-shaped entries (key, prefix ids, body ids), each read as prefix +
+    body: yields (indices into ``entries``, input ids, attention mask), rows x the longest within the budget."""
+    import torch
+
+    from clfjudge.batching import token_batches
+
+    lengths = [len(prefix) + len(body) for _, prefix, body in entries]
+    for batch in token_batches(lengths, max(len(entries), 1), BATCH_TOKENS):
+        ids = torch.full((len(batch), max(lengths[j] for j in batch)), pad)
+        mask = torch.zeros_like(ids)
+        for row, j in enumerate(batch):
+            ids[row, :lengths[j]] = torch.tensor(entries[j][1] + entries[j][2])
+            mask[row, :lengths[j]] = 1
+        yield batch, ids, mask
+
+
 def read_states(spec: str, layers: list[int], entries: list, pad: int, precision: str, keep) -> None:
     """Read every ``answer_items`` entry after its question with ``spec`` cut at the deepest of ``layers``, in
     token-budgeted batches; ``keep(batch, states)`` gets each batch's indices into ``entries`` and every hooked
@@ -90,7 +107,6 @@ def read_states(spec: str, layers: list[int], entries: list, pad: int, precision
     import torch
     from transformers import AutoModel
 
-    from clfjudge.batching import token_batches
     from clfjudge.embedders.decoder import autocast, resolve_precision
 
     model = AutoModel.from_pretrained(str(reader_path(spec)), dtype=torch.float32).eval()
@@ -99,16 +115,38 @@ def read_states(spec: str, layers: list[int], entries: list, pad: int, precision
     for layer in layers:
         model.layers[layer - 1].register_forward_hook(
             lambda m, i, o, layer=layer: captured.__setitem__(layer, o[0] if isinstance(o, tuple) else o))
-    lengths = [len(prompt) + len(body) for _, prompt, body in entries]
     with torch.inference_mode(), autocast(resolve_precision(precision)):
-        for batch in token_batches(lengths, max(len(entries), 1), BATCH_TOKENS):  # rows x longest within the budget
-            ids = torch.full((len(batch), max(lengths[j] for j in batch)), pad)
-            mask = torch.zeros_like(ids)
-            for row, j in enumerate(batch):
-                ids[row, :lengths[j]] = torch.tensor(entries[j][1] + entries[j][2])
-                mask[row, :lengths[j]] = 1
+        for batch, ids, mask in padded_batches(entries, pad):
             model(input_ids=ids, attention_mask=mask)
             keep(batch, {layer: captured[layer].float() for layer in layers})
+
+
+def token_nll(spec: str, entries: list, pad: int, precision: str) -> list[np.ndarray]:
+    """Per entry (key, prefix ids, target ids): the negative log-likelihood (nats) of each target token after the
+    prefix and the targets before it, under the whole causal LM ``spec`` (an empty target: an empty array)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from clfjudge.embedders.decoder import autocast, resolve_precision
+
+    model = AutoModelForCausalLM.from_pretrained(str(reader_path(spec)), dtype=torch.float32).eval()
+    out = [np.zeros(0, np.float32)] * len(entries)
+    with torch.inference_mode(), autocast(resolve_precision(precision)):
+        for batch, ids, mask in padded_batches(entries, pad):
+            h = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            for row, j in enumerate(batch):
+                start, target = len(entries[j][1]), entries[j][2]
+                if target:
+                    logp = torch.log_softmax(model.lm_head(h[row, start - 1:start - 1 + len(target)]).float(), -1)
+                    out[j] = -logp[torch.arange(len(target)), torch.tensor(target)].numpy()
+    return out
+
+
+def probe_result(args: argparse.Namespace, started: float, rows: dict, reader: str | None = None, **extra) -> dict:
+    """What a probe on this protocol records: the machine, the reader, the pool cap, its own settings, its rows."""
+    return {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
+            "reader": reader or args.reader, "per_source": args.per_source, **extra,
+            "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
 
 
 def read(spec: str, layers: list[int], name: str, records: list, cache: Path, precision: str) -> Path:

@@ -18,7 +18,6 @@ record, choosing nothing). Readings cached as ``.npz`` per set under ``--cache``
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,16 +26,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reader_probe  # noqa: E402
-from common import machine, write  # noqa: E402
+from common import write  # noqa: E402
 from reader_probe import (  # noqa: E402
-    BATCH_TOKENS,
-    MAX_ANSWER,
-    MAX_PROMPT,
+    answer_items,
     group_markdown,
     group_probe,
     probe_parser,
+    probe_result,
     probe_sets,
     text_key,
+    token_nll,
 )
 
 
@@ -45,45 +44,13 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
     path = cache / f"surprisal-{spec}" / f"{name}.npz"
     if path.exists():
         return path
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from clfjudge.batching import token_batches
-    from clfjudge.embedders.decoder import DecoderEmbedder, autocast, resolve_precision
-    from clfjudge.models.backbones import resolve_backbone
-
-    reader = DecoderEmbedder(spec, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
-    reader._load_tokenizer()
-    entries = {}
-    for r in records:
-        for answer in (r.answer_a, r.answer_b):
-            key = text_key(r.question, answer)
-            if key not in entries:
-                entries[key] = (reader._prompt_ids(r.question), reader._answer_ids(answer))
-    keys = list(entries)
-    items = [entries[k] for k in keys]
-    model = AutoModelForCausalLM.from_pretrained(str(resolve_backbone(spec).path_or_id), dtype=torch.float32).eval()
-    lengths = [len(p) + len(a) for p, a in items]
-    total, mean = np.zeros(len(items), np.float32), np.zeros(len(items), np.float32)
     started = time.monotonic()
-    with torch.inference_mode(), autocast(resolve_precision(precision)):
-        for batch in token_batches(lengths, len(items), BATCH_TOKENS):
-            x = torch.full((len(batch), max(lengths[j] for j in batch)), reader._eos)
-            mask = torch.zeros_like(x)
-            for row, j in enumerate(batch):
-                x[row, :lengths[j]] = torch.tensor(items[j][0] + items[j][1])
-                mask[row, :lengths[j]] = 1
-            h = model.model(input_ids=x, attention_mask=mask).last_hidden_state
-            for row, j in enumerate(batch):
-                p, a = len(items[j][0]), items[j][1]
-                if not a:
-                    continue  # an empty answer says nothing: 0 nats
-                logits = model.lm_head(h[row, p - 1:p - 1 + len(a)]).float()
-                nll = -torch.log_softmax(logits, -1)[torch.arange(len(a)), torch.tensor(a)]
-                total[j], mean[j] = nll.sum().item(), nll.mean().item()
+    entries, pad = answer_items(spec, records)
+    nll = token_nll(spec, entries, pad, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, keys=np.array(keys), total=total, mean=mean)
-    print(f"[surprisal {spec}] {name}: {len(items)} answers in {time.monotonic() - started:.0f} s", flush=True)
+    np.savez(path, keys=np.array([e[0] for e in entries]), total=np.array([x.sum() for x in nll], np.float32),
+             mean=np.array([x.mean() if x.size else 0.0 for x in nll], np.float32))
+    print(f"[surprisal {spec}] {name}: {len(entries)} answers in {time.monotonic() - started:.0f} s", flush=True)
     return path
 
 
@@ -127,9 +94,7 @@ def main() -> int:
                      "layer 8 + info + lm_info": ("first", "info", "lm_info")}
     rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced, rule)
             for balanced in (False, True) for name, groups in variants.items() if groups or not balanced}
-    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
-              "reader": args.reader, "per_source": args.per_source,
-              "wall_time_s": round(time.monotonic() - started, 1), "rows": rows}
+    result = probe_result(args, started, rows)
     print(f"wrote {write('surprisal_probe', result, markdown(result))}")
     return 0
 
