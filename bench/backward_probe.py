@@ -26,19 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reader_probe  # noqa: E402
+import reader_probe as rp  # noqa: E402
 from common import write  # noqa: E402
-from reader_probe import (  # noqa: E402
-    MAX_ANSWER,
-    MAX_PROMPT,
-    group_markdown,
-    group_probe,
-    probe_parser,
-    probe_result,
-    probe_sets,
-    text_key,
-    token_nll,
-)
 
 ASK = "Here is a response:\n\n{answer}\n\nWrite the instruction it responds to."
 
@@ -55,55 +44,43 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
     entries = {}
     for r in records:
         question = ids(r.question)
-        if len(question) > MAX_PROMPT:  # keep both ends of a long instruction, as the reader's prompt does
-            question = question[:MAX_PROMPT // 2] + question[-MAX_PROMPT // 2:]
+        if len(question) > rp.MAX_PROMPT:  # keep both ends of a long instruction, as the reader's prompt does
+            question = question[:rp.MAX_PROMPT // 2] + question[-rp.MAX_PROMPT // 2:]
         target = question + [tok.eos_token_id]
         for answer in (r.answer_a, r.answer_b):
-            key = text_key(r.question, answer)
+            key = rp.text_key(r.question, answer)
             if key not in entries:
-                body = tok.decode(ids(answer)[:MAX_ANSWER])
+                body = tok.decode(ids(answer)[:rp.MAX_ANSWER])
                 prefix = ids(tok.apply_chat_template([{"role": "user", "content": ASK.format(answer=body)}],
                                                      tokenize=False, add_generation_prompt=True))
                 entries[key] = (key, prefix, target)
     started = time.monotonic()
-    nll = token_nll(spec, list(entries.values()), tok.eos_token_id, precision)
+    nll = rp.token_nll(spec, list(entries.values()), tok.eos_token_id, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, keys=np.array(list(entries)), bwd=np.array([-x.mean() for x in nll], np.float32))
     print(f"[backward {spec}] {name}: {len(entries)} answers in {time.monotonic() - started:.0f} s", flush=True)
     return path
 
 
-class Pairs(reader_probe.Pairs):
-    """A set's non-tie pairs: labels and length features, the backward difference and (where cached) the default
-    judge's layer-8 difference."""
-
-    def __init__(self, records: list, z, first) -> None:
-        super().__init__(records, None)
-        pairs = [r for r in records if r.verdict is not None and r.verdict.value in ("A", "B")]
-        index = dict(zip(z["keys"], range(len(z["keys"]))))
-        value = lambda r, a: z["bwd"][index[text_key(r.question, a)]]  # noqa: E731
-        self.bwd = np.array([[value(r, r.answer_a) - value(r, r.answer_b)] for r in pairs])
-        if first is not None:
-            keep = np.array([r.verdict is not None and r.verdict.value in ("A", "B") for r in records])
-            self.first = (first["first_ab"] - first["first_ba"])[keep]
+FIELDS = {"bwd": ("bwd", float)}  # feature -> (cached field, transform)
 
 
-def rule(p: Pairs) -> float:
+def rule(p: rp.ScalarPairs) -> float:
     """The backward likelihood alone, untrained: the answer that predicts the question better wins."""
-    return 100 * np.mean(np.where(p.bwd[:, 0] == 0, 0.5, (p.bwd[:, 0] > 0) == (p.y == 1))) - p.longer
+    return 100 * np.mean(np.where(p.bwd == 0, 0.5, (p.bwd > 0) == (p.y == 1))) - p.longer
 
 
 def main() -> int:
-    p = probe_parser(__doc__)
+    p = rp.probe_parser(__doc__)
     p.add_argument("--sets", nargs="*", help="only these sets (a quick look)")
     args = p.parse_args()
     started = time.monotonic()
-    named = probe_sets(args.per_source, args.test)
+    named = rp.probe_sets(args.per_source, args.test)
     if args.sets:
         named = {n: named[n] for n in args.sets}
     cross = args.cache / "cross-smollm2-8"
-    data = {n: Pairs(recs, np.load(read(args.reader, n, recs, args.cache, args.precision)),
-                     np.load(cross / f"{n}.npz") if (cross / f"{n}.npz").exists() else None)
+    data = {n: rp.ScalarPairs(recs, np.load(read(args.reader, n, recs, args.cache, args.precision)), FIELDS,
+                                 np.load(cross / f"{n}.npz") if (cross / f"{n}.npz").exists() else None)
             for n, recs in named.items()}
     if args.sets:
         for n, d in data.items():
@@ -113,16 +90,16 @@ def main() -> int:
     if all(hasattr(d, "first") for d in data.values()):
         variants |= {"layer 8 + info (the default's features)": ("first", "info"),
                      "layer 8 + bwd + info": ("first", "bwd", "info")}
-    rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced, rule)
+    rows = {f"{name}{', length-balanced' if balanced else ''}": rp.group_probe(data, groups, balanced, rule)
             for balanced in (False, True) for name, groups in variants.items() if groups or not balanced}
-    result = probe_result(args, started, rows, ask=ASK)
+    result = rp.probe_result(args, started, rows, ask=ASK)
     print(f"wrote {write('backward_probe', result, markdown(result))}")
     return 0
 
 
 def markdown(result: dict) -> str:
-    return group_markdown(result, "Backward-likelihood probe", "`bwd`: mean log-probability of the question's "
-                          f"tokens after the answer, asked as {result['ask']!r}.")
+    return rp.group_markdown(result, "Backward-likelihood probe", "`bwd`: mean log-probability of the question's "
+                             f"tokens after the answer, asked as {result['ask']!r}.")
 
 
 if __name__ == "__main__":

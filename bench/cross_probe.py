@@ -27,18 +27,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reader_probe  # noqa: E402
+import reader_probe as rp  # noqa: E402
 from common import write  # noqa: E402
-from reader_probe import (  # noqa: E402
-    MAX_ANSWER,
-    MAX_PROMPT,
-    group_markdown,
-    group_probe,
-    probe_parser,
-    probe_result,
-    probe_sets,
-    read_states,
-)
 
 SEPARATOR = "\n\nAnother answer:\n\n"  # between the two answers, inside the assistant's turn
 
@@ -51,10 +41,10 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
         return path
     from clfjudge.embedders.decoder import DecoderEmbedder
 
-    reader = DecoderEmbedder(spec, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
+    reader = DecoderEmbedder(spec, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER)
     reader._load_tokenizer()
     sep = reader._tokenizer.encode(SEPARATOR, add_special_tokens=False)
-    entries, spans = [], []  # (key, prompt ids, body ids) as read_states takes them; the two answers' spans
+    entries, spans = [], []  # (key, prompt ids, body ids) as rp.read_states takes them; the two answers' spans
     for i, r in enumerate(records):
         prompt = reader._prompt_ids(r.question)
         a, b = reader._answer_ids(r.answer_a), reader._answer_ids(r.answer_b)
@@ -74,7 +64,7 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
                 out[key][j] = h[row, lo:hi].mean(0).numpy()
 
     started = time.monotonic()
-    read_states(spec, [layer], entries, reader._eos, precision, keep)
+    rp.read_states(spec, [layer], entries, reader._eos, precision, keep)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, first_ab=out["first"][0::2], second_ab=out["second"][0::2], first_ba=out["first"][1::2],
              second_ba=out["second"][1::2])
@@ -83,7 +73,7 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
     return path
 
 
-class Pairs(reader_probe.Pairs):
+class Pairs(rp.Pairs):
     """A set's non-tie pairs (labels, length features: ``reader_probe.Pairs``) and the two difference features."""
 
     def __init__(self, records: list, z) -> None:
@@ -94,24 +84,25 @@ class Pairs(reader_probe.Pairs):
 
 
 def main() -> int:
-    p = probe_parser(__doc__)
+    p = rp.probe_parser(__doc__)
     p.add_argument("--layer", type=int, default=8)
     args = p.parse_args()
     started = time.monotonic()
-    named = probe_sets(args.per_source, args.test)
+    named = rp.probe_sets(args.per_source, args.test)
     data = {n: Pairs(recs, np.load(read(args.reader, args.layer, n, recs, args.cache, args.precision)))
             for n, recs in named.items()}
     rows = {f"{'+'.join(groups)} + info{', length-balanced' if balanced else ''}":
-            group_probe(data, (*groups, "info"), balanced)
+            rp.group_probe(data, (*groups, "info"), balanced)
             for balanced in (False, True) for groups in (("first",), ("second",), ("first", "second"))}
-    result = probe_result(args, started, rows, f"{args.reader}:{args.layer}", separator=SEPARATOR)
+    result = rp.probe_result(args, started, rows, f"{args.reader}:{args.layer}", separator=SEPARATOR)
     print(f"wrote {write('cross_probe', result, markdown(result))}")
     return 0
 
 
 def markdown(result: dict) -> str:
-    return group_markdown(result, "Cross-reading probe", "`first`: each answer read after the question (the default "
-                          "judge's reading); `second`: each answer read after the question and the other answer.")
+    return rp.group_markdown(result, "Cross-reading probe", "`first`: each answer read after the question (the "
+                             "default judge's reading); `second`: each answer read after the question and the other "
+                             "answer.")
 
 
 if __name__ == "__main__":

@@ -32,17 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cross_probe  # noqa: E402
+import reader_probe as rp  # noqa: E402
 from common import write  # noqa: E402
-from reader_probe import (  # noqa: E402
-    MAX_ANSWER,
-    MAX_PROMPT,
-    _weights,
-    group_markdown,
-    group_probe,
-    probe_parser,
-    probe_result,
-    probe_sets,
-)
 
 C = 0.03
 Margin = Callable[[cross_probe.Pairs], np.ndarray]
@@ -72,13 +63,13 @@ def pooled(train: list, balanced: bool, source_weights: np.ndarray | None = None
     keep = np.ones(train[0].first.shape[1] + 1, bool) if mask is None else mask
     sw = np.ones(len(train)) if source_weights is None else source_weights
     coef = _logreg(np.vstack([_x(p, scale)[:, keep] for p in train]), np.concatenate([p.y for p in train]),
-                   np.concatenate([_weights(p, balanced) * s for p, s in zip(train, sw)]))
+                   np.concatenate([rp._weights(p, balanced) * s for p, s in zip(train, sw)]))
     return lambda p: _x(p, scale)[:, keep] @ coef
 
 
 def _per_source(train: list, balanced: bool, scale: dict) -> np.ndarray:
     # each source alone has 1/len(train) of the data: the same regularisation per pair as the pooled head
-    return np.array([_logreg(_x(p, scale), p.y, _weights(p, balanced), C * len(train)) for p in train])
+    return np.array([_logreg(_x(p, scale), p.y, rp._weights(p, balanced), C * len(train)) for p in train])
 
 
 def ensemble(train: list, balanced: bool) -> Margin:
@@ -106,7 +97,7 @@ def pca(train: list, balanced: bool, k: int) -> Margin:
         return np.hstack([x[:, :-1] @ proj, x[:, -1:]])
     sd = np.vstack([z(p) for p in train]).std(0) + 1e-9
     coef = _logreg(np.vstack([z(p) / sd for p in train]), np.concatenate([p.y for p in train]),
-                   np.concatenate([_weights(p, balanced) for p in train]))
+                   np.concatenate([rp._weights(p, balanced) for p in train]))
     return lambda p: z(p) / sd @ coef
 
 
@@ -149,7 +140,7 @@ def autoj_ratings(gap: float, precision: str, cap: int = 1500, seed: int = 0) ->
     from clfjudge.judges.features import information_lengths
 
     recs = load("autoj-single-train").records
-    reader = DecoderEmbedder("smollm2", layer=8, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER,
+    reader = DecoderEmbedder("smollm2", layer=8, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER,
                              precision=precision, show_progress=True)  # the library's reading: the cross probe's
     vectors = reader.embed_answers([r.question for r in recs], [r.answer for r in recs])
     rating = np.array([float(r.score) for r in recs])
@@ -166,11 +157,11 @@ def autoj_ratings(gap: float, precision: str, cap: int = 1500, seed: int = 0) ->
 
 
 def main() -> int:
-    p = probe_parser(__doc__)
+    p = rp.probe_parser(__doc__)
     p.add_argument("--gap", type=float, default=5.0, help="rating gap of the Auto-J cross-question pairs")
     args = p.parse_args()
     started = time.monotonic()
-    named = probe_sets(args.per_source, args.test)
+    named = rp.probe_sets(args.per_source, args.test)
     data = {n: cross_probe.Pairs(recs, np.load(cross_probe.read(args.reader, 8, n, recs, args.cache,
                                                                 args.precision)))
             for n, recs in named.items()}
@@ -183,18 +174,18 @@ def main() -> int:
                 **{f"group DRO, eta {e:g}": partial(group_dro, eta=e) for e in (2.0, 5.0)},
                 f"+ Auto-J ratings (gap {args.gap:g}, {len(extra.y)} pairs)": partial(with_source, extra=extra)}
     rows = {f"{name}{', length-balanced' if balanced else ''}":
-            group_probe(data, None, balanced, fit=partial(trained, make=make, balanced=balanced))
+            rp.group_probe(data, None, balanced, fit=partial(trained, make=make, balanced=balanced))
             for balanced in (False, True) for name, make in variants.items()}
-    result = probe_result(args, started, rows, f"{args.reader}:8", gap=args.gap,
+    result = rp.probe_result(args, started, rows, f"{args.reader}:8", gap=args.gap,
                           autoj_pairs={"n": len(extra.y), "longer_wins": extra.longer})
     print(f"wrote {write('invariance_probe', result, markdown(result))}")
     return 0
 
 
 def markdown(result: dict) -> str:
-    return group_markdown(result, "Invariance probe", "Heads on the default's features (layer-8 mean state + "
-                          "information length, C = 0.03) fitted for what holds across sources rather than on the "
-                          "pooled sources.")
+    return rp.group_markdown(result, "Invariance probe", "Heads on the default's features (layer-8 mean state + "
+                             "information length, C = 0.03) fitted for what holds across sources rather than on the "
+                             "pooled sources.")
 
 
 if __name__ == "__main__":

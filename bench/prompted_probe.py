@@ -23,18 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reader_probe  # noqa: E402
+import reader_probe as rp  # noqa: E402
 from common import write  # noqa: E402
-from reader_probe import (  # noqa: E402
-    answer_items,
-    group_markdown,
-    group_probe,
-    probe_parser,
-    probe_result,
-    probe_sets,
-    read_states,
-    text_key,
-)
 
 ASK = "Is the response above helpful and correct, and does it do exactly what was asked? Answer yes or no."
 
@@ -52,7 +42,7 @@ def read(spec: str, layers: list[int], name: str, records: list, cache: Path, pr
     rendered = tok.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": sentinel},
                                         {"role": "user", "content": ASK}], tokenize=False, add_generation_prompt=True)
     suffix = tok(rendered.partition(sentinel)[2].removeprefix(tok.eos_token), add_special_tokens=False).input_ids
-    entries, pad = answer_items(spec, records)
+    entries, pad = rp.answer_items(spec, records)
     spans = [(len(prompt), len(prompt) + len(body)) for _, prompt, body in entries]
     entries = [(key, prompt, body + suffix) for key, prompt, body in entries]
     out: dict[str, np.ndarray] = {}
@@ -66,44 +56,44 @@ def read(spec: str, layers: list[int], name: str, records: list, cache: Path, pr
                 last[j], mean[j] = h[row, end - 1].numpy(), h[row, lo:hi].mean(0).numpy()
 
     started = time.monotonic()
-    read_states(spec, layers, entries, pad, precision, keep)
+    rp.read_states(spec, layers, entries, pad, precision, keep)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, keys=np.array([e[0] for e in entries]), **out)
     print(f"[prompted {spec}] {name}: {len(entries)} answers in {time.monotonic() - started:.0f} s", flush=True)
     return path
 
 
-class Pairs(reader_probe.Pairs):
+class Pairs(rp.Pairs):
     """A set's non-tie pairs: labels, length features and every stored reading as an A - B difference."""
 
     def __init__(self, records: list, z) -> None:
         super().__init__(records, None)
         pairs = [r for r in records if r.verdict is not None and r.verdict.value in ("A", "B")]
         index = dict(zip(z["keys"], range(len(z["keys"]))))
-        a = [index[text_key(r.question, r.answer_a)] for r in pairs]
-        b = [index[text_key(r.question, r.answer_b)] for r in pairs]
+        a = [index[rp.text_key(r.question, r.answer_a)] for r in pairs]
+        b = [index[rp.text_key(r.question, r.answer_b)] for r in pairs]
         for name in z.files:
             if name != "keys":
                 setattr(self, name, z[name][a] - z[name][b])
 
 
 def main() -> int:
-    p = probe_parser(__doc__)
+    p = rp.probe_parser(__doc__)
     p.add_argument("--layers", nargs="+", type=int, default=[8, 12, 16])
     args = p.parse_args()
     started = time.monotonic()
-    named = probe_sets(args.per_source, args.test)
+    named = rp.probe_sets(args.per_source, args.test)
     data = {n: Pairs(recs, np.load(read(args.reader, args.layers, n, recs, args.cache, args.precision)))
             for n, recs in named.items()}
     variants = {f"layer {args.layers[0]} mean + info (the default's features)": (f"mean{args.layers[0]}", "info")}
     for layer in args.layers:
         variants[f"layer {layer} last (prompted) + info"] = (f"last{layer}", "info")
         variants[f"layer {layer} last (prompted) + mean + info"] = (f"last{layer}", f"mean{layer}", "info")
-    rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced)
+    rows = {f"{name}{', length-balanced' if balanced else ''}": rp.group_probe(data, groups, balanced)
             for balanced in (False, True) for name, groups in variants.items()}
-    result = probe_result(args, started, rows, ask=ASK)
-    text = group_markdown(result, "Prompted-reading probe", "`last`: the state of the last token after a second "
-                          f"user turn asking {result['ask']!r}; `mean`: over the answer's tokens, same pass.")
+    result = rp.probe_result(args, started, rows, ask=ASK)
+    text = rp.group_markdown(result, "Prompted-reading probe", "`last`: the state of the last token after a second "
+                             f"user turn asking {result['ask']!r}; `mean`: over the answer's tokens, same pass.")
     print(f"wrote {write('prompted_probe', result, text)}")
     return 0
 

@@ -195,6 +195,23 @@ class Pairs:
                         for layer, v in vectors.items() if layer != "index"}
 
 
+class ScalarPairs(Pairs):
+    """A set's non-tie pairs with per-answer scalars read by a probe (``z``: an ``.npz`` of text ``keys`` and one
+    array per field) as A - B differences: ``fields`` maps a feature name to (field, transform). ``first``: the
+    cross probe's cached reading, where given, as the default judge's layer-8 difference."""
+
+    def __init__(self, records: list, z, fields: dict, first=None) -> None:
+        super().__init__(records, None)
+        keep = [r.verdict is not None and r.verdict.value in ("A", "B") for r in records]
+        pairs = [r for r, k in zip(records, keep) if k]
+        index = dict(zip(z["keys"], range(len(z["keys"]))))
+        for name, (field, transform) in fields.items():
+            value = lambda r, a, field=field, f=transform: f(z[field][index[text_key(r.question, a)]])  # noqa: E731
+            setattr(self, name, np.array([value(r, r.answer_a) - value(r, r.answer_b) for r in pairs]))
+        if first is not None:
+            self.first = (first["first_ab"] - first["first_ba"])[np.array(keep)]
+
+
 def design(p: Pairs, layer: str | None, length: str, scale: dict) -> np.ndarray:
     cols = [] if layer is None else [p.emb[layer] / scale["emb"] / np.sqrt(p.emb[layer].shape[1])]
     cols += [getattr(p, length)[:, None] / scale[length]] if length != "none" else []

@@ -25,18 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reader_probe  # noqa: E402
+import reader_probe as rp  # noqa: E402
 from common import write  # noqa: E402
-from reader_probe import (  # noqa: E402
-    answer_items,
-    group_markdown,
-    group_probe,
-    probe_parser,
-    probe_result,
-    probe_sets,
-    text_key,
-    token_nll,
-)
 
 
 def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Path:
@@ -45,8 +35,8 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
     if path.exists():
         return path
     started = time.monotonic()
-    entries, pad = answer_items(spec, records)
-    nll = token_nll(spec, entries, pad, precision)
+    entries, pad = rp.answer_items(spec, records)
+    nll = rp.token_nll(spec, entries, pad, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, keys=np.array([e[0] for e in entries]), total=np.array([x.sum() for x in nll], np.float32),
              mean=np.array([x.mean() if x.size else 0.0 for x in nll], np.float32))
@@ -54,37 +44,22 @@ def read(spec: str, name: str, records: list, cache: Path, precision: str) -> Pa
     return path
 
 
-class Pairs(reader_probe.Pairs):
-    """A set's non-tie pairs: labels, length features, the surprisal differences and (where cached) the default
-    judge's layer-8 difference."""
-
-    def __init__(self, records: list, z, first) -> None:
-        super().__init__(records, None)
-        pairs = [r for r in records if r.verdict is not None and r.verdict.value in ("A", "B")]
-        index = dict(zip(z["keys"], range(len(z["keys"]))))
-
-        def diff(field: str, f) -> np.ndarray:
-            value = lambda r, a: f(z[field][index[text_key(r.question, a)]])  # noqa: E731
-            return np.array([value(r, r.answer_a) - value(r, r.answer_b) for r in pairs])
-        self.lm_info, self.lm_mean = diff("total", np.log1p), diff("mean", float)
-        if first is not None:
-            keep = np.array([r.verdict is not None and r.verdict.value in ("A", "B") for r in records])
-            self.first = (first["first_ab"] - first["first_ba"])[keep]
+FIELDS = {"lm_info": ("total", np.log1p), "lm_mean": ("mean", float)}  # feature -> (cached field, transform)
 
 
-def rule(p: Pairs) -> float:
+def rule(p: rp.ScalarPairs) -> float:
     """Untrained: the answer that carries more nats wins (an information-length rule)."""
     return 100 * np.mean(np.where(p.lm_info == 0, 0.5, (p.lm_info > 0) == (p.y == 1))) - p.longer
 
 
 def main() -> int:
-    p = probe_parser(__doc__)
+    p = rp.probe_parser(__doc__)
     args = p.parse_args()
     started = time.monotonic()
-    named = probe_sets(args.per_source, args.test)
+    named = rp.probe_sets(args.per_source, args.test)
     cross = args.cache / "cross-smollm2-8"
-    data = {n: Pairs(recs, np.load(read(args.reader, n, recs, args.cache, args.precision)),
-                     np.load(cross / f"{n}.npz") if (cross / f"{n}.npz").exists() else None)
+    data = {n: rp.ScalarPairs(recs, np.load(read(args.reader, n, recs, args.cache, args.precision)), FIELDS,
+                                 np.load(cross / f"{n}.npz") if (cross / f"{n}.npz").exists() else None)
             for n, recs in named.items()}
     variants = {"more nats wins (untrained)": None, "info": ("info",), "lm_info": ("lm_info",),
                 "lm_info + lm_mean": ("lm_info", "lm_mean"), "info + lm_info": ("info", "lm_info")}
@@ -92,17 +67,17 @@ def main() -> int:
         variants |= {"layer 8 + info (the default's features)": ("first", "info"),
                      "layer 8 + lm_info": ("first", "lm_info"),
                      "layer 8 + info + lm_info": ("first", "info", "lm_info")}
-    rows = {f"{name}{', length-balanced' if balanced else ''}": group_probe(data, groups, balanced, rule)
+    rows = {f"{name}{', length-balanced' if balanced else ''}": rp.group_probe(data, groups, balanced, rule)
             for balanced in (False, True) for name, groups in variants.items() if groups or not balanced}
-    result = probe_result(args, started, rows)
+    result = rp.probe_result(args, started, rows)
     print(f"wrote {write('surprisal_probe', result, markdown(result))}")
     return 0
 
 
 def markdown(result: dict) -> str:
-    return group_markdown(result, "Surprisal probe", "`lm_info`: log of the answer's total negative log-likelihood "
-                          "(nats) after its question under the whole reader; `lm_mean`: nats per token; `info`: zlib "
-                          "information length; `layer 8`: the default judge's state.")
+    return rp.group_markdown(result, "Surprisal probe", "`lm_info`: log of the answer's total negative "
+                             "log-likelihood (nats) after its question under the whole reader; `lm_mean`: nats per "
+                             "token; `info`: zlib information length; `layer 8`: the default judge's state.")
 
 
 if __name__ == "__main__":
