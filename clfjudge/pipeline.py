@@ -117,7 +117,7 @@ def train_judge(state: RunState) -> dict[str, Any]:
 @STEPS.register("export")
 def export_int8(state: RunState) -> dict[str, Any]:
     from .export.onnx import ParityConfig, export_judge, served
-    from .models.onnx_session import PROVIDERS
+    from .models.onnx_session import runnable_providers
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
         keys = ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "records_per_s", "passed")
@@ -125,9 +125,9 @@ def export_int8(state: RunState) -> dict[str, Any]:
 
     judge_dir = _needs(state, "train", "judge_dir")
     parity = ParityConfig.load(overrides=state.profile.parity_overrides)
-    # Lossy runs (int8, a bf16 provider this machine has) are gated beside fp32; those whose decisions differ are
-    # dropped and run.json says why (one export, one gate read); the fastest run that passed is served.
-    providers = [p for p in state.profile.providers if PROVIDERS.get(p).available()]
+    # Lossy runs (int8, a bf16 provider that runs on this machine) are gated beside fp32; those whose decisions
+    # differ are dropped and run.json says why (one export, one gate read); the fastest run that passed is served.
+    providers, not_run = runnable_providers(state.profile.providers)
     result = export_judge(judge_dir, state.path("judge-onnx"), int8=True, fallback=True, providers=providers,
                           n_records=state.profile.parity_records, parity=parity)
     refused = result.report.get("refused")
@@ -135,7 +135,8 @@ def export_int8(state: RunState) -> dict[str, Any]:
         _log.warning("%s", refused["reason"])
         refused = {"reason": refused["reason"], "parity": summary({"variants": refused["variants"]})}
     return {"onnx_dir": str(result.out_dir), "primary": result.primary, "served": served(result.report),
-            "parity": summary(result.report), "refused": refused}
+            "parity": summary(result.report), "refused": refused,
+            "providers": {"gated": providers, "not_run_here": not_run}}
 
 
 @STEPS.register("audit")
@@ -197,16 +198,62 @@ def _run(config: RunConfig, log: Callable[[str], None]) -> dict[str, Any]:
         STEPS.get(name)  # unknown step names fail before any work
     record: dict[str, Any] = {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "profile": config.profile,
-        "machine": describe(),
-        "steps": {}, "outputs": state.outputs,
+        "machine": describe(), "steps": _previous_steps(state, names), "outputs": state.outputs,
     }
     for i, name in enumerate(names, 1):
         log(f"[clfjudge run] step {i}/{len(names)}: {name}")
         start = time.monotonic()
-        state.outputs[name] = STEPS.get(name)(state)
+        try:
+            state.outputs[name] = STEPS.get(name)(state)
+        except BaseException as e:
+            record["steps"][name] = {"wall_time_s": round(time.monotonic() - start, 1),
+                                     "failed": f"{type(e).__name__}: {e}"}
+            _write_record(state, record)
+            resume = resume_command(config, names[i - 1:])
+            if not isinstance(e, Exception):  # Ctrl-C: stop as asked, and say how to go on
+                log(f"[clfjudge run] {name} interrupted; resume with:\n  {resume}")
+                raise
+            raise StepFailed(name, resume, e) from e
         record["steps"][name] = {"wall_time_s": round(time.monotonic() - start, 1)}
-        state.path("run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        _write_record(state, record)
         log(f"[clfjudge run] {name} done in {record['steps'][name]['wall_time_s']} s")
     return record
 
 
+class StepFailed(RuntimeError):
+    """A step of ``clfjudge run`` failed; what earlier steps wrote is kept, and ``resume`` re-runs from it."""
+
+    def __init__(self, step: str, resume: str, cause: BaseException) -> None:
+        super().__init__(f"step {step!r} failed ({type(cause).__name__}: {cause}); the earlier steps' outputs are "
+                         f"kept; once the cause is fixed, resume with:\n  {resume}")
+        self.step, self.resume = step, resume
+
+
+def resume_command(config: RunConfig, steps: Sequence[str]) -> str:
+    """The ``clfjudge run`` command line that re-runs ``steps`` of ``config`` (later steps reuse run.json)."""
+    import shlex
+
+    parts = ["clfjudge", "run", "--out", str(config.out)]
+    if Path(config.recipe) != DEFAULT_RECIPE:
+        parts += ["--recipe", str(config.recipe)]
+    for override in config.overrides:
+        parts += ["--set", override]
+    if config.profile != "full":
+        parts += ["--profile", config.profile]
+    parts += ["--steps", *steps]
+    if tuple(config.judges) != REFERENCE_JUDGES:
+        parts += ["--judges", *config.judges]
+    return shlex.join(parts)
+
+
+def _previous_steps(state: RunState, names: Sequence[str]) -> dict[str, Any]:
+    """The timings a previous run in the same directory recorded for the steps this run does not repeat."""
+    previous = state.path("run.json")
+    if not previous.exists():
+        return {}
+    steps = json.loads(previous.read_text()).get("steps", {})
+    return {name: timing for name, timing in steps.items() if name not in names and "failed" not in timing}
+
+
+def _write_record(state: RunState, record: dict[str, Any]) -> None:
+    state.path("run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")

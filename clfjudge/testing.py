@@ -178,3 +178,37 @@ def tiny_bert(out_dir: str | Path) -> Path:
     )
     _seeded_init(lambda: BertModel(config)).save_pretrained(out)
     return out
+
+
+# Machines users run clfjudge on, as the capability probe (``clfjudge.machine``) would see them. Facts a probe would
+# import a runtime for are given, so a simulated machine never touches this one's GPU or OpenVINO.
+_NO_GPU = {"torch_cuda": (False, "torch sees no CUDA device"), "cuda_bf16": (False, "no GPU"),
+           "ort_cuda": (False, "this onnxruntime build lacks CUDA (onnxruntime-gpu)")}
+_OPENVINO = {"openvino": (True, "FP32,INT8,BF16,EXPORT_IMPORT")}
+_X86 = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2"
+SIMULATED_MACHINES = {
+    # AMD Zen 4 / Intel Cooper Lake: AVX512-BF16, no AMX
+    "avx512-bf16": ("x86_64", f"{_X86} avx512f avx512bw avx512_vnni avx512_bf16", {**_NO_GPU, **_OPENVINO}),
+    # Intel Cascade Lake / Ice Lake: AVX-512 with VNNI, no bf16 (OpenVINO still lists BF16: it would emulate it)
+    "avx512-vnni": ("x86_64", f"{_X86} avx512f avx512bw avx512_vnni", {**_NO_GPU, **_OPENVINO}),
+    # AMD Zen 2/3, Intel client CPUs: AVX2 only
+    "avx2": ("x86_64", _X86, {**_NO_GPU, "openvino": (True, "FP32,INT8,EXPORT_IMPORT")}),
+    # Intel Sapphire Rapids: AMX
+    "amx": ("x86_64", f"{_X86} avx512f avx512bw avx512_vnni avx512_bf16 amx_bf16 amx_int8", {**_NO_GPU, **_OPENVINO}),
+    # Apple Silicon / Graviton 2: arm64 without the BF16 extension, no OpenVINO wheel installed
+    "arm64": ("arm64", "fp asimd aes crc32 atomics", {**_NO_GPU, "openvino": (False, "openvino is not installed")}),
+    # a CUDA server: an A100 with onnxruntime-gpu, Intel host CPU without bf16
+    "cuda": ("x86_64", f"{_X86} avx512f avx512bw avx512_vnni",
+             {"torch_cuda": (True, "NVIDIA A100-SXM4-80GB"), "cuda_bf16": (True, "the GPU computes in bf16"),
+              "ort_cuda": (True, "onnxruntime has CUDAExecutionProvider"), **_OPENVINO}),
+}
+
+
+def simulated_machine(name: str, isa_cap: str | None = None):
+    """A ``clfjudge.machine.Machine`` as ``SIMULATED_MACHINES[name]`` would probe; tests put it in place of this
+    machine with ``monkeypatch.setattr(clfjudge.machine, "probe", lambda: machine)``."""
+    from .machine import Machine
+
+    arch, flags, facts = SIMULATED_MACHINES[name]
+    return Machine(arch=arch, cpu=f"simulated {name}", flags=frozenset(flags.split()), isa_cap=isa_cap,
+                   facts=dict(facts))

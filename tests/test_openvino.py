@@ -12,16 +12,19 @@ import pytest
 from test_decoder_embedder import TEMPLATE, _pairs
 from tiny_judges import make_judge
 
+from clfjudge import machine
 from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.machine import probe
 from clfjudge.models.onnx_session import gate_key, inference_session
-from clfjudge.testing import tiny_llama
+from clfjudge.testing import simulated_machine, tiny_llama
 
 ov = pytest.importorskip("openvino", reason="the openvino extra is not installed (pip install 'clfjudge[openvino]')")
-HAS_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions for openvino-bf16")
+HAS_BF16 = bool(probe().openvino_bf16())
+# tests of the bf16 provider itself; tests/test_machine.py covers machines without it
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason=f"openvino-bf16 does not run here: {probe().openvino_bf16().why}")
 MEASURE_BF16 = ParityConfig.load(overrides=["bf16.min_agreement=0", "bf16.max_metric_delta=1", "bf16.min_cosine=0"])
 
 
@@ -134,10 +137,12 @@ def test_auto_loads_the_fastest_run_the_gate_passed(embedding_onnx, tmp_path, mo
     assert Judge.load(copy).backend_name == "onnx (fp32, openvino)"
     assert Judge.load(copy, variant="fp32").backend_name == "onnx (fp32)"
     assert Judge.load(copy, provider="cpu").backend_name == "onnx (fp32)"
-    monkeypatch.setitem(sys.modules, "openvino", None)  # where the served provider is missing: onnxruntime
+    no_openvino = simulated_machine("arm64")  # where the served provider does not run: onnxruntime
+    monkeypatch.setattr(machine, "probe", lambda: no_openvino)
     assert Judge.load(copy).backend_name == "onnx (fp32)"
 
 
+@needs_bf16
 def test_fallback_drops_a_refused_provider_and_serves_what_passed(embedding_judge, tmp_path):
     strict = ParityConfig.load(overrides=["bf16.min_cosine=1.01"])  # no bf16 run can pass
     result = export_judge(embedding_judge, tmp_path / "out", n_records=8, parity=strict, fallback=True,

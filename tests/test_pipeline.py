@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from clfjudge.cli import main
+from clfjudge.card import JudgeCard
 from clfjudge.models.onnx_session import gate_key
 from clfjudge.paths import data_root
-from clfjudge.pipeline import ORDER, RunConfig, run
+from clfjudge.pipeline import ORDER, RunConfig, StepFailed, run
 
 
 def test_unknown_step_fails_before_any_work(tmp_path):
@@ -31,8 +33,9 @@ def test_the_run_gives_its_steps_the_embedding_cache_and_leaves_the_environment_
 
 
 def test_a_later_step_says_what_it_needs(tmp_path):
-    with pytest.raises(ValueError, match="output 'judge_dir' of step 'train'"):
+    with pytest.raises(StepFailed, match="output 'judge_dir' of step 'train'") as failed:
         run(RunConfig(out=tmp_path, steps=["export"]), log=lambda _: None)
+    assert isinstance(failed.value.__cause__, ValueError)
 
 
 def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypatch):
@@ -69,12 +72,21 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
 @pytest.mark.slow
 @pytest.mark.skipif(not (data_root() / "pandalm" / "data" / "testset-v1.json").exists(),
                     reason="needs ../shared/data (present in CI)")
-def test_quick_main_job_end_to_end(tmp_path, monkeypatch):
+def test_quick_main_job_end_to_end(tmp_path):
     """Train the default judge on a small real slice, export it through the parity gate, audit it
-    beside the released judges and SemScore: the README's main job, shortened."""
-    monkeypatch.setenv("CLFJUDGE_EMBEDDING_CACHE", str(tmp_path / "embeddings"))  # not the user's cache
-    assert main(["run", "--profile", "quick", "--out", str(tmp_path)]) == 0
+    beside the released judges and SemScore: the README's main job, shortened. It runs with oneDNN capped below
+    bf16 (``ONEDNN_MAX_CPU_ISA``, which PyTorch and clfjudge's probe honour), so that a path that works only on a CPU
+    with bf16 fails here on every machine; tests/test_machine.py covers the other machines' choices."""
+    env = {**os.environ, "CLFJUDGE_EMBEDDING_CACHE": str(tmp_path / "embeddings"),  # not the user's cache
+           "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}
+    done = subprocess.run([sys.executable, "-m", "clfjudge.cli", "run", "--profile", "quick", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "run.json").read_text())
+    assert record["machine"]["isa_cap"] == "AVX512_CORE_VNNI"
+    assert record["machine"]["capabilities"]["cpu_bf16"]["runs"] is False
+    assert "openvino-bf16" in record["outputs"]["export"]["providers"]["not_run_here"]
+    assert JudgeCard.load(record["outputs"]["train"]["judge_dir"]).runtime["read_in"]["precision"] == "fp32"
     assert list(record["steps"]) == list(ORDER)
     assert all(v["passed"] for v in record["outputs"]["export"]["parity"].values())
     served = record["outputs"]["export"]["served"]  # the fastest run that passed, what the audit ran

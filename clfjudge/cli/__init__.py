@@ -27,11 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one clear line, non-zero exit
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, ValueError, KeyError) as exc:  # user errors: one clear line, non-zero exit
+    except USER_ERRORS as exc:  # user errors: one clear line, non-zero exit
         # str(KeyError) is the repr of its message (quoted); the message itself reads better
         message = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else exc
         print(f"clfjudge: error: {message}", file=sys.stderr)

@@ -23,11 +23,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pipeline import RunConfig
-    from ..pipeline import run as run_pipeline
+    import sys
+    import traceback
 
-    record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
-                                    profile=args.profile, steps=args.steps, judges=args.judges))
+    from ..pipeline import RunConfig, StepFailed
+    from ..pipeline import run as run_pipeline
+    from . import USER_ERRORS
+
+    try:
+        record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
+                                        profile=args.profile, steps=args.steps, judges=args.judges))
+    except StepFailed as failed:
+        if not isinstance(failed.__cause__, USER_ERRORS):  # a user's mistake reads best as one line
+            traceback.print_exception(failed.__cause__, file=sys.stderr)
+        print(f"[clfjudge run] {failed}", file=sys.stderr)
+        return 1
     print(f"[clfjudge run] done: {args.out / 'run.json'}"
           + (f"; report: {record['outputs']['audit']['report']}" if "audit" in record["outputs"] else ""))
     return 0

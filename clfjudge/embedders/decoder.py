@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from ..batching import token_batches
+from ..machine import decoder_precision
 from .cache import Cached, load_vectors, save_vectors, scratch
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
-PRECISIONS = ("fp32", "bf16", "auto")
 # Answers sharing a prompt are read after one cached prompt when there are at least this many (measured: +12% on
 # Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n: bench/results/decoder_speed_*).
 SHARED_PREFIX_MIN = 2
@@ -56,17 +56,9 @@ def truncate_middle(ids: list[int], limit: int) -> list[int]:
 
 
 def resolve_precision(precision: str, device: str = "cpu") -> str:
-    """"auto" -> "bf16" on a GPU or a CPU with AMX / AVX512-BF16 (3x fp32 with AMX, about even without), else
-    "fp32"."""
-    from ..machine import matmul_flags
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision != "auto":
-        return precision
-    if device.startswith("cuda"):
-        return "bf16"
-    return "bf16" if {"amx_bf16", "avx512_bf16"} & set(matmul_flags()) else "fp32"
+    """"auto" -> "bf16" where this machine computes in bf16 (a GPU that has it, a CPU with AMX / AVX512-BF16), else
+    "fp32"; "bf16" on a machine without it -> "fp32" (``machine.decoder_precision`` says why)."""
+    return decoder_precision(precision, device)[0]
 
 
 def autocast(precision: str, device: str = "cpu"):
@@ -117,7 +109,7 @@ class DecoderEmbedder:
             raise ValueError(f"stats_tokens must be a positive number of tokens or None, got {stats_tokens}")
         self.stats_tokens = stats_tokens
         self.precision_spec = precision  # as asked ("auto" is resolved per machine)
-        self.precision = resolve_precision(precision, device)
+        self.precision, self.precision_why = decoder_precision(precision, device)
         self.batch_size = batch_size
         self.max_batch_tokens: int | None = None  # padded tokens per forward pass (None: rows only)
         self.max_padding: float | None = None  # the fraction of them that may be padding

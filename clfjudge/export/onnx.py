@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import random
 import shutil
 import tempfile
@@ -162,19 +161,10 @@ class Int8Settings:
 
 
 def cpu_isa() -> str:
-    """The best int8 instruction set of this CPU: avx512_vnni | avx512 | avx2 | arm64 (x86 without AVX2: avx2)."""
-    if platform.machine().lower() in ("arm64", "aarch64"):
-        return "arm64"
-    try:
-        flags = set(next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                          if line.startswith("flags")), "").split())
-    except OSError:
-        flags = set()
-    if {"avx512_vnni", "avx512vnni"} & flags:
-        return "avx512_vnni"
-    if "avx512bw" in flags:
-        return "avx512"
-    return "avx2"
+    """The int8 instruction set of this machine (``machine.Machine.int8_isa``): avx512_vnni | avx512 | avx2 | arm64."""
+    from ..machine import probe
+
+    return probe().int8_isa()[0]
 
 
 def int8_settings(isa: str = "auto", path: str | Path = INT8_CONFIG) -> Int8Settings:
@@ -525,13 +515,35 @@ def _parity_message(report: dict[str, Any]) -> str:
     return "parity gate failed, nothing was written: " + " | ".join(_failure_lines(report))
 
 
-def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
-                 opset: int | None = None, isa: str = "auto", source: str | None = None,
-                 n_records: int | None = None, parity: ParityConfig | None = None,
-                 int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
-                 providers: Sequence[str] = ()) -> ExportResult:
-    """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc).
-    ``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
+def export_judge(judge_dir: str | Path, out_dir: str | Path, *, providers: Sequence[str] = (),
+                 **options: Any) -> ExportResult:
+    """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc and
+    ``_export`` for ``options``). ``providers``: also gate the fp32 file as these run it; one that does not run on
+    this machine (``machine.probe``: no bf16 for openvino-bf16, no GPU for cuda) is left out with a warning, never
+    an error. The card's ``runtime.machine`` says what this machine could run and why."""
+    from ..machine import probe
+    from ..models.onnx_session import runnable_providers
+
+    kept, skipped = runnable_providers(providers)
+    for name, why in skipped.items():
+        log.warning("provider %s is not gated: it does not run on this machine (%s)", name, why)
+    result = _export(judge_dir, out_dir, providers=kept, **options)
+    card = JudgeCard.load(result.out_dir)
+    isa, isa_why = probe().int8_isa()
+    card.runtime = {**card.runtime, "machine": {
+        "cpu": probe().cpu, "int8_isa": {"value": isa, "why": isa_why},
+        "providers": {**{name: {"gated": True} for name in kept}, **{name: {"gated": False, "why": why}
+                                                                    for name, why in skipped.items()}}}}
+    card.save(result.out_dir)
+    return result
+
+
+def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
+            opset: int | None = None, isa: str = "auto", source: str | None = None,
+            n_records: int | None = None, parity: ParityConfig | None = None,
+            int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
+            providers: Sequence[str] = ()) -> ExportResult:
+    """``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
     (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
     instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed."""
     judge_dir, out = Path(judge_dir), Path(out_dir)

@@ -137,6 +137,8 @@ class Judge:
     position_invariant: bool = False
     max_batch_tokens: int | None = None
     max_padding: float | None = None
+    # what runs it on this machine and why (provider, variant, why), for /metrics and a run's record
+    runtime_choice: dict[str, Any] = {}
 
     def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         if batch_size < 1:

@@ -567,7 +567,10 @@ class EmbeddingJudge:
                      "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True,
                      "embedder": self.embedder.config(),
                      # how the features were computed (a runtime choice, not part of the reading's identity)
-                     "precision": getattr(self.embedder, "precision_spec", None)},
+                     "precision": getattr(self.embedder, "precision_spec", None),
+                     # what this machine read the training answers in, and why (``machine.decoder_precision``)
+                     "read_in": {"precision": getattr(self.embedder, "precision", "fp32"),
+                                 "why": getattr(self.embedder, "precision_why", "encoder: fp32")}},
         )
         card.save(directory)
         return directory

@@ -35,8 +35,10 @@ class TorchBackend:
         import torch
         from transformers import AutoModelForSequenceClassification
 
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("provider 'cuda' asked for, but torch sees no CUDA device")
+        from ..machine import probe
+
+        if device == "cuda" and not (cuda := probe().cuda()):
+            raise ValueError(f"provider 'cuda' asked for, but it does not run here: {cuda.why}")
         if threads:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
@@ -186,16 +188,19 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
         if "reader" not in card.runtime:
             raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
                              "clfjudge export first, or load it with backend='sklearn'")
-        variant, provider = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
+        variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
         reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
                                    provider=provider, threads=threads, batch_size=batch_size)
         check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
         judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
                              batch_size)
         judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
+        judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
         return judge
-    variant, provider = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
+    variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
     backend = OnnxBackend(path, provider, threads)
-    return ModelJudge(card, load_tokenizer(directory), backend, batch_size)
+    judge = ModelJudge(card, load_tokenizer(directory), backend, batch_size)
+    judge.runtime_choice = {"provider": provider, "file": path.name, "why": why}
+    return judge

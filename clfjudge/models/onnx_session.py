@@ -15,43 +15,38 @@ a variant is named, onnxruntime on the CPU.
 """
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..machine import Capability
 from ..registry import Registry, resolve
+
+
+def _runs_on_cpu() -> Capability:
+    return Capability(True, "onnxruntime's CPU provider runs everywhere")
+
+
+def _capability(name: str) -> Callable[[], Capability]:
+    """``machine.probe().<name>()``, looked up when asked (tests simulate other machines by replacing the probe)."""
+    def check() -> Capability:
+        from .. import machine
+
+        return getattr(machine.probe(), name)()
+
+    return check
 
 
 @dataclass(frozen=True)
 class Provider:
     """``open``: (path, threads) -> session, or a lazy "module:function" target; ``precision``: the arithmetic it
     runs the fp32 file in ("fp32": the same function up to float rounding; else a parity gate decides);
-    ``available``: whether this machine can open it (checked without importing the runtime)."""
+    ``available``: whether it runs on this machine, and why (``machine.Capability``; not just "is installed")."""
 
     open: Callable[[Path, int | None], Any] | str
     precision: str = "fp32"
-    available: Callable[[], bool] = lambda: True
-
-
-def _has_module(name: str) -> Callable[[], bool]:
-    def check() -> bool:
-        try:
-            return importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):  # ValueError: set to None in sys.modules (import blocked)
-            return False
-
-    return check
-
-
-def _has_ort_provider(name: str) -> Callable[[], bool]:
-    def check() -> bool:
-        import onnxruntime as ort
-
-        return name in ort.get_available_providers()
-
-    return check
+    available: Callable[[], Capability] = _runs_on_cpu
 
 
 def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None], Any]:
@@ -60,9 +55,6 @@ def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None],
         onnxruntime's."""
         import onnxruntime as ort
 
-        if execution_providers[0] not in ort.get_available_providers():
-            raise ValueError(f"this onnxruntime build lacks {execution_providers[0]} (available: "
-                             f"{ort.get_available_providers()}; for CUDA install onnxruntime-gpu)")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -75,11 +67,11 @@ def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None],
 PROVIDERS: Registry[Provider] = Registry("ONNX provider")
 PROVIDERS.register("cpu", Provider(_onnxruntime(["CPUExecutionProvider"])))
 PROVIDERS.register("cuda", Provider(_onnxruntime(["CUDAExecutionProvider", "CPUExecutionProvider"]),
-                                    available=_has_ort_provider("CUDAExecutionProvider")))
+                                    available=_capability("ort_cuda")))
 PROVIDERS.register("openvino", Provider("clfjudge.models.openvino_session:open_f32",
-                                        available=_has_module("openvino")))
+                                        available=_capability("openvino")))
 PROVIDERS.register("openvino-bf16", Provider("clfjudge.models.openvino_session:open_bf16", precision="bf16",
-                                             available=_has_module("openvino")))
+                                             available=_capability("openvino_bf16")))
 AUTO = "auto"  # Judge.load's provider: the card's served run where this machine has it (``resolve_provider``)
 
 
@@ -89,22 +81,34 @@ def provider_info(name: str) -> Provider:
     return PROVIDERS.get(name)
 
 
-def resolve_provider(provider: str, variant: str | None, onnx_runtime: Mapping[str, Any]) -> tuple[str | None, str]:
-    """The (variant, provider) an ONNX judge loads with. ``provider`` "auto" with no ``variant`` named: the file and
-    provider the export served (the card's ``runtime.onnx.served``: the fastest run its parity gate passed) if this
-    machine has that provider; otherwise, and for a named variant, onnxruntime's CPU provider."""
+def resolve_provider(provider: str, variant: str | None,
+                     onnx_runtime: Mapping[str, Any]) -> tuple[str | None, str, str]:
+    """The (variant, provider, why) an ONNX judge loads with. ``provider`` "auto" with no ``variant`` named: the file
+    and provider the export served (the card's ``runtime.onnx.served``: the fastest run its parity gate passed) if
+    that provider runs on this machine; otherwise, and for a named variant, onnxruntime's CPU provider."""
     if provider != AUTO:
-        return variant, provider
+        return variant, provider, "asked for"
     served = onnx_runtime.get("served") or {}
     name, file = served.get("provider", "cpu"), served.get("file")
-    if variant is not None or not file or name not in PROVIDERS or not PROVIDERS.get(name).available():
-        return variant, "cpu"
-    return (None if file == onnx_runtime.get("primary") else file), name
+    if variant is not None or not file:
+        return variant, "cpu", "a variant was named" if variant is not None else "the export served no other run"
+    runs = PROVIDERS.get(name).available() if name in PROVIDERS else Capability(False, f"unknown provider {name!r}")
+    if not runs:
+        return variant, "cpu", f"the export served {gate_key(file, name)}, which does not run here: {runs.why}"
+    return (None if file == onnx_runtime.get("primary") else file), name, f"served by the export: {runs.why}"
+
+
+def runnable_providers(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """``names`` split into those that run on this machine and the others, each with why it does not."""
+    runs = {name: provider_info(name).available() for name in dict.fromkeys(names)}
+    return [n for n, c in runs.items() if c], {n: c.why for n, c in runs.items() if not c}
 
 
 def inference_session(path: str | Path, provider: str = "cpu", threads: int | None = None) -> Any:
     """A session of ``provider`` on the ONNX file ``path``; ``threads``: its intra-op threads (None: its default)."""
     entry = provider_info(provider)
+    if not (runs := entry.available()):
+        raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")
     opener = resolve(entry.open) if isinstance(entry.open, str) else entry.open
     return opener(Path(path), threads)
 

@@ -32,10 +32,12 @@ class OpenVinoSession:
             import openvino as ov
         except ImportError:
             raise ImportError(f"the OpenVINO providers need the openvino package: {INSTALL}") from None
+        from ..machine import probe
+
+        if hint == "bf16" and not (bf16 := probe().openvino_bf16()):
+            raise ValueError(f"provider 'openvino-bf16' does not run here ({bf16.why}; OpenVINO would run f32 or "
+                             "emulate bf16); use provider 'openvino'")
         core = ov.Core()
-        if hint == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
-            raise ValueError("provider 'openvino-bf16': this CPU has no bf16 instructions (OpenVINO would run f32); "
-                             "use provider 'openvino'")
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
                                   "NUM_STREAMS": 1, "CACHE_DIR": ""}
         if threads:

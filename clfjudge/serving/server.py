@@ -105,6 +105,7 @@ class Stats:
         self.padding = Histogram("clfjudge_batch_padding_fraction", [0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1])
         self.tokens = Counter()  # "real" / "padded" token positions computed
         self.warm_up_s: float | None = None  # how long the judge's warm-up took (None: not warmed up)
+        self.info: list[str] = []  # constant series: what runs the judge here and why (``runtime_info``)
 
     def observe_call(self, real: int, padded: int) -> None:
         self.batch_tokens.observe(padded)
@@ -123,7 +124,26 @@ class Stats:
         lines += ["# TYPE clfjudge_queue_depth gauge", f"clfjudge_queue_depth {queue_depth}"]
         if self.warm_up_s is not None:
             lines += ["# TYPE clfjudge_warm_up_seconds gauge", f"clfjudge_warm_up_seconds {self.warm_up_s:.6f}"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self.info) + "\n"
+
+
+def _label(value: Any) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def runtime_info(judge: Any) -> list[str]:
+    """Constant /metrics series: what runs the judge on this machine and why (``Judge.runtime_choice``), and what
+    this machine can run (``machine.probe``), each capability 1 or 0 with its reason."""
+    from ..machine import probe
+
+    choice = {"backend": getattr(judge, "backend_name", ""), **getattr(judge, "runtime_choice", {})}
+    labels = ",".join(f'{k}="{_label(v)}"' for k, v in choice.items())
+    lines = ["# TYPE clfjudge_runtime_info gauge", f"clfjudge_runtime_info{{{labels}}} 1",
+             "# TYPE clfjudge_machine_capability gauge"]
+    lines += [f'clfjudge_machine_capability{{name="{name}",why="{_label(c.why)}"}} {int(c.runs)}'
+              for name, c in probe().capabilities().items()]
+    return lines
 
 
 class Batcher:
@@ -363,6 +383,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
     from ..judges.base import as_pair, as_point
 
     stats = Stats()
+    stats.info = runtime_info(judge)
     tasks: Sequence[str] = sorted(judge.tasks)
     runners = {
         "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],

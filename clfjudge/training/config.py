@@ -362,13 +362,15 @@ def resolve_deepspeed(cfg: TrainConfig, cuda: bool) -> str | None:
 
 
 def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bool):
-    import torch
     from transformers import TrainingArguments
 
-    cuda = torch.cuda.is_available()
+    from ..machine import probe, training_precision
+
+    cuda = bool(probe().cuda())
     ds_config = resolve_deepspeed(cfg, cuda)
-    if not cuda and cfg.precision != "fp32":
-        log.warning("precision %s needs CUDA; this CPU run trains in fp32", cfg.precision)
+    precision, why = training_precision(cfg.precision)
+    if precision != cfg.precision:
+        log.warning("precision %s: trains in %s here (%s)", cfg.precision, precision, why)
     strategy = "steps" if cfg.eval_every else "epoch"
     kw: dict[str, Any] = {}
     if has_dev:
@@ -398,8 +400,8 @@ def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bo
         seed=cfg.seed,
         data_seed=cfg.seed,
         use_cpu=not cuda and ds_config is None,  # DeepSpeed on CPU runs with use_cpu=False (stack.md)
-        fp16=cuda and cfg.precision == "fp16",
-        bf16=cuda and cfg.precision == "bf16",
+        fp16=precision == "fp16",
+        bf16=precision == "bf16",
         tf32=cfg.tf32 if cuda else None,
         gradient_checkpointing=cfg.gradient_checkpointing,
         deepspeed=ds_config,

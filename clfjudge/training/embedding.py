@@ -38,9 +38,10 @@ OPTIONS = {
     "stats_tokens": "decoder backbones: token statistics over each answer's first N tokens (default all)",
     "precision": "decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / AVX512-BF16)",
     "batch_size": "embedding batch size",
+    "device": "where the backbone reads: cpu (default) | cuda",
 }
 EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision",
-                    "batch_size")
+                    "batch_size", "device")
 
 
 class EmbeddingDataHead(Head):

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import machine
 from ..data.records import Record
 from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeJudge, PromptEncoder, _tokenizer
 from ..models.heads import Head
@@ -74,7 +75,6 @@ def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any
 def train_generative(cfg: TrainConfig) -> Path:
     """``clfjudge train`` for ``head: generative``: LM-head fine-tuning on the judgement tokens, then greedy
     evaluation on dev / test / eval sources. Returns the judge directory (HF causal LM + judge card)."""
-    import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
     from ..card import JudgeCard
@@ -84,7 +84,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     from .data import build_splits
 
     start = time.monotonic()
-    if not torch.cuda.is_available():
+    if not machine.probe().cuda():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     set_seed(cfg.seed)
     scheme = cfg.scheme or DEFAULT_SCHEME

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import machine
 from ..data.records import Record
 from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
@@ -110,7 +111,7 @@ def train(cfg: TrainConfig) -> Path:
     from ..prompts.truncation import TruncationPolicy, TruncationReport
 
     start = time.monotonic()
-    if not torch.cuda.is_available():
+    if not machine.probe().cuda():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     set_seed(cfg.seed)
     head = HEADS.get(cfg.head)()
