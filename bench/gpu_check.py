@@ -67,6 +67,7 @@ def reader_judge() -> str:
 
     cfg = TrainConfig.from_yaml(config_path("recipes/main-smollm2.yaml"), [
         f"backbone={backbone()}", f"embedding.device={DEVICE}", "embedding.precision=auto", "embedding.layer=1",
+        "sources=[pandalm-test]", "decontaminate_against=[]",  # what the test fixtures' data holds
         "max_train_records=48", "max_dev_records=16", "eval_sources=[]", f"output_dir={OUT / 'reader'}"])
     card = JudgeCard.load(train(cfg))
     read_in, expected = card.runtime.get("read_in", {}), machine.decoder_precision("auto", DEVICE)[0]
@@ -105,8 +106,8 @@ def main() -> int:
     if DEVICE == "cuda" and not machine.probe().cuda():
         print(f"gpu_check: not run: {machine.probe().cuda().why}", flush=True)
         return 0
-    for name, run in (("fine-tune bf16", fine_tune), ("reader bf16", reader_judge), ("export + gate cuda",
-                      export_cuda), ("score cuda", score_cuda)):
+    for name, run in (("fine-tune (bf16 asked)", fine_tune), ("reader (precision auto)", reader_judge),
+                      (f"export + gate ({DEVICE})", export_cuda), (f"score ({DEVICE})", score_cuda)):
         check(name, run)
     print(f"gpu_check: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}", flush=True)
     return 1 if failed else 0

@@ -285,3 +285,43 @@ def test_nothing_in_the_package_tests_the_machine_but_the_probe():
                  for n, line in enumerate(p.read_text().splitlines(), 1) if probes.search(line)]
     assert offenders == []
     assert (package / "machine.py").exists() and probes.search((package / "machine.py").read_text())
+
+
+# --- the GPU check: ready for a machine with a GPU, says so without one --------------------------------------------
+def _gpu_check(*args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    from clfjudge.paths import REPO_ROOT
+
+    env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    return subprocess.run(["bash", str(REPO_ROOT / "bench" / "gpu_check.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_gpu_check_says_it_did_not_run_without_a_gpu(tmp_path):
+    if machine.probe().cuda():
+        pytest.skip("this machine has a GPU: bench/gpu_check.sh runs for real here")
+    done = _gpu_check(str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == f"gpu_check: not run: {machine.probe().cuda().why}"
+    assert json.loads((tmp_path / "machine.json").read_text())["capabilities"]["cuda"]["runs"] is False
+
+
+@pytest.mark.slow
+def test_the_gpu_checks_pass_on_the_cpu(tmp_path):
+    """The same checks on the CPU (``--cpu``), so the script does not rot between GPU sessions."""
+    import os
+    import subprocess
+    import sys
+
+    from clfjudge.paths import REPO_ROOT
+
+    env = {**os.environ, "CLFJUDGE_DATA": str(REPO_ROOT / "tests" / "fixtures" / "data"),
+           "CLFJUDGE_EMBEDDING_CACHE": str(tmp_path / "embeddings")}
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), str(tmp_path), "--cpu"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("gpu_check")]
+    assert done.returncode == 0 and lines[-1] == "gpu_check: all checks passed", (lines, done.stderr[-2000:])
+    assert len([line for line in lines if ": ok (" in line]) == 5
