@@ -47,7 +47,7 @@ PROFILES: Registry[Profile] = Registry("run profile")
 # stays within 45 minutes on a 2-core machine without AMX (where the default judge reads ~6 answers/s in ONNX fp32)
 # and the audit's report still covers every set: PandaLM 600 of 999 pairs, Auto-J 300 of 1,392 (its answers are
 # long: 600 pairs are 290k tokens), Prometheus MT-Bench / Vicuna-Bench 160 of 320 answers each, LLMBar whole.
-# The scoreboard (bench/generalization.py) reads every set whole.
+# The scoreboard (docs/results.md) reads every set whole.
 # Its parity gate reads 200 records: enough that a lossy run's 99.5% (bf16) or 99% (int8) can tolerate one or two
 # flipped decisions; 64 could not resolve either (one flip is 1.6%).
 PROFILES.register("full", Profile(audit_limit=600, parity_records=200, audit_set_limits=(

@@ -13,8 +13,8 @@ statistics its last final state) and ``continuation.onnx`` (a batch of answers r
 from batch 1 in the graph; positions go on from the prompt's length); the card lists them under
 ``runtime.reader.shared_prefix``. Each graph holds its own copy of the weights (the default judge's directory
 grows from ~370 MB to ~810 MB; one shared external-data file is not done). fp32 only: dynamic int8 already
-changes one decision in eight on the reader graph (bench/results/decoder_speed_*), so the int8 variant reads a
-shared prompt with every answer.
+changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the int8 variant
+reads a shared prompt with every answer.
 
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and

@@ -63,8 +63,8 @@ class TrainConfig:
     cv_folds: int = field(default=0, metadata={"help": "> 1: hold out fold cv_fold of a grouped k-fold split "
                                                          "(splits.group_kfold) instead of test_fraction"})
     cv_fold: int = field(default=0, metadata={"help": "the fold held out when cv_folds > 1, in [0, cv_folds)"})
-    cv_seed: int = field(default=0, metadata={"help": "the folds' seed (bench/embedding_judge_cv.py uses 0): the same "
-                                                        "folds as other benches"})
+    cv_seed: int = field(default=0, metadata={"help": "the folds' seed: the same seed, the same folds"
+                                                        " across recipes"})
     dev_fraction: float = field(default=0.1, metadata={"help": "grouped (by question) validation split for early "
                                                                  "stopping and calibration"})
     max_train_records: int | None = field(default=None, metadata={"help": "cap on the training split, extra train "

@@ -18,9 +18,9 @@ intercept on both answer orders, every pool source carrying the same total weigh
 equal variance (as ``EmbeddingJudge``'s linear heads).
 
 Readings are cached as ``.npz`` per (reader, set) under ``--cache`` (default ``~/.cache/clfjudge/probe``), so a
-re-run only fits. Writes bench/results/reader_probe_<date>.{md,json}.
+re-run only fits. Writes research/results/reader_probe_<date>.{md,json}.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/reader_probe.py [--readers smollm2:8,15,20,30 gemma3:6,9]
+    OMP_NUM_THREADS=2 .venv/bin/python research/reader_probe.py [--readers smollm2:8,15,20,30 gemma3:6,9]
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ Experiments (``--experiments``):
   Pearson / Kendall / Spearman per set and pooled.
 
 Embeddings are cached on disk per encoder (``--cache-dir``), so a rerun only trains heads.
-Writes bench/results/embedding_judge_<date>.json and .md.
+Writes research/results/embedding_judge_<date>.json and .md.
 
-    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python bench/embedding_judge_cv.py
+    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python research/embedding_judge_cv.py
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Paper Table 2 (study 004) at CPU scale: a classification head vs the generative baseline on the same decoder.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/table2_smollm2.py [--retrain] [--speed-pairs 32] [--threads 2]
+    OMP_NUM_THREADS=2 .venv/bin/python research/table2_smollm2.py [--retrain] [--speed-pairs 32] [--threads 2]
 
 Trains the recipes train/cpu/table2-*.yaml (SmolLM2-135M classification head, SmolLM2-135M generative baseline,
 MiniLM classification head: same data, split, hyperparameters; the decoders the same prompt; and the frozen
