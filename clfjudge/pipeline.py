@@ -1,5 +1,6 @@
-"""The main job: data check -> train the default judge -> export it to ONNX (int8 where the parity gate allows,
-else fp32) -> audit it beside the released judges and SemScore -> report.
+"""The main job: data check -> train the default judge -> export it to ONNX behind the parity gate (fp32, int8
+and the bf16 runs this machine has gated side by side; the fastest that passed is served) -> audit it beside the
+released judges and SemScore -> report.
 
 Each step is one function in ``STEPS`` reading what earlier steps left in ``RunState`` and the run directory;
 ``run.json`` records every step's wall time and outputs, so a run is self-describing. ``--quick`` swaps in
@@ -115,7 +116,7 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 
 @STEPS.register("export")
-def export_int8(state: RunState) -> dict[str, Any]:
+def export(state: RunState) -> dict[str, Any]:
     from .export.onnx import ParityConfig, export_judge, served
     from .models.onnx_session import PROVIDERS
 

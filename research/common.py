@@ -18,7 +18,7 @@ from bench.common import write as bench_write  # noqa: E402
 from clfjudge.data import sources  # noqa: E402
 from clfjudge.data.records import PairRecord, PointRecord, Verdict  # noqa: E402
 from clfjudge.embedders import make_embedder  # noqa: E402
-from clfjudge.judges.embedding import EmbeddingJudge  # noqa: E402
+from clfjudge.judges.embedding import EmbeddingModel  # noqa: E402
 from clfjudge.judges.features import longer_answer_wins, majority_verdict  # noqa: E402
 from clfjudge.machine import cpu_model  # noqa: E402,F401  (the studies record it)
 from clfjudge.metrics import evaluate_pairs, evaluate_points  # noqa: E402
@@ -99,9 +99,9 @@ class Variant:
         return (f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} "
                 f"{'+' if self.use_length else '-'}len{' C=auto' if self.auto_c else ''}")
 
-    def judge(self, embedders: Embedders, kind: str) -> EmbeddingJudge:
+    def judge(self, embedders: Embedders, kind: str) -> EmbeddingModel:
         embedder = embedders.get(self.encoder)
-        return EmbeddingJudge(encoder=embedder.encoder, head=self.head, kind=kind, features=self.features,
+        return EmbeddingModel(encoder=embedder.encoder, head=self.head, kind=kind, features=self.features,
                               use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
                               embedder=embedder)
 

@@ -13,7 +13,7 @@ from test_decoder_embedder import TEMPLATE, _pairs
 from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
-from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.testing import tiny_llama
 
 
@@ -27,7 +27,7 @@ def chat_llama_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judge_dir(chat_llama_dir, tmp_path_factory):
-    judge = EmbeddingJudge(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
+    judge = EmbeddingModel(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
                            embedder_options={"layer": 1, "stats_tokens": 4}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
@@ -67,8 +67,8 @@ def test_fp32_reader_matches_pytorch_and_loads_without_torch(judge_dir, tmp_path
     np.testing.assert_allclose(seen["p_a"], [c.p_a for c in onnx_judge.compare_batch(items)], atol=1e-6)
     warmed = Judge.load(out, max_batch_tokens=4096)  # a server's warm-up opens every session, shared prefix too
     assert warmed.warm_up() >= 3
-    assert warmed.judge.embedder._session is not None and warmed.judge.embedder._shared is not None
-    assert len(warmed.judge.embedder) == 0  # and keeps none of its made-up readings
+    assert warmed.model.embedder._session is not None and warmed.model.embedder._shared is not None
+    assert len(warmed.model.embedder) == 0  # and keeps none of its made-up readings
     np.testing.assert_allclose([c.p_a for c in warmed.compare_batch(items)],
                                [c.p_a for c in onnx_judge.compare_batch(items)], atol=1e-6)
 
@@ -84,7 +84,7 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     assert result.primary == "reader_quantized.onnx"
     int8_judge = Judge.load(tmp_path / "int8", provider="cpu")  # the primary (auto: the fastest run that passed)
     assert int8_judge.backend_name == "onnx (int8)"
-    assert not int8_judge.judge.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
+    assert not int8_judge.model.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
 
 

@@ -15,7 +15,7 @@ from tiny_judges import make_judge
 from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
-from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.models.onnx_session import gate_key, inference_session
 from clfjudge.testing import tiny_llama
 
@@ -40,7 +40,7 @@ def embedding_judge(tmp_path_factory):
     backbone = tiny_llama(tmp_path_factory.mktemp("llama"))
     config = json.loads((backbone / "tokenizer_config.json").read_text())
     (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    judge = EmbeddingJudge(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
+    judge = EmbeddingModel(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
                            embedder_options={"layer": 1}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
@@ -96,7 +96,7 @@ def test_bf16_is_gated_at_export_and_loads_only_where_it_passed(embedding_onnx, 
     assert "reader.onnx @ openvino-bf16" in JudgeCard.load(embedding_onnx.out_dir).runtime["onnx"]["gated"]
     judge = Judge.load(embedding_onnx.out_dir, provider="openvino-bf16")
     assert judge.backend_name == "onnx (fp32, openvino-bf16)"
-    assert judge.judge.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
+    assert judge.model.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
     np.testing.assert_allclose([c.p_a for c in judge.compare_batch(_items(4))],
                                [c.p_a for c in Judge.load(embedding_onnx.out_dir, provider="cpu").compare_batch(
                                    _items(4))],

@@ -275,7 +275,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                            providers=()):
     from ..embedders.decoder import DecoderEmbedder
     from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
-    from ..judges.embedding import EmbeddingJudge, embedder_config
+    from ..judges.embedding import EmbeddingModel, embedder_config
     from ..training.embedding import EmbeddingDataHead
     from .onnx import (
         INT8_CONFIG,
@@ -310,7 +310,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
     # broken graph pass
     embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size, cache_dir="")
-    reference = EmbeddingJudge.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
+    reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()
     before, after = embedder.template_parts()
     reader = {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
@@ -342,7 +342,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
             thresholds = parity.for_precision(run.precision)
             onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config, variant=run.file,
                                             provider=run.provider, batch_size=parity.batch_size, cache_dir="")
-            candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
+            candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
             variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds),
                                           thresholds)
         for name, meta in files.items():

@@ -181,7 +181,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
                batch_size: int, trust_pickle: bool = False) -> Judge:
     if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
         from ..embedders.onnx_reader import OnnxDecoderReader
-        from .embedding import EmbeddingJudge, SklearnJudge, embedder_config
+        from .embedding import EmbeddingModel, SklearnJudge, embedder_config
 
         if "reader" not in card.runtime:
             raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
@@ -190,7 +190,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
         reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
                                    provider=provider, threads=threads, batch_size=batch_size)
         check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
-        judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
+        judge = SklearnJudge(card, EmbeddingModel.load(directory, embedder=reader, trust_pickle=trust_pickle),
                              batch_size)
         judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
         return judge
