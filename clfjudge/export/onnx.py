@@ -46,6 +46,7 @@ from ..configs import config_path
 from ..data.records import Record
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
+from ..kinds import EXPORTERS  # kinds exported by another module (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
 from ..prompts.encoding import MODEL_INPUTS
@@ -466,12 +467,6 @@ def gate_entry(run: GateRun, measured: Mapping[str, Any], thresholds: Thresholds
 def gated(report: Mapping[str, Any]) -> list[str]:
     """The card's ``runtime.onnx.gated``: the runs of another provider than onnxruntime's CPU that passed."""
     return [key for key, v in report["variants"].items() if v.get("provider", "cpu") != "cpu" and v["passed"]]
-
-
-# Heads exported by another module, which builds on this one's parity gate and int8 settings: head ->
-# "module:function" (registry.resolve), imported only when such a judge is exported.
-EXPORTERS: Registry[str] = Registry("exporter")
-EXPORTERS.register("embedding", "clfjudge.export.embedding:export_embedding_judge")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..configs import config_path
 from ..data.records import RecordError
+from ..kinds import TRAINERS  # heads another loop trains (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..paths import REPO_ROOT
 from ..registry import Registry
@@ -27,12 +28,6 @@ log = logging.getLogger(__name__)
 DEEPSPEED_MODES = ("off", "auto", "force")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
-
-# Heads trained by another loop than trainer.py's sequence-classification one: head -> "module:function"
-# (registry.resolve), imported only when such a head is trained (those modules build on this one and training.data).
-TRAINERS: Registry[str] = Registry("trainer")
-TRAINERS.register("generative", "clfjudge.training.generative:train_generative")
-TRAINERS.register("embedding", "clfjudge.training.embedding:train_embedding")
 
 
 @dataclass
