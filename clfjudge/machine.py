@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +35,16 @@ def matmul_flags() -> list[str]:
 def describe() -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "matmul_flags": matmul_flags(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "python": platform.python_version()}
+
+
+def default_ds_accelerator() -> None:
+    """Call before a model loads through transformers. Loading imports DeepSpeed (through accelerate), which probes
+    for an accelerator and, finding none, logs "Setting accelerator to CPU ..." at WARNING: a line a user can do
+    nothing about. Where torch sees no CUDA device, name the CPU for it (``DS_ACCELERATOR``) unless the user set
+    one; with CUDA, DeepSpeed detects it as before."""
+    if "DS_ACCELERATOR" in os.environ or "deepspeed" in sys.modules:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"

@@ -197,8 +197,10 @@ class DecoderEmbedder:
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 
+        from ..machine import default_ds_accelerator
         from ..models.backbones import resolve_backbone
 
+        default_ds_accelerator()
         layer = self._resolved_layer()
         info = resolve_backbone(self.encoder)
         self._load_tokenizer()

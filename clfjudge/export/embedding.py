@@ -39,6 +39,7 @@ import numpy as np
 
 from ..card import JudgeCard
 from ..data.records import PairRecord
+from . import quiet
 
 REPORT_NAME = "parity_report.json"
 
@@ -147,7 +148,7 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
             for k in names}
     outputs = ["pooled", *(("log_probs",) if embedder.stats else ())]
     axes.update({"pooled": {0: "batch"}, "log_probs": {0: "batch", 1: "span"}})
-    with torch.inference_mode():
+    with torch.inference_mode(), quiet.torch_onnx_export():
         torch.onnx.export(reader_graph(embedder), args, str(path), input_names=names, output_names=outputs,
                           dynamic_axes={k: v for k, v in axes.items() if k in names + outputs}, dynamo=False,
                           opset_version=17)
@@ -174,7 +175,7 @@ def export_shared_prefix(embedder, directory: Path, sample: Sequence[tuple[list[
     present, past = cache_names(n_layers, "present"), cache_names(n_layers, "past_key_values")
     prefix_outputs = [*present, *(("prefix_state",) if stats else ())]
     cache_axes = {2: "past_sequence"}  # batch 1: one prompt, broadcast to the answers in the continuation graph
-    with torch.inference_mode():
+    with torch.inference_mode(), quiet.torch_onnx_export():
         head = prefix_graph(embedder)
         torch.onnx.export(head, (prompt,), str(directory / SHARED_PREFIX_FILES["prefix"]), input_names=["input_ids"],
                           output_names=prefix_outputs,

@@ -35,11 +35,14 @@ class TorchBackend:
         import torch
         from transformers import AutoModelForSequenceClassification
 
+        from ..machine import default_ds_accelerator
+
         if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("provider 'cuda' asked for, but torch sees no CUDA device")
         if threads:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
+        default_ds_accelerator()
         model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)

@@ -8,7 +8,6 @@ and eval sources are then judged greedily (``judges.generative.GenerativeReader`
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.records import Record
 from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeReader, PromptEncoder, _tokenizer
+from ..machine import default_ds_accelerator
 from ..models.heads import Head
 from ..prompts.schemes import SCHEMES, RenderError, target
 from ..prompts.truncation import TruncationPolicy
@@ -74,7 +74,6 @@ def evaluate(judge: GenerativeReader, records: Sequence[Record]) -> dict[str, An
 def train_generative(cfg: TrainConfig) -> Path:
     """``clfjudge train`` for ``head: generative``: LM-head fine-tuning on the judgement tokens, then greedy
     evaluation on dev / test / eval sources. Returns the judge directory (HF causal LM + judge card)."""
-    import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
 
     from ..card import JudgeCard
@@ -84,8 +83,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     from .data import build_splits
 
     start = time.monotonic()
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    default_ds_accelerator()
     set_seed(cfg.seed)
     scheme = cfg.scheme or DEFAULT_SCHEME
     head = GenerativeHead(scheme)

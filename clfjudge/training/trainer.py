@@ -13,7 +13,6 @@ trained by another loop (generative, embedding) are dispatched through ``config.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.records import Record
+from ..machine import default_ds_accelerator
 from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
 from ..registry import resolve
@@ -110,8 +110,7 @@ def train(cfg: TrainConfig) -> Path:
     from ..prompts.truncation import TruncationPolicy, TruncationReport
 
     start = time.monotonic()
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    default_ds_accelerator()
     set_seed(cfg.seed)
     head = HEADS.get(cfg.head)()
     head.length_covariate = cfg.length_covariate
