@@ -38,13 +38,15 @@ def describe() -> dict[str, Any]:
 
 
 def default_ds_accelerator() -> None:
-    """Call before a model loads through transformers. Loading imports DeepSpeed (through accelerate), which probes
+    """Call before transformers loads a model or a tokenizer. That imports DeepSpeed (through accelerate), which probes
     for an accelerator and, finding none, logs "Setting accelerator to CPU ..." at WARNING: a line a user can do
     nothing about. Where torch sees no CUDA device, name the CPU for it (``DS_ACCELERATOR``) unless the user set
     one; with CUDA, DeepSpeed detects it as before."""
     if "DS_ACCELERATOR" in os.environ or "deepspeed" in sys.modules:
         return
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # an ONNX-only install: transformers imports neither accelerate nor DeepSpeed without torch
+        return
     if not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"

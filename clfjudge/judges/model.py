@@ -165,6 +165,9 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
 
 
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    from ..machine import default_ds_accelerator
+
+    default_ds_accelerator()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(directory)

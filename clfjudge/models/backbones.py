@@ -126,6 +126,9 @@ def _ensure_decoder_pad(tokenizer) -> None:
 def load_tokenizer(info: BackboneInfo, padding_side: Literal["left", "right"] = "right"):
     """AutoTokenizer; decoders get a pad token distinct from EOS. Right padding suits classification;
     pass "left" for batched generation."""
+    from ..machine import default_ds_accelerator
+
+    default_ds_accelerator()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(info.path_or_id)
