@@ -4,10 +4,12 @@ helper is a context manager around one library call, and every other warning sti
 - ``torch_onnx_export``: around ``torch.onnx.export``. The TorchScript tracer (``dynamo=False``: the decoder
   reader's graphs, the fallback of the fine-tuned heads') warns (``TracerWarning``) about every Python value it
   records as a constant, such as a shape read in the model's forward; the graph is checked against PyTorch by the
-  parity gate anyway. The dynamo exporter warns, from inside ``torch.onnx``, about how it converts the dynamic
-  axes it is given, and logs that torchvision's operators are not registered (clfjudge exports none).
+  parity gate anyway; torch.onnx notes that the tracer is its legacy exporter. The dynamo exporter warns, from
+  inside ``torch.onnx``, about how it converts the dynamic axes it is given, and logs that torchvision's operators
+  are not registered (clfjudge exports none).
 - ``quantization``: around ``onnxruntime.quantization.quantize_dynamic``, which logs on the root logger a hint to
-  run its pre-processing script first; the export prepares the graph itself (``export.onnx.quantize_onnx``).
+  run its pre-processing script first; the export prepares the graph as its quantizer needs
+  (``export.onnx.quantize_onnx``) and the parity gate judges what quantization gives.
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ def torch_onnx_export() -> Iterator[None]:
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", module=r"torch\.onnx\.")
         warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+        # dynamo=False is chosen where the tracer exports what dynamo cannot (export/embedding.py)
+        warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export",
+                                category=DeprecationWarning)
         for logger in loggers:
             logger.setLevel(logging.ERROR)
         try:
