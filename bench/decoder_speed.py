@@ -114,11 +114,11 @@ def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
 
     torch.set_num_threads(threads)
     from clfjudge.card import JudgeCard
-    from clfjudge.judges.embedding import EmbeddingJudge, embedder_for_card
+    from clfjudge.judges.embedding import EmbeddingModel, embedder_for_card
 
     card = JudgeCard.load(judge_dir)
     embedder = embedder_for_card(card, batch_size=8, precision=path.split()[1])
-    return EmbeddingJudge.load(judge_dir, embedder=embedder)
+    return EmbeddingModel.load(judge_dir, embedder=embedder)
 
 
 def openvino_int8(onnx_dir: Path, answers: int = 96, seed: int = 1) -> dict[str, Any]:

@@ -29,18 +29,18 @@ from common import machine, write
 
 CONFIGS = {  # id: (label, flags)
     "token": ("token budget (max 32, 4096 tokens, 10% padding, no wait: the server's defaults)",
-              ["--max-batch-size", "32", "--max-batch-tokens", "4096", "--max-padding", "0.1", "--max-wait-ms", "0"]),
+              ["--batch-size", "32", "--max-batch-tokens", "4096", "--max-padding", "0.1", "--max-wait-ms", "0"]),
     "token-2048": ("token budget 2048 (max 32, 10% padding, no wait)",
-                   ["--max-batch-size", "32", "--max-batch-tokens", "2048", "--max-padding", "0.1",
+                   ["--batch-size", "32", "--max-batch-tokens", "2048", "--max-padding", "0.1",
                     "--max-wait-ms", "0"]),
     "count": ("by count (max 32, 5 ms, no token budget)",
-              ["--max-batch-size", "32", "--max-batch-tokens", "0", "--max-padding", "1", "--max-wait-ms", "5"]),
-    "one": ("one at a time (max batch 1)", ["--max-batch-size", "1", "--max-wait-ms", "0"]),
+              ["--batch-size", "32", "--max-batch-tokens", "0", "--max-padding", "1", "--max-wait-ms", "5"]),
+    "one": ("one at a time (max batch 1)", ["--batch-size", "1", "--max-wait-ms", "0"]),
     # the same two on onnxruntime's CPU provider, for an export whose served run is another provider's
-    "token-cpu": ("token budget, onnxruntime CPU", ["--max-batch-size", "32", "--max-batch-tokens", "4096",
+    "token-cpu": ("token budget, onnxruntime CPU", ["--batch-size", "32", "--max-batch-tokens", "4096",
                                                    "--max-padding", "0.1", "--max-wait-ms", "0", "--provider", "cpu"]),
     "one-cpu": ("one at a time, onnxruntime CPU",
-                ["--max-batch-size", "1", "--max-wait-ms", "0", "--provider", "cpu"]),
+                ["--batch-size", "1", "--max-wait-ms", "0", "--provider", "cpu"]),
 }
 
 

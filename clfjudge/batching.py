@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # What ``clfjudge serve`` batches by (--max-batch-tokens, --max-padding): padded token positions per judge call and
-# forward pass, and the padding a forward pass may hold (bench/results/serve_load_2026-11-25*.md).
+# forward pass, and the padding a forward pass may hold (docs/serving.md#serving-under-load).
 DEFAULT_MAX_BATCH_TOKENS = 4096
 DEFAULT_MAX_PADDING = 0.1
 
@@ -39,7 +39,7 @@ def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None 
     ``max_rows`` rows whose padded size (rows x longest) stays within ``max_tokens`` (None: no budget) and whose
     padding stays within ``max_padding`` of it (None: any). A sequence longer than the budget runs alone.
 
-    ``max_padding`` is for CPUs: there a bigger batch gains little per token (bench/results/serve_load_2026-11-25*:
+    ``max_padding`` is for CPUs: there a bigger batch gains little per token (docs/serving.md#serving-under-load:
     1.04-1.30x one request at a time with 4-7% padding, 0.82-0.93x with 34-42%), so padding soon costs more than
     batching saves; on a GPU leave it None, as TEI does."""
     check_budget(max_rows, max_tokens, max_padding)
@@ -71,7 +71,7 @@ def next_call(queued: Sequence[tuple[int, Sequence[int]]], max_items: int,
     padded tokens (all its sequences x the longest); the first that does not fit ends the call. No request is
     overtaken by a later one, so none waits longer than the requests before it take: picking the requests nearest
     the oldest one in length instead padded a little less but left the odd lengths behind call after call (p99 at
-    32 clients 3.3-3.4 s against 2.3 s one at a time; bench/results/serve_load_2026-11-26_policies.md). The judge
+    32 clients 3.3-3.4 s against 2.3 s one at a time; docs/serving.md#serving-under-load). The judge
     sorts a call's sequences by length into forward passes itself (``token_batches``), so mixing lengths in a
     call costs little padding. A request with nothing to read (an embedding judge's cache hit) costs no tokens."""
     check_budget(max_items, max_tokens)

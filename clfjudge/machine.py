@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,10 @@ def _arch() -> str:
 
 # Facts that cost an import or a device initialisation, probed on first use. Each returns (value, detail).
 def _probe_torch_cuda() -> tuple[bool, str]:
-    import torch
+    try:
+        import torch
+    except ImportError:  # an ONNX-only install (export/Dockerfile)
+        return False, "torch is not installed"
 
     if not torch.cuda.is_available():
         return False, "torch sees no CUDA device"
@@ -270,3 +274,14 @@ def cpu_model() -> str:
 def matmul_flags() -> list[str]:
     """This CPU's flags among ``MATMUL_FLAGS`` (as the CPU reports them, before any ISA cap)."""
     return [f for f in MATMUL_FLAGS if f in probe().flags]
+
+
+def default_ds_accelerator() -> None:
+    """Call before transformers loads a model or a tokenizer. That imports DeepSpeed (through accelerate), which probes
+    for an accelerator and, finding none, logs "Setting accelerator to CPU ..." at WARNING: a line a user can do
+    nothing about. Where no CUDA device runs, name the CPU for it (``DS_ACCELERATOR``) unless the user set one; with
+    CUDA, DeepSpeed detects it as before."""
+    if "DS_ACCELERATOR" in os.environ or "deepspeed" in sys.modules:
+        return
+    if not probe().cuda():
+        os.environ["DS_ACCELERATOR"] = "cpu"

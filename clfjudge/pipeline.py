@@ -1,5 +1,6 @@
-"""The main job: data check -> train the default judge -> export it to ONNX (int8 where the parity gate allows,
-else fp32) -> audit it beside the released judges and SemScore -> report.
+"""The main job: data check -> train the default judge -> export it to ONNX behind the parity gate (fp32, int8
+and the bf16 runs this machine has gated side by side; the fastest that passed is served) -> audit it beside the
+released judges and SemScore -> report.
 
 Each step is one function in ``STEPS`` reading what earlier steps left in ``RunState`` and the run directory;
 ``run.json`` records every step's wall time and outputs, so a run is self-describing. ``--quick`` swaps in
@@ -47,7 +48,7 @@ PROFILES: Registry[Profile] = Registry("run profile")
 # stays within 45 minutes on a 2-core machine without AMX (where the default judge reads ~6 answers/s in ONNX fp32)
 # and the audit's report still covers every set: PandaLM 600 of 999 pairs, Auto-J 300 of 1,392 (its answers are
 # long: 600 pairs are 290k tokens), Prometheus MT-Bench / Vicuna-Bench 160 of 320 answers each, LLMBar whole.
-# The scoreboard (bench/generalization.py) reads every set whole.
+# The scoreboard (docs/results.md) reads every set whole.
 # Its parity gate reads 200 records: enough that a lossy run's 99.5% (bf16) or 99% (int8) can tolerate one or two
 # flipped decisions; 64 could not resolve either (one flip is 1.6%).
 PROFILES.register("full", Profile(audit_limit=600, parity_records=200, audit_set_limits=(
@@ -115,7 +116,7 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 
 @STEPS.register("export")
-def export_int8(state: RunState) -> dict[str, Any]:
+def export(state: RunState) -> dict[str, Any]:
     from .export.onnx import ParityConfig, export_judge, served
     from .models.onnx_session import runnable_providers
 

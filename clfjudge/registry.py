@@ -61,8 +61,11 @@ def lazy(factory: Callable[[], T]) -> Callable[[], T]:
     return get
 
 
-def resolve(target: str) -> Any:
-    """A lazy registry entry ``"package.module:attribute"`` -> the attribute, importing its module on first use."""
+def resolve(target: Any) -> Any:
+    """A lazy registry entry ``"package.module:attribute"`` -> the attribute, importing its module on first use;
+    an entry that is not a string (the function itself) is returned as it is."""
+    if not isinstance(target, str):
+        return target
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"lazy target {target!r}: expected 'package.module:attribute'")

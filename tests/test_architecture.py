@@ -93,14 +93,24 @@ def test_the_subpackages_import_one_way():
 
 
 def test_lazy_registry_targets_resolve():
-    from clfjudge.export.onnx import EXPORTERS
-    from clfjudge.judges.base import LOADERS
+    from clfjudge.export import onnx
+    from clfjudge.judges import base
+    from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS
     from clfjudge.registry import resolve
-    from clfjudge.training.config import TRAINERS
+    from clfjudge.training import config
 
+    # one registration per kind: the subpackages dispatch on the registries clfjudge/kinds.py fills
+    assert base.LOADERS is LOADERS and config.TRAINERS is TRAINERS and onnx.EXPORTERS is EXPORTERS
     for registry in (TRAINERS, EXPORTERS, LOADERS):
         for name, target in registry.items():
             assert callable(resolve(target)), f"{registry.kind} {name!r}: {target}"
+    for name, kind in KINDS.items():
+        assert all(LOADERS.get(backend) == target for backend, target in kind.loaders.items()), name
+
+
+def test_the_judge_kinds_sit_below_every_subpackage():
+    """clfjudge/kinds.py names loaders, trainers and exporters lazily and imports none of them."""
+    assert import_graph()["clfjudge.kinds"] == {"clfjudge.registry"}
 
 
 def test_optional_ray_is_imported_only_by_its_engine():

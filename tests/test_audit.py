@@ -93,7 +93,7 @@ def test_cli_writes_report(fixture_data, tmp_path):
 
 @pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
 def test_released_files_on_real_data(tmp_path):
-    """The released judges through the audit give the numbers bench/reproduce_released.py computes, and n/a
+    """The released judges through the audit give the numbers research/reproduce_released.py computes, and n/a
     (not zero) on the sets their files do not cover."""
     m = run_audit(["released:pandalm-7b", "released:auto-j-13b"], tmp_path, suites=["cross-scheme", "position"],
                   sets=["pandalm-test", "autoj-test"], bootstrap=0, progress=False)

@@ -12,7 +12,7 @@ from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.embedders.sentence import TextEmbedder
 from clfjudge.judges.base import Judge
-from clfjudge.judges.embedding import PAIR_FEATURES, EmbeddingJudge, PairView, neighbour_negatives, verdicts_from_proba
+from clfjudge.judges.embedding import PAIR_FEATURES, EmbeddingModel, PairView, neighbour_negatives, verdicts_from_proba
 from clfjudge.judges.features import (
     char_lengths,
     information_lengths,
@@ -94,8 +94,8 @@ def embedder() -> TextEmbedder:
 
 
 @pytest.fixture(scope="module")
-def pair_judge(embedder) -> EmbeddingJudge:
-    return EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18]))
+def pair_judge(embedder) -> EmbeddingModel:
+    return EmbeddingModel(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18]))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_information_length_discounts_repetition():
 def test_info_length_diff_is_a_length_group_of_one_side_terms(embedder):
     pairs = _evasive_pairs(FACTS[:18])
     options = dict(embedder=embedder, features=["diff", "info_length_diff"], use_length=False, head_params={"C": 1.0})
-    judge = EmbeddingJudge(**options).fit(pairs)
+    judge = EmbeddingModel(**options).fit(pairs)
     assert judge.decomposable and judge.widths_[-1] == 1
     test = _evasive_pairs(FACTS[18:], start=18)
     r_a, r_b = (judge.rewards([PointRecord.build(LOC, question=p.question, answer=getattr(p, side), unlabelled=True)
@@ -140,7 +140,7 @@ def test_info_length_diff_is_a_length_group_of_one_side_terms(embedder):
     np.testing.assert_array_equal(np.sign(proba[:, 0] - proba[:, 2]), np.sign(r_a - r_b))
     assert (np.sign(r_a - r_b) == [1 if p.verdict == "A" else -1 for p in test]).all()
     # length_at_prediction scales it as it scales the character-length groups
-    removed = EmbeddingJudge(**options, length_at_prediction=0.0).fit(pairs)
+    removed = EmbeddingModel(**options, length_at_prediction=0.0).fit(pairs)
     assert judge.model_.coef[:, -1].any() and not removed.model_.coef[:, -1].any()
     np.testing.assert_array_equal(removed.model_.coef[:, :-1], judge.model_.coef[:, :-1])
 
@@ -224,7 +224,7 @@ def test_embedder_encodes_each_distinct_text_once(embedder, monkeypatch, tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------------
-# EmbeddingJudge (real MiniLM, synthetic records)
+# EmbeddingModel (real MiniLM, synthetic records)
 
 
 def test_pair_judge_learns_relevance_and_is_position_invariant(pair_judge):
@@ -245,7 +245,7 @@ def test_pair_judge_learns_relevance_and_is_position_invariant(pair_judge):
 
 @pytest.mark.parametrize("head", ["logreg", "gbdt"])
 def test_pair_heads_with_ties(embedder, head):
-    judge = EmbeddingJudge(embedder=embedder, head=head, head_params={"max_iter": 30} if head == "gbdt" else None)
+    judge = EmbeddingModel(embedder=embedder, head=head, head_params={"max_iter": 30} if head == "gbdt" else None)
     judge.fit(_pairs(FACTS, ties=True))
     assert judge.training_["labels"] == {"A": 12, "B": 12, "TIE": 24}
     pairs = _pairs(FACTS[:6], ties=True)
@@ -270,8 +270,8 @@ def test_use_length_switch(embedder):
     # they differ by float noise, which the scaler would blow up into a signal for the blind judge)
     one_batch = TextEmbedder("minilm", batch_size=128)
     one_batch._model = embedder.model
-    with_length = EmbeddingJudge(embedder=one_batch, use_length=True, head_params={"C": 1.0}).fit(train)
-    blind = EmbeddingJudge(embedder=one_batch, use_length=False, head_params={"C": 1.0}).fit(train)
+    with_length = EmbeddingModel(embedder=one_batch, use_length=True, head_params={"C": 1.0}).fit(train)
+    blind = EmbeddingModel(embedder=one_batch, use_length=False, head_params={"C": 1.0}).fit(train)
     assert with_length.training_["n_features"] - blind.training_["n_features"] == 8
     assert with_length.predict(test) == [r.verdict for r in test]
     assert blind.predict(test) == [Verdict.TIE] * len(test)  # P(A) == P(B) exactly
@@ -288,7 +288,7 @@ def test_point_judge_scores_relevance_within_scale(embedder):
                                          score=1, reference=fact))
         return out
 
-    judge = EmbeddingJudge(kind="point", embedder=embedder).fit(points(FACTS[:18], 0))
+    judge = EmbeddingModel(kind="point", embedder=embedder).fit(points(FACTS[:18], 0))
     assert judge.head == "ridge" and judge.scale_ == (1.0, 5.0)
     test = points(FACTS[18:], 18)
     scores = judge.predict(test)
@@ -296,7 +296,7 @@ def test_point_judge_scores_relevance_within_scale(embedder):
     gold = np.array([r.score for r in test])
     assert scores[gold == 5].mean() > scores[gold == 1].mean() + 1.0
 
-    with_ref = EmbeddingJudge(kind="point", embedder=embedder, features=("cos", "ref_cos"), head="gbdt",
+    with_ref = EmbeddingModel(kind="point", embedder=embedder, features=("cos", "ref_cos"), head="gbdt",
                               head_params={"max_iter": 20}).fit(points(FACTS[:18], 0))
     assert with_ref.predict(test).shape == (12,)
     no_ref = [PointRecord.build(LOC, id="noref", question="q?", answer="a", score=3)]
@@ -314,7 +314,7 @@ def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     assert card.training["sources"] == {"train": {"synthetic": {"used": 18}}}  # the training cards' layout
     assert sorted(p.name for p in (tmp_path / "judge").iterdir()) == ["head.safetensors", "judge_card.json"]
 
-    loaded = EmbeddingJudge.load(tmp_path / "judge", embedder=embedder)
+    loaded = EmbeddingModel.load(tmp_path / "judge", embedder=embedder)
     pairs = _pairs(FACTS[18:], start=18)
     np.testing.assert_array_equal(loaded.predict_proba(pairs), pair_judge.predict_proba(pairs))
     assert loaded.groups == pair_judge.groups
@@ -323,32 +323,32 @@ def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     data["head"] = "cls3"
     (tmp_path / "judge" / "judge_card.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="field 'head' is 'cls3'"):
-        EmbeddingJudge.load(tmp_path / "judge")
+        EmbeddingModel.load(tmp_path / "judge")
 
 
 def test_bad_inputs_are_named(embedder, pair_judge):
-    with pytest.raises(ValueError, match="unknown judge kind"):
-        EmbeddingJudge(kind="triple")
+    with pytest.raises(ValueError, match="unknown record kind"):
+        EmbeddingModel(kind="triple")
     with pytest.raises(KeyError, match="unknown pair head 'ridge'"):
-        EmbeddingJudge(head="ridge")
+        EmbeddingModel(head="ridge")
     with pytest.raises(KeyError, match="unknown pair feature group 'q'"):
-        EmbeddingJudge(features=("q",))
+        EmbeddingModel(features=("q",))
     with pytest.raises(ValueError, match="switched by use_length"):
-        EmbeddingJudge(features=("diff", "length_diff"))
+        EmbeddingModel(features=("diff", "length_diff"))
     with pytest.raises(ValueError, match="embedder uses encoder 'minilm'"):
-        EmbeddingJudge(encoder="mpnet", embedder=embedder)
+        EmbeddingModel(encoder="mpnet", embedder=embedder)
     with pytest.raises(RuntimeError, match="not fitted"):
-        EmbeddingJudge(embedder=embedder).predict(_pairs(FACTS[:2]))
+        EmbeddingModel(embedder=embedder).predict(_pairs(FACTS[:2]))
     unlabelled = PairRecord.build(LOC, id="u1", question="q", answer_a="a", answer_b="b", unlabelled=True)
     with pytest.raises(ValueError, match="record u1: field 'verdict' is missing"):
-        EmbeddingJudge(embedder=embedder).fit([unlabelled])
+        EmbeddingModel(embedder=embedder).fit([unlabelled])
     point = PointRecord.build(LOC, id="pt1", question="q", answer="a", score=3)
     with pytest.raises(ValueError, match="record pt1: a pair judge needs PairRecord"):
         pair_judge.predict([point])
     with pytest.raises(ValueError, match="all training pairs are ties"):
-        EmbeddingJudge(embedder=embedder).fit([r for r in _pairs(FACTS[:3], ties=True) if r.verdict == Verdict.TIE])
+        EmbeddingModel(embedder=embedder).fit([r for r in _pairs(FACTS[:3], ties=True) if r.verdict == Verdict.TIE])
     with pytest.raises(ValueError, match="predict_proba is for pair judges"):
-        EmbeddingJudge(kind="point", embedder=embedder).predict_proba([])
+        EmbeddingModel(kind="point", embedder=embedder).predict_proba([])
 
 
 def test_neighbour_negatives_pair_a_question_with_a_neighbours_answer(embedder):
@@ -381,15 +381,15 @@ def test_real_pandalm_slice(embedder, tmp_path):
     records = sources.load("pandalm-test").records[:400]
     train_idx, test_idx = group_kfold(records, 4, seed=0)[0]
     train, test = [records[i] for i in train_idx], [records[i] for i in test_idx]
-    judge = EmbeddingJudge(embedder=embedder).fit(train)
+    judge = EmbeddingModel(embedder=embedder).fit(train)
     proba = judge.predict_proba(test)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     forward, backward = judge.predict(test), judge.predict([p.swapped() for p in test])
     assert position_consistency(forward, backward).consistency == 1.0
     judge.save(tmp_path / "pandalm")
-    np.testing.assert_array_equal(EmbeddingJudge.load(tmp_path / "pandalm", embedder).predict_proba(test), proba)
+    np.testing.assert_array_equal(EmbeddingModel.load(tmp_path / "pandalm", embedder).predict_proba(test), proba)
 
-    length_only = EmbeddingJudge(embedder=embedder, features=()).fit(train).predict(test)
+    length_only = EmbeddingModel(embedder=embedder, features=()).fit(train).predict(test)
     decisive = [(v, lw) for v, lw in zip(length_only, longer_answer_wins(test)) if v != Verdict.TIE]
     assert len(decisive) > len(test) / 2
     assert np.mean([v == lw for v, lw in decisive]) > 0.9
@@ -403,7 +403,7 @@ def test_real_prometheus_vicuna_regression(embedder):
 
     records = sources.load("prometheus-vicuna").records
     train_idx, test_idx = group_kfold(records, 4, seed=0)[0]
-    judge = EmbeddingJudge(kind="point", embedder=embedder).fit([records[i] for i in train_idx])
+    judge = EmbeddingModel(kind="point", embedder=embedder).fit([records[i] for i in train_idx])
     test = [records[i] for i in test_idx]
     scores = judge.predict(test)
     assert ((scores >= 1) & (scores <= 5)).all()
@@ -430,7 +430,7 @@ def test_a_planted_pickle_is_not_executed_by_default(tmp_path, pair_judge):
     (judge_dir / "judge_card.json").write_text(json.dumps(card))
 
     with pytest.raises(PickleRefused, match="--trust-pickle"):
-        EmbeddingJudge.load(judge_dir, embedder=pair_judge.embedder)
+        EmbeddingModel.load(judge_dir, embedder=pair_judge.embedder)
     with pytest.raises(PickleRefused):
         Judge.load(judge_dir)
     assert not marker.exists()
@@ -480,8 +480,8 @@ def test_training_weights_balance_length_and_sources():
 
 def test_length_at_prediction_removes_the_length_coefficients(embedder):
     pairs = _pairs(FACTS[:18])
-    full = EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(pairs)
-    removed = EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}, length_at_prediction=0.0).fit(pairs)
+    full = EmbeddingModel(embedder=embedder, head_params={"C": 1.0}).fit(pairs)
+    removed = EmbeddingModel(embedder=embedder, head_params={"C": 1.0}, length_at_prediction=0.0).fit(pairs)
     # the same fitted model (equal up to float rounding, which differs between BLAS builds and CPUs)
     np.testing.assert_allclose(removed.fitted_.predict_proba(np.zeros((1, removed.model_.n_features_in_))),
                                full.fitted_.predict_proba(np.zeros((1, full.model_.n_features_in_))), atol=1e-12)
@@ -489,7 +489,7 @@ def test_length_at_prediction_removes_the_length_coefficients(embedder):
     assert length_columns == 8 and not removed.model_.coef[:, -length_columns:].any()
     assert full.model_.coef[:, -length_columns:].any()
     with pytest.raises(ValueError, match="needs use_length=True"):
-        EmbeddingJudge(embedder=embedder, use_length=False, length_at_prediction=0.0)
+        EmbeddingModel(embedder=embedder, use_length=False, length_at_prediction=0.0)
 
 
 def test_a_judge_of_difference_features_scores_each_answer(embedder):
@@ -498,7 +498,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     from clfjudge.card import JudgeCard
     from clfjudge.judges.embedding import SklearnJudge
 
-    judge = EmbeddingJudge(embedder=embedder, features=("diff", "length_diff"), use_length=False,
+    judge = EmbeddingModel(embedder=embedder, features=("diff", "length_diff"), use_length=False,
                            head_params={"C": 1.0}).fit(_evasive_pairs(FACTS[:18]))
     assert judge.decomposable and judge.model_.coef.any()
     test = _evasive_pairs(FACTS[18:], start=18)
@@ -513,7 +513,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     assert runtime.tasks == {"compare", "score"}
     scores = runtime.score_batch([{"question": p.question, "answer": p.answer_a} for p in test])
     np.testing.assert_allclose([s.value for s in scores], r_a)
-    assert not EmbeddingJudge(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18])).decomposable
+    assert not EmbeddingModel(embedder=embedder, head_params={"C": 1.0}).fit(_pairs(FACTS[:18])).decomposable
 
 
 def test_neighbour_negatives_can_be_capped_and_length_matched(embedder):

@@ -13,7 +13,7 @@ from test_decoder_embedder import TEMPLATE, _pairs
 from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
-from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.testing import tiny_llama
 
 
@@ -27,7 +27,7 @@ def chat_llama_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judge_dir(chat_llama_dir, tmp_path_factory):
-    judge = EmbeddingJudge(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
+    judge = EmbeddingModel(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
                            embedder_options={"layer": 1, "stats_tokens": 4}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
@@ -67,8 +67,8 @@ def test_fp32_reader_matches_pytorch_and_loads_without_torch(judge_dir, tmp_path
     np.testing.assert_allclose(seen["p_a"], [c.p_a for c in onnx_judge.compare_batch(items)], atol=1e-6)
     warmed = Judge.load(out, max_batch_tokens=4096)  # a server's warm-up opens every session, shared prefix too
     assert warmed.warm_up() >= 3
-    assert warmed.judge.embedder._session is not None and warmed.judge.embedder._shared is not None
-    assert len(warmed.judge.embedder) == 0  # and keeps none of its made-up readings
+    assert warmed.model.embedder._session is not None and warmed.model.embedder._shared is not None
+    assert len(warmed.model.embedder) == 0  # and keeps none of its made-up readings
     np.testing.assert_allclose([c.p_a for c in warmed.compare_batch(items)],
                                [c.p_a for c in onnx_judge.compare_batch(items)], atol=1e-6)
 
@@ -84,7 +84,7 @@ def test_int8_reader_goes_through_the_gate(judge_dir, tmp_path):
     assert result.primary == "reader_quantized.onnx"
     int8_judge = Judge.load(tmp_path / "int8", provider="cpu")  # the primary (auto: the fastest run that passed)
     assert int8_judge.backend_name == "onnx (int8)"
-    assert not int8_judge.judge.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
+    assert not int8_judge.model.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
     assert Judge.load(tmp_path / "int8", variant="fp32").backend_name == "onnx (fp32)"
 
 
@@ -159,3 +159,51 @@ def test_min_cosine_gates_the_shared_prefix_graphs_too():
 
     failures = Thresholds(min_cosine=0.9999).failures({"min_cosine": 1.0, "shared_min_cosine": 0.98})
     assert failures == ["shared-prefix feature cosine 0.980000 < min_cosine 0.9999"]
+
+
+def test_a_tiny_export_prints_no_tracer_warning_and_no_quantization_hint(judge_dir, tmp_path, caplog):
+    """The decoder reader is traced (TorchScript) and quantized by onnxruntime: the tracer's TracerWarnings and
+    onnxruntime's pre-processing hint are silenced around those calls (clfjudge/export/quiet.py)."""
+    import logging
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as seen, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        export_judge(judge_dir, tmp_path / "int8", int8=True, n_records=12,
+                     parity=_parity(**{"int8.min_agreement": 0.0, "int8.max_metric_delta": 1.0}))
+    assert not [w for w in seen if issubclass(w.category, torch.jit.TracerWarning)]
+    assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]
+
+
+def test_the_quiet_export_silences_only_what_it_names():
+    import contextlib
+    import logging
+    import warnings
+
+    import torch
+
+    from clfjudge.export import quiet
+
+    def traced():
+        torch.jit.trace(lambda x: x * x.sum().item(), torch.ones(2))  # a Python number read from a tensor
+
+    def tracer_warnings(quiet_export: bool) -> tuple[int, list[str]]:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with quiet.torch_onnx_export() if quiet_export else contextlib.nullcontext():
+                traced()
+                warnings.warn("still shown", UserWarning, stacklevel=1)
+        return (sum(issubclass(w.category, torch.jit.TracerWarning) for w in seen),
+                [str(w.message) for w in seen if w.category is UserWarning])
+
+    assert tracer_warnings(quiet_export=False)[0] > 0  # the tracer does warn
+    assert tracer_warnings(quiet_export=True) == (0, ["still shown"])  # not inside; other warnings still show
+    hint = logging.LogRecord("root", logging.WARNING, "/x/onnxruntime/quantization/quantize.py", 1,
+                             "Please consider to run pre-processing before quantization.", None, None)
+    other = logging.LogRecord("root", logging.WARNING, "/x/onnxruntime/quantization/quantize.py", 1, "other", None,
+                              None)
+    with quiet.quantization():
+        assert not logging.getLogger().filter(hint) and logging.getLogger().filter(other)
+    assert logging.getLogger().filter(hint)  # only inside

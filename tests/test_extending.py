@@ -22,6 +22,7 @@ from clfjudge.data.readers import iter_jsonl
 from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
+from clfjudge.export.onnx import ExportResult
 from clfjudge.judges.base import DEFAULT_BATCH_SIZE, LOADERS, Judge
 from clfjudge.judges.model import HEAD_TASKS
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
@@ -235,6 +236,48 @@ def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path, 
         got = client.post("/compare", json={"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"})
         assert got.status_code == 200 and got.json()["verdict"] == "A"
     assert isinstance(Judge.load(tmp_path), type(judge))  # backend="auto" reads the card's runtime.backend
+
+
+# -- recipe 4b: a whole judge kind, registered once (clfjudge/kinds.py: register_kind) -------------------------
+
+def export_longer(judge_dir: Path, out_dir: Path, *, int8: bool, isa: str, source: str | None,
+                  n_records: int | None, parity, int8_config, fallback: bool, providers) -> ExportResult:
+    """``clfjudge export`` of a toy-longer judge: it has no network to convert, so its export is its card, marked
+    as exported; ``int8`` is refused, as a kind refuses what does not apply to it."""
+    if int8:
+        raise ValueError("a toy-longer judge has no int8 form")
+    card = JudgeCard.load(judge_dir)
+    card.runtime = {**card.runtime, "exported_from": str(judge_dir)}
+    Path(out_dir).mkdir(parents=True)
+    card.save(out_dir)
+    return ExportResult(out_dir=Path(out_dir), primary="judge_card.json", report={"variants": {}})
+
+
+def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_source, tmp_path, monkeypatch):
+    from clfjudge.export.onnx import export_judge
+    from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind
+    from clfjudge.training.trainer import train
+
+    for registry in (KINDS, LOADERS, TRAINERS, EXPORTERS):  # process-global: each restored when the test ends
+        monkeypatch.setattr(registry, "_items", dict(registry._items))
+    kind = JudgeKind(loaders={"toy-longer": f"{__name__}:load_longer"}, trainer=f"{__name__}:train_longer",
+                     exporter=f"{__name__}:export_longer")
+    register_kind("toy-longer", kind)
+
+    judge_dir = train(TrainConfig.from_dict({"head": "toy-longer", "sources": [TOY_SOURCE], "dev_fraction": 0.25,
+                                             "output_dir": str(tmp_path / "judge")}))
+    judge = Judge.load(judge_dir)  # the card names the backend the kind registered
+    assert isinstance(judge, LongerJudge) and judge.p_longer == 1.0
+    (c,) = judge.compare_batch([{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"}])
+    assert c.verdict is Verdict.A
+    exported = export_judge(judge_dir, tmp_path / "exported")
+    again = Judge.load(exported.out_dir)
+    assert isinstance(again, LongerJudge) and again.card.runtime["exported_from"] == str(judge_dir)
+    with pytest.raises(ValueError, match="no int8 form"):
+        export_judge(judge_dir, tmp_path / "int8", int8=True)
+    with pytest.raises(ValueError, match="judge backend 'toy-longer', trainer 'toy-longer', exporter 'toy-longer'"):
+        register_kind("toy-longer", kind)  # one registration per kind
+    assert KINDS.get("toy-longer") is kind
 
 
 # -- recipe 5: an audit judge adapter (audit/judges.py: an AuditJudge, JUDGE_KINDS.register(prefix, builder)) --

@@ -6,7 +6,7 @@ import pytest
 
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PairRecord, PointRecord, Verdict
-from clfjudge.judges.generative import GenerativeJudge, PromptEncoder
+from clfjudge.judges.generative import GenerativeReader, PromptEncoder
 from clfjudge.paths import data_root
 from clfjudge.prompts.truncation import TruncationPolicy
 from clfjudge.training.config import TrainConfig
@@ -66,7 +66,7 @@ class _Scripted:
 def test_parse_failures_are_counted_and_scored_wrong(tokenizer):
     records = [PAIR, PAIR.swapped(), PAIR]
     # forward: right, right, unparseable; swapped order: consistent, consistent, "Tie"
-    judge = GenerativeJudge(_Scripted(tokenizer, ["1", "2", "the first one", "2", "1", "Tie"]), tokenizer,
+    judge = GenerativeReader(_Scripted(tokenizer, ["1", "2", "the first one", "2", "1", "Tie"]), tokenizer,
                             "decoder-pair-gen", max_length=384, max_new_tokens=4, batch_size=8)
     metrics = evaluate(judge, records)
     assert metrics["n"] == 3 and metrics["n_failed"] == 1 and metrics["accuracy"] == pytest.approx(2 / 3)
@@ -90,7 +90,7 @@ def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, 
     assert dev["n"] == card.training["split"]["dev"] and dev["n_failed"] <= dev["n"]
     stats = next(iter(card.runtime["parse_stats"].values()))
     assert stats["total"] == dev["outputs"]  # every generated output went through the parser
-    judge = GenerativeJudge.load(out)
+    judge = GenerativeReader.load(out)
     records = [PAIR] if card.kind == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
                                                               scale=(1.0, 5.0))]
     got = judge.verdicts(records) if card.kind == "pair" else judge.scores(records)

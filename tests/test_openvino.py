@@ -16,7 +16,7 @@ from clfjudge import machine
 from clfjudge.card import JudgeCard
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
-from clfjudge.judges.embedding import EmbeddingJudge
+from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.machine import probe
 from clfjudge.models.onnx_session import gate_key, inference_session
 from clfjudge.testing import simulated_machine, tiny_llama
@@ -43,7 +43,7 @@ def embedding_judge(tmp_path_factory):
     backbone = tiny_llama(tmp_path_factory.mktemp("llama"))
     config = json.loads((backbone / "tokenizer_config.json").read_text())
     (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    judge = EmbeddingJudge(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
+    judge = EmbeddingModel(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
                            embedder_options={"layer": 1}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 
@@ -99,7 +99,7 @@ def test_bf16_is_gated_at_export_and_loads_only_where_it_passed(embedding_onnx, 
     assert "reader.onnx @ openvino-bf16" in JudgeCard.load(embedding_onnx.out_dir).runtime["onnx"]["gated"]
     judge = Judge.load(embedding_onnx.out_dir, provider="openvino-bf16")
     assert judge.backend_name == "onnx (fp32, openvino-bf16)"
-    assert judge.judge.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
+    assert judge.model.embedder.precision == "onnx-fp32-openvino-bf16"  # bf16 readings are cached apart
     np.testing.assert_allclose([c.p_a for c in judge.compare_batch(_items(4))],
                                [c.p_a for c in Judge.load(embedding_onnx.out_dir, provider="cpu").compare_batch(
                                    _items(4))],

@@ -276,7 +276,7 @@ def test_real_autoj_13b_reproduces_the_leaderboard_script():
 
 def test_reproduce_released_bench_writes_its_report(tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "reproduce_released", REPO / "bench" / "reproduce_released.py"
+        "reproduce_released", REPO / "research" / "reproduce_released.py"
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

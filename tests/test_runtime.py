@@ -305,10 +305,10 @@ def test_calibrate_cli_writes_the_card(cls3_dir, tmp_path, capsys):
 @pytest.mark.slow
 def test_embedding_judge_through_the_runtime(tmp_path):
     from clfjudge.data import sources
-    from clfjudge.judges.embedding import EmbeddingJudge
+    from clfjudge.judges.embedding import EmbeddingModel
 
     records = [r for r in sources.load("pandalm-test").records if r.verdict is not Verdict.TIE][:60]
-    fitted = EmbeddingJudge(head_params={"C": 1.0}).fit(records[:40])
+    fitted = EmbeddingModel(head_params={"C": 1.0}).fit(records[:40])
     fitted.save(tmp_path / "emb")
     judge = Judge.load(tmp_path / "emb")
     assert judge.backend_name == "sklearn" and judge.tasks == {"compare"}

@@ -429,12 +429,12 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
 
 
 def test_embedding_options_are_checked():
-    from clfjudge.training.embedding import judge_from_config
+    from clfjudge.training.embedding import model_from_config
 
     cfg = TrainConfig.from_dict({"backbone": "minilm", "head": "embedding", "sources": ["pandalm-test"],
                                  "embedding": {"layers": 3}})
     with pytest.raises(ValueError, match=r"embedding: unknown option\(s\) \['layers'\]; known: kind"):
-        judge_from_config(cfg)
+        model_from_config(cfg)
 
 
 def test_capped_sources_are_nested_samples():

@@ -42,6 +42,9 @@ class SemScore:
     @property
     def encoder(self):
         if self._encoder is None:
+            from ..machine import default_ds_accelerator
+
+            default_ds_accelerator()
             from sentence_transformers import SentenceTransformer
 
             self._encoder = SentenceTransformer(_resolve_model_path(self.model_spec), device=self.device)

@@ -1,4 +1,4 @@
-"""`clfjudge` entry point. Thin: each sub-command lives in clfjudge/cli/<name>.py and exposes
+"""The `clfjudge` entry point: each sub-command lives in clfjudge/cli/<name>.py and exposes
 ``register(subparsers)``; heavy libraries are imported only when a command runs."""
 from __future__ import annotations
 
@@ -19,8 +19,20 @@ COMMAND_MODULES = [
 ]
 
 
+DESCRIPTION = """\
+clfjudge trains classifier judges for LLM evaluation (a classification, regression or reward head on an
+encoder or decoder), exports them to ONNX behind a parity gate, scores and serves them (batch files, HTTP, a
+reward function for RLHF and best-of-n) and audits how far a judge generalizes, beside "longer answer wins"
+and "shorter answer wins".
+
+Start with `clfjudge run` (train, export and audit the default judge), or `clfjudge train`, `clfjudge export
+JUDGE_DIR`, `clfjudge score JUDGE_DIR`, `clfjudge serve JUDGE_DIR` and `clfjudge audit JUDGE_DIR`; each has
+--help."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clfjudge", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="clfjudge", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__name__}.{name}").register(sub)

@@ -28,6 +28,28 @@ def add_provider(parser) -> None:
                              "openvino-bf16: only where clfjudge export --provider gated it; the openvino extra)")
 
 
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, kept working for scripts and hidden from --help: it says which to use."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import sys
+
+        print(f"clfjudge: {option_string} is deprecated, use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_batch_size(parser, default: int, help: str, alias: str | None = None) -> None:
+    """``--batch-size``, the one name of how many records a judge call takes (``Judge.load(batch_size=...)``);
+    ``alias``: an older spelling of it, still accepted."""
+    parser.add_argument("--batch-size", type=int, default=default, help=help)
+    if alias:
+        parser.add_argument(alias, type=int, dest="batch_size", action=_DeprecatedAlias, new="--batch-size")
+
+
 # -- --engine local | ray (clfjudge score, clfjudge audit) -------------------------------------------------------
 
 def add_engine_options(parser: argparse.ArgumentParser, engines: Sequence[str], engine_help: str,

@@ -1,5 +1,5 @@
-"""`clfjudge export JUDGE_DIR --out DIR [--int8] [--optimize] [--opset N] [--provider NAME]`: ONNX export behind a
-parity gate."""
+"""`clfjudge export JUDGE_DIR --out DIR [--preset export/NAME.yaml] [--int8] [--optimize] [--opset N] [--provider
+NAME]`: ONNX export behind a parity gate."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="parity thresholds YAML (default: clfjudge/configs/parity.yaml)")
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
-    p.set_defaults(func=run)
+    p.add_argument("--preset", default=None, metavar="PRESET.yaml",
+                   help="export options from a YAML preset (the repository's export/*.yaml: fp32, int8 per ISA, "
+                        "OpenVINO bf16, CUDA); options given here override it")
+    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
 
 
 def _print_variants(report: dict[str, Any], stream) -> None:
@@ -46,7 +49,12 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
+    from ..export.presets import apply_preset, load_preset
 
+    if args.preset:
+        taken = apply_preset(args, load_preset(args.preset), args.option_defaults)
+        print(f"preset {args.preset}: {', '.join(f'{k}={getattr(args, k)}' for k in taken) or 'nothing'} "
+              "(options given on the command line kept)")
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,

@@ -1,4 +1,4 @@
-"""`clfjudge run --out DIR`: the main job (train -> export int8 -> audit -> report) on the embedded default."""
+"""`clfjudge run --out DIR`: the main job (data -> train -> export -> audit -> report) on the default."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,8 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..pipeline import DEFAULT_RECIPE, ORDER, PROFILES, REFERENCE_JUDGES
 
-    p = subparsers.add_parser("run", help="main job: check data, train the default judge, export int8, audit, report")
+    p = subparsers.add_parser("run", help="the main job: check the data, train the default judge, export it to "
+                                          "ONNX behind the parity gate, audit it, write the report")
     p.add_argument("--out", type=Path, default=Path("runs/main"), help="run directory (default: runs/main)")
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE,
                    help="training recipe file (default: the bundled clfjudge/configs/recipes/main-smollm2.yaml)")

@@ -1,4 +1,4 @@
-"""`clfjudge score MODEL --input in.jsonl --output out.jsonl`: batch scoring of a JSONL file, streamed in
+"""`clfjudge score JUDGE_DIR --input in.jsonl --output out.jsonl`: batch scoring of a JSONL file, streamed in
 chunks; and `clfjudge calibrate JUDGE_DIR --source NAME`: fit temperature / tie margin into the judge card.
 
 Input lines are JSON objects: pairs {"id", "question", "answer_a", "answer_b", "rubric"?, "reference"?} for
@@ -31,7 +31,15 @@ from typing import Any, BinaryIO
 from ..data.records import PairRecord, Record, RecordError
 from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .common import add_engine_options, add_provider, add_trust_pickle, check_local_options, ray_engine, ray_options
+from .common import (
+    add_batch_size,
+    add_engine_options,
+    add_provider,
+    add_trust_pickle,
+    check_local_options,
+    ray_engine,
+    ray_options,
+)
 
 TASKS = ("auto", "compare", "score")
 SHOWN_REJECTIONS = 10
@@ -46,7 +54,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
-    p.add_argument("--batch-size", type=int, default=16, help="records per forward pass")
+    add_batch_size(p, 16, "records per judge call (and forward pass)")
     add_trust_pickle(p)
 
 
@@ -54,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score", help="score a JSONL file of pairs (compare) or answers (score) with a judge",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
-    p.add_argument("model", metavar="MODEL",
+    p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge)")
     p.add_argument("--input", required=True,
                    help="JSONL input, one pair or answer per line (--engine ray: JSONL or Parquet files: a file, a "

@@ -34,7 +34,8 @@ from .cache import Cached, load_vectors, save_vectors, scratch
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
 # Answers sharing a prompt are read after one cached prompt when there are at least this many (measured: +12% on
-# Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n: bench/results/decoder_speed_*).
+# Auto-J test, two answers a prompt, +25% on PandaLM test; best-of-n:
+# docs/speed.md#best-of-n-one-read-of-a-shared-prompt).
 SHARED_PREFIX_MIN = 2
 STORE_EVERY = 256  # texts read between two writes to the disk cache
 PROGRESS_MIN = 256  # a read of this many texts shows a progress bar even when show_progress is off
@@ -82,10 +83,11 @@ def token_stats(cond: np.ndarray, uncond: np.ndarray, n_tokens: int | None = Non
 
 class DecoderEmbedder:
     """``layer``: which decoder layer's output is pooled (1-based; default the middle one, which beat the last
-    layer on PandaLM in bench/embedding_judge_cv.py). The prompt (chat template + question) keeps its first and
-    last ``max_prompt_tokens / 2`` tokens; answers keep their first ``max_answer_tokens`` tokens plus EOS.
+    layer on PandaLM: docs/training.md#embedding-judges-head-embedding). The prompt (chat template + question)
+    keeps its first and last ``max_prompt_tokens / 2`` tokens; answers keep their first ``max_answer_tokens``
+    tokens plus EOS.
     ``stats``: also compute the answers' token statistics (runs the whole model and its LM head), over each
-    answer's first ``stats_tokens`` tokens (None: all of them; bench/results: 64-128 tokens judge as well as all).
+    answer's first ``stats_tokens`` tokens (None: all of them; 64-128 tokens judge as well as all).
     ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
     ``cache_dir``: keep vectors on disk between runs (``embedders.cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
 
@@ -187,8 +189,10 @@ class DecoderEmbedder:
         import torch
         from transformers import AutoModel, AutoModelForCausalLM
 
+        from ..machine import default_ds_accelerator
         from ..models.backbones import resolve_backbone
 
+        default_ds_accelerator()
         layer = self._resolved_layer()
         info = resolve_backbone(self.encoder)
         self._load_tokenizer()

@@ -24,7 +24,8 @@ GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
 SHARED_PREFIX_FILES = {"prefix": "prefix.onnx", "continuation": "continuation.onnx"}
 # Answers sharing a prompt are read after its cache when there are at least this many. Not 2 as in PyTorch: the two
 # answers of a pair read after their prompt's cache ran at half the speed of all pairs read whole in length-sorted
-# batches of 8 (32 PandaLM test pairs, default judge, 2 threads); best-of-8: bench/results/decoder_speed_*.
+# batches of 8 (32 PandaLM test pairs, default judge, 2 threads); best-of-8:
+# docs/speed.md#best-of-n-one-read-of-a-shared-prompt.
 # Groups of 3 to 7 are not measured.
 SHARED_PREFIX_MIN = 4
 

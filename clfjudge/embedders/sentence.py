@@ -56,6 +56,9 @@ class TextEmbedder:
     @property
     def model(self):
         if self._model is None:
+            from ..machine import default_ds_accelerator
+
+            default_ds_accelerator()
             from sentence_transformers import SentenceTransformer
 
             self._model = SentenceTransformer(resolve_encoder(self.encoder), device=self.device)

@@ -13,8 +13,8 @@ statistics its last final state) and ``continuation.onnx`` (a batch of answers r
 from batch 1 in the graph; positions go on from the prompt's length); the card lists them under
 ``runtime.reader.shared_prefix``. Each graph holds its own copy of the weights (the default judge's directory
 grows from ~370 MB to ~810 MB; one shared external-data file is not done). fp32 only: dynamic int8 already
-changes one decision in eight on the reader graph (bench/results/decoder_speed_*), so the int8 variant reads a
-shared prompt with every answer.
+changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the int8 variant
+reads a shared prompt with every answer.
 
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
@@ -39,6 +39,7 @@ import numpy as np
 
 from ..card import JudgeCard
 from ..data.records import PairRecord
+from . import quiet
 
 REPORT_NAME = "parity_report.json"
 
@@ -147,7 +148,7 @@ def export_reader(embedder, path: Path, sample: Sequence[tuple[list[int], list[i
             for k in names}
     outputs = ["pooled", *(("log_probs",) if embedder.stats else ())]
     axes.update({"pooled": {0: "batch"}, "log_probs": {0: "batch", 1: "span"}})
-    with torch.inference_mode():
+    with torch.inference_mode(), quiet.torch_onnx_export():
         torch.onnx.export(reader_graph(embedder), args, str(path), input_names=names, output_names=outputs,
                           dynamic_axes={k: v for k, v in axes.items() if k in names + outputs}, dynamo=False,
                           opset_version=17)
@@ -174,7 +175,7 @@ def export_shared_prefix(embedder, directory: Path, sample: Sequence[tuple[list[
     present, past = cache_names(n_layers, "present"), cache_names(n_layers, "past_key_values")
     prefix_outputs = [*present, *(("prefix_state",) if stats else ())]
     cache_axes = {2: "past_sequence"}  # batch 1: one prompt, broadcast to the answers in the continuation graph
-    with torch.inference_mode():
+    with torch.inference_mode(), quiet.torch_onnx_export():
         head = prefix_graph(embedder)
         torch.onnx.export(head, (prompt,), str(directory / SHARED_PREFIX_FILES["prefix"]), input_names=["input_ids"],
                           output_names=prefix_outputs,
@@ -275,7 +276,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                            providers=()):
     from ..embedders.decoder import DecoderEmbedder
     from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
-    from ..judges.embedding import EmbeddingJudge, embedder_config
+    from ..judges.embedding import EmbeddingModel, embedder_config
     from ..training.embedding import EmbeddingDataHead
     from .onnx import (
         INT8_CONFIG,
@@ -310,7 +311,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
     # broken graph pass
     embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size, cache_dir="")
-    reference = EmbeddingJudge.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
+    reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()
     before, after = embedder.template_parts()
     reader = {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
@@ -342,7 +343,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
             thresholds = parity.for_precision(run.precision)
             onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config, variant=run.file,
                                             provider=run.provider, batch_size=parity.batch_size, cache_dir="")
-            candidate = EmbeddingJudge.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
+            candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
             variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds),
                                           thresholds)
         for name, meta in files.items():

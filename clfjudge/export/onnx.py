@@ -45,10 +45,12 @@ from ..configs import config_path
 from ..data.records import Record
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
+from ..kinds import EXPORTERS  # kinds exported by another module (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
+from . import quiet
 
 if TYPE_CHECKING:
     import onnx
@@ -338,13 +340,16 @@ def export_onnx(model: torch.nn.Module, sample: Mapping[str, np.ndarray], path: 
     common = dict(input_names=names, output_names=["logits"], dynamic_axes=axes, verbose=False)
     info: dict[str, Any] = {"inputs": names, "output": "logits", "external_data": external}
     try:
-        torch.onnx.export(wrapped, args, str(path), dynamo=True, opset_version=opset, external_data=external, **common)
+        with quiet.torch_onnx_export():
+            torch.onnx.export(wrapped, args, str(path), dynamo=True, opset_version=opset, external_data=external,
+                              **common)
         info.update(exporter="dynamo", dynamo_error=None)
     except Exception as exc:  # an architecture dynamo cannot capture: record why, use the TorchScript exporter
         log.warning("dynamo export failed (%s: %s); falling back to the legacy exporter", type(exc).__name__, exc)
         for stale in path.parent.glob(path.name + "*"):
             stale.unlink()
-        torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset or 17, **common)
+        with quiet.torch_onnx_export():
+            torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=opset or 17, **common)
         info.update(exporter="legacy", dynamo_error=f"{type(exc).__name__}: {str(exc)[:500]}")
     proto = onnx.load(str(path), load_external_data=False)
     info["opset"] = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
@@ -416,11 +421,12 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
     excluded += [n.name for n in model.graph.node if n.name not in excluded
                  and any(p in n.name for p in settings.fp32_name_patterns)]
     try:
-        quantize_dynamic(str(prepared), str(dst), weight_type=QuantType[settings.weight_type],
-                         per_channel=settings.per_channel, reduce_range=settings.reduce_range,
-                         op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded,
-                         use_external_data_format=external,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        with quiet.quantization():
+            quantize_dynamic(str(prepared), str(dst), weight_type=QuantType[settings.weight_type],
+                             per_channel=settings.per_channel, reduce_range=settings.reduce_range,
+                             op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded,
+                             use_external_data_format=external,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         for leftover in dst.parent.glob(prepared.name + "*"):
             leftover.unlink()
@@ -456,12 +462,6 @@ def gate_entry(run: GateRun, measured: Mapping[str, Any], thresholds: Thresholds
 def gated(report: Mapping[str, Any]) -> list[str]:
     """The card's ``runtime.onnx.gated``: the runs of another provider than onnxruntime's CPU that passed."""
     return [key for key, v in report["variants"].items() if v.get("provider", "cpu") != "cpu" and v["passed"]]
-
-
-# Heads exported by another module, which builds on this one's parity gate and int8 settings: head ->
-# "module:function" (registry.resolve), imported only when such a judge is exported.
-EXPORTERS: Registry[str] = Registry("exporter")
-EXPORTERS.register("embedding", "clfjudge.export.embedding:export_embedding_judge")
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The judge runtime: ``Judge.load(dir)`` -> a judge that takes a batch and returns typed results.
 
-The directory says what it is (judge_card.json), and its card names the loader (``LOADERS``, one per kind, each
-in its kind's module): a fine-tuned head served by PyTorch (model.safetensors) or onnxruntime (model.onnx and its
-variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge (a scikit-learn head over a
+The directory says what it is (judge_card.json), and its card names the loader (``LOADERS``, registered with its
+kind in ``clfjudge/kinds.py``): a fine-tuned head served by PyTorch (model.safetensors) or onnxruntime (model.onnx
+and its variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge (a scikit-learn head over a
 frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that writes its verdict, read by
 the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes through the same steps:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,10 @@ import numpy as np
 from ..batching import check_budget
 from ..card import JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
+from ..kinds import LOADERS  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
-from ..registry import Registry, resolve
+from ..registry import resolve
 from .calibration import Calibration
 
 DEFAULT_BATCH_SIZE = 16
@@ -304,11 +305,3 @@ def detect_backend(directory: Path, card: JudgeCard) -> str:
         return "torch"
     raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
                             f"{' / '.join(TORCH_WEIGHTS)})")
-
-
-# The loaders, one per judge kind, as lazy targets (registry.resolve): a kind's module builds on this one.
-LOADERS: Registry[Callable[..., Judge] | str] = Registry("judge backend")
-LOADERS.register("torch", "clfjudge.judges.model:_load_torch")
-LOADERS.register("onnx", "clfjudge.judges.model:_load_onnx")
-LOADERS.register("sklearn", "clfjudge.judges.embedding:_load_sklearn")
-LOADERS.register("generate", "clfjudge.judges.generative:_load_generate")

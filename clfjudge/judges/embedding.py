@@ -80,7 +80,7 @@ class FeatureGroup:
     needs_question: bool = False  # reads the questions' own vectors (a text read alone costs a forward pass)
     needs_stats: bool = False  # reads the answers' token statistics (DecoderEmbedder(stats=True))
     # antisymmetric groups that are a difference f(A) - f(B): f on one answer (a PointView), so a judge made of
-    # such groups scores each answer on its own (``EmbeddingJudge.rewards``)
+    # such groups scores each answer on its own (``EmbeddingModel.rewards``)
     one_side: Callable[[Any], np.ndarray] | None = None
     length_like: bool = False  # measures how long the answers are: ``length_at_prediction`` scales it
 
@@ -205,7 +205,7 @@ POINT_HEADS.register("gbdt", _gbdt_regressor)
 
 
 @dataclass(frozen=True)
-class JudgeKind:
+class RecordKind:
     record_type: type
     label_field: str
     features: Registry[FeatureGroup]
@@ -215,10 +215,10 @@ class JudgeKind:
     length_features: tuple[str, ...]
 
 
-KINDS: dict[str, JudgeKind] = {
-    "pair": JudgeKind(PairRecord, "verdict", PAIR_FEATURES, PAIR_HEADS, "logreg",
+KINDS: dict[str, RecordKind] = {
+    "pair": RecordKind(PairRecord, "verdict", PAIR_FEATURES, PAIR_HEADS, "logreg",
                       ("diff", "q_diff", "abs_diff", "cos_diff", "cos_sym"), ("length_diff", "length_sym")),
-    "point": JudgeKind(PointRecord, "score", POINT_FEATURES, POINT_HEADS, "ridge",
+    "point": RecordKind(PointRecord, "score", POINT_FEATURES, POINT_HEADS, "ridge",
                        ("q", "a", "qa_prod", "cos"), ("length",)),
 }
 
@@ -286,8 +286,8 @@ def verdicts_from_proba(proba: np.ndarray) -> list[Verdict]:
     return out
 
 
-class EmbeddingJudge:
-    """Frozen sentence encoder + scikit-learn head.
+class EmbeddingModel:
+    """What an embedding judge (``SklearnJudge``) runs: a frozen embedder's features + a scikit-learn head.
 
     ``kind="pair"``: heads "logreg" | "gbdt"; ``predict_proba`` -> (n, 3) = P(A), P(TIE), P(B); ``predict`` ->
     verdicts. ``kind="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
@@ -305,7 +305,7 @@ class EmbeddingJudge:
                  embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None,
                  weighting: Sequence[str] = (), length_at_prediction: float = 1.0) -> None:
         if kind not in KINDS:
-            raise ValueError(f"unknown judge kind {kind!r}; known: {sorted(KINDS)}")
+            raise ValueError(f"unknown record kind {kind!r}; known: {sorted(KINDS)}")
         spec = KINDS[kind]
         self.kind = kind
         self.head = head or spec.default_head
@@ -399,7 +399,7 @@ class EmbeddingJudge:
         return np.hstack(blocks).astype(np.float64), weights
 
     # -- training ------------------------------------------------------------------------------------
-    def fit(self, records: Sequence[Record]) -> EmbeddingJudge:
+    def fit(self, records: Sequence[Record]) -> EmbeddingModel:
         records = self._check(records, labelled=True)
         if not records:
             raise ValueError("fit needs at least one record")
@@ -498,7 +498,7 @@ class EmbeddingJudge:
 
     def _require_fitted(self) -> None:
         if self.model_ is None:
-            raise RuntimeError("the judge is not fitted: call fit() or EmbeddingJudge.load()")
+            raise RuntimeError("the model is not fitted: call fit() or EmbeddingModel.load()")
 
     # -- prediction ----------------------------------------------------------------------------------
     def _head_proba(self, x: np.ndarray) -> np.ndarray:
@@ -577,7 +577,7 @@ class EmbeddingJudge:
 
     @classmethod
     def load(cls, directory: str | Path, embedder: TextEmbedder | None = None, *,
-             trust_pickle: bool = False) -> EmbeddingJudge:
+             trust_pickle: bool = False) -> EmbeddingModel:
         """Load a saved judge. Nothing in the directory is executed; a head saved as a pickle by an older
         clfjudge loads only with ``trust_pickle=True``."""
         from .linear_head import load_head
@@ -678,26 +678,26 @@ class SklearnJudge(Judge):
     log-probabilities in the study's class order (TIE, A, B), so temperature calibration applies as to logits."""
 
     backend_name = "sklearn"
-    position_invariant = True  # EmbeddingJudge.predict_proba already averages both answer orders
+    position_invariant = True  # EmbeddingModel.predict_proba already averages both answer orders
 
-    def __init__(self, card: JudgeCard, judge: EmbeddingJudge, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, card: JudgeCard, model: EmbeddingModel, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         # a pair judge of difference features also scores one answer: its reward r(question, answer)
-        tasks = ("compare", "score") if judge.decomposable else ("compare",) if judge.kind == "pair" else ("score",)
+        tasks = ("compare", "score") if model.decomposable else ("compare",) if model.kind == "pair" else ("score",)
         super().__init__(card, tasks, batch_size)
-        self.judge = judge
-        self.judge.embedder.batch_size = batch_size
+        self.model = model
+        self.model.embedder.batch_size = batch_size
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding import PROBA_COLUMNS
 
-        if hasattr(self.judge.embedder, "max_batch_tokens"):  # a decoder reader batches by the judge's budget
-            self.judge.embedder.max_batch_tokens = self.max_batch_tokens
-            self.judge.embedder.max_padding = self.max_padding
-        if self.judge.kind == "pair" and records and isinstance(records[0], PointRecord):
-            return self.judge.rewards(records).reshape(-1, 1)
-        if self.judge.kind == "point":
-            return np.asarray(self.judge.predict(records), dtype=np.float64).reshape(-1, 1)
-        proba = self.judge.predict_proba(records)
+        if hasattr(self.model.embedder, "max_batch_tokens"):  # a decoder reader batches by the judge's budget
+            self.model.embedder.max_batch_tokens = self.max_batch_tokens
+            self.model.embedder.max_padding = self.max_padding
+        if self.model.kind == "pair" and records and isinstance(records[0], PointRecord):
+            return self.model.rewards(records).reshape(-1, 1)
+        if self.model.kind == "point":
+            return np.asarray(self.model.predict(records), dtype=np.float64).reshape(-1, 1)
+        proba = self.model.predict_proba(records)
         column = {v: i for i, v in enumerate(PROBA_COLUMNS)}
         ordered = np.empty_like(proba)
         for verdict, cls in CLASS_OF_VERDICT.items():
@@ -707,10 +707,10 @@ class SklearnJudge(Judge):
     def sequence_lengths(self, records: Sequence[PairRecord | PointRecord]) -> list[list[int]] | None:
         """The token lengths of what a decoder reader has still to read for each record (its answers after the
         question, and the question alone where a feature needs it); None for a sentence encoder."""
-        embedder = self.judge.embedder
+        embedder = self.model.embedder
         if not hasattr(embedder, "pending_lengths"):
             return None
-        with_question = self.judge._needs("needs_question")
+        with_question = self.model._needs("needs_question")
         out = []
         for r in records:
             answers = [r.answer_a, r.answer_b] if isinstance(r, PairRecord) else [r.answer]
@@ -720,7 +720,7 @@ class SklearnJudge(Judge):
 
     def scratch(self):
         """The embedder's readings made inside are forgotten (``embedders.cache.scratch``)."""
-        return self.judge.embedder.scratch()
+        return self.model.embedder.scratch()
 
     def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
         return Cls3Head().outputs(self.calibration.scale(raw))
@@ -731,7 +731,7 @@ class SklearnJudge(Judge):
 
 def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                   batch_size: int, trust_pickle: bool = False) -> Judge:
-    from .embedding import EmbeddingJudge, embedder_for_card
+    from .embedding import EmbeddingModel, embedder_for_card
 
     if variant is not None:
         raise ValueError(f"variant {variant!r} applies to ONNX judges, not to an embedding judge")
@@ -740,4 +740,4 @@ def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: s
 
         torch.set_num_threads(threads)
     embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
-    return SklearnJudge(card, EmbeddingJudge.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)
+    return SklearnJudge(card, EmbeddingModel.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)

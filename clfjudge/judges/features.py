@@ -54,7 +54,8 @@ _EMPTY_COMPRESSED = len(zlib.compress(b""))
 
 def information_lengths(texts: Sequence[str]) -> np.ndarray:
     """Bytes each text takes compressed by zlib (level 6), minus the empty text's: how much an answer says
-    rather than how long it is. Measured on the pool (bench/results/reader_probe_*.md), the information-length
+    rather than how long it is. Measured on the pool
+    (docs/training.md#how-the-default-was-chosen-the-reader-probe), the information-length
     rule beats the character-length rule out of distribution; padding by repetition barely moves it."""
     # surrogatepass: a lone surrogate (valid JSON, not valid UTF-8) is measured, not an error
     return np.fromiter((len(zlib.compress(t.encode("utf-8", "surrogatepass"))) - _EMPTY_COMPRESSED for t in texts),

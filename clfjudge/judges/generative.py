@@ -2,7 +2,7 @@
 but the LM head writes the judgement (trained by ``training.generative.train_generative``, or any causal LM
 zero-shot in a scheme with a parser).
 
-``GenerativeJudge``: greedy decoding of left-padded, length-bucketed batches; every output is read by the
+``GenerativeReader``: greedy decoding of left-padded, length-bucketed batches; every output is read by the
 scheme's released-judge parser. A failed parse stays a failure: it is counted (``ParseStats``) and scored as wrong
 (pairs) or left out and counted (scores), never turned into a verdict or a score.
 """
@@ -53,7 +53,7 @@ class PromptEncoder:
                 "labels": [-100] * len(prompt) + answer}
 
 
-class GenerativeJudge:
+class GenerativeReader:
     """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``verdicts`` verdicts (None =
     parse failure) and ``scores`` scores (None = parse failure). ``GenerateJudge`` (below) serves it behind the
     ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
@@ -70,7 +70,7 @@ class GenerativeJudge:
         self.stats = ParseStats()
 
     @classmethod
-    def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeJudge:
+    def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeReader:
         """A directory written by ``train_generative``."""
         from ..card import JudgeCard
         from ..models.backbones import load_causal_lm, resolve_backbone
@@ -86,7 +86,7 @@ class GenerativeJudge:
 
     @classmethod
     def from_backbone(cls, backbone: str, scheme: str, max_length: int = 1024, max_new_tokens: int = 64,
-                      batch_size: int = 8) -> GenerativeJudge:
+                      batch_size: int = 8) -> GenerativeReader:
         """An untrained (zero-shot) causal LM judging in ``scheme``."""
         from ..models.backbones import load_causal_lm, resolve_backbone
 
@@ -131,7 +131,7 @@ def _tokenizer(info):
 # -- its runtime judge (Judge.load) ------------------------------------------------------------------------
 
 class GenerateJudge(Judge):
-    """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeJudge``
+    """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeReader``
     writes the judgement greedily and the scheme's parser reads it. A pair scheme compares, a point scheme scores.
 
     A parsed verdict is certain (one-hot probabilities); ``symmetric`` also judges the swapped pair (in the same
@@ -142,7 +142,7 @@ class GenerateJudge(Judge):
 
     backend_name = "generate"
 
-    def __init__(self, card: JudgeCard, generator: GenerativeJudge,
+    def __init__(self, card: JudgeCard, generator: GenerativeReader,
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), batch_size)
         self.generator = generator
@@ -152,9 +152,9 @@ class GenerateJudge(Judge):
     @classmethod
     def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerateJudge:
         """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
-        from .generative import GENERATIVE, GenerativeJudge
+        from .generative import GENERATIVE, GenerativeReader
 
-        gen = GenerativeJudge.from_backbone(backbone, scheme, batch_size=batch_size)
+        gen = GenerativeReader.from_backbone(backbone, scheme, batch_size=batch_size)
         runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
         card = JudgeCard(head=GENERATIVE, kind=gen.scheme.kind, backbone=backbone, scheme=scheme,
                          max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
@@ -197,7 +197,7 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
 
 def _load_generate(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                    batch_size: int, trust_pickle: bool = False) -> Judge:
-    from .generative import GenerativeJudge
+    from .generative import GenerativeReader
 
     if variant is not None:
         raise ValueError(f"variant {variant!r} applies to ONNX judges; a generative judge has no ONNX form")
@@ -207,4 +207,4 @@ def _load_generate(directory: Path, card: JudgeCard, *, provider: str, variant: 
         import torch
 
         torch.set_num_threads(threads)
-    return GenerateJudge(card, GenerativeJudge.load(directory, batch_size), batch_size)
+    return GenerateJudge(card, GenerativeReader.load(directory, batch_size), batch_size)

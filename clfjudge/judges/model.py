@@ -35,13 +35,14 @@ class TorchBackend:
         import torch
         from transformers import AutoModelForSequenceClassification
 
-        from ..machine import probe
+        from ..machine import default_ds_accelerator, probe
 
         if device == "cuda" and not (cuda := probe().cuda()):
             raise ValueError(f"provider 'cuda' asked for, but it does not run here: {cuda.why}")
         if threads:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
+        default_ds_accelerator()
         model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
@@ -164,6 +165,9 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
 
 
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    from ..machine import default_ds_accelerator
+
+    default_ds_accelerator()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(directory)
@@ -183,7 +187,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
                batch_size: int, trust_pickle: bool = False) -> Judge:
     if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
         from ..embedders.onnx_reader import OnnxDecoderReader
-        from .embedding import EmbeddingJudge, SklearnJudge, embedder_config
+        from .embedding import EmbeddingModel, SklearnJudge, embedder_config
 
         if "reader" not in card.runtime:
             raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
@@ -192,7 +196,7 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
         reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
                                    provider=provider, threads=threads, batch_size=batch_size)
         check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
-        judge = SklearnJudge(card, EmbeddingJudge.load(directory, embedder=reader, trust_pickle=trust_pickle),
+        judge = SklearnJudge(card, EmbeddingModel.load(directory, embedder=reader, trust_pickle=trust_pickle),
                              batch_size)
         judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
         judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}

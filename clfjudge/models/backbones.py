@@ -126,6 +126,9 @@ def _ensure_decoder_pad(tokenizer) -> None:
 def load_tokenizer(info: BackboneInfo, padding_side: Literal["left", "right"] = "right"):
     """AutoTokenizer; decoders get a pad token distinct from EOS. Right padding suits classification;
     pass "left" for batched generation."""
+    from ..machine import default_ds_accelerator
+
+    default_ds_accelerator()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(info.path_or_id)
@@ -165,6 +168,9 @@ def load_seq_cls(
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from ..machine import default_ds_accelerator
+
+    default_ds_accelerator()
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(info)
     model = AutoModelForSequenceClassification.from_pretrained(
         info.path_or_id,
@@ -192,8 +198,11 @@ def load_causal_lm(info: BackboneInfo, *, tokenizer=None, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ..machine import default_ds_accelerator
+
     if info.family != "decoder":
         raise ValueError(f"{info.path_or_id} is an {info.family} ({info.arch}); a causal LM needs a decoder")
+    default_ds_accelerator()
     model = AutoModelForCausalLM.from_pretrained(info.path_or_id, dtype=dtype or torch.float32)
     if tokenizer is not None:
         _match_vocab(model, tokenizer)

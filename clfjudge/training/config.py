@@ -18,6 +18,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..configs import config_path
 from ..data.records import RecordError
+from ..kinds import TRAINERS  # heads another loop trains (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..paths import REPO_ROOT
 from ..registry import Registry
@@ -27,12 +28,6 @@ log = logging.getLogger(__name__)
 DEEPSPEED_MODES = ("off", "auto", "force")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
-
-# Heads trained by another loop than trainer.py's sequence-classification one: head -> "module:function"
-# (registry.resolve), imported only when such a head is trained (those modules build on this one and training.data).
-TRAINERS: Registry[str] = Registry("trainer")
-TRAINERS.register("generative", "clfjudge.training.generative:train_generative")
-TRAINERS.register("embedding", "clfjudge.training.embedding:train_embedding")
 
 
 @dataclass
@@ -63,8 +58,8 @@ class TrainConfig:
     cv_folds: int = field(default=0, metadata={"help": "> 1: hold out fold cv_fold of a grouped k-fold split "
                                                          "(splits.group_kfold) instead of test_fraction"})
     cv_fold: int = field(default=0, metadata={"help": "the fold held out when cv_folds > 1, in [0, cv_folds)"})
-    cv_seed: int = field(default=0, metadata={"help": "the folds' seed (bench/embedding_judge_cv.py uses 0): the same "
-                                                        "folds as other benches"})
+    cv_seed: int = field(default=0, metadata={"help": "the folds' seed: the same seed, the same folds"
+                                                        " across recipes"})
     dev_fraction: float = field(default=0.1, metadata={"help": "grouped (by question) validation split for early "
                                                                  "stopping and calibration"})
     max_train_records: int | None = field(default=None, metadata={"help": "cap on the training split, extra train "

@@ -17,7 +17,7 @@ from ..data.records import Record
 from ..models.heads import Head
 
 if TYPE_CHECKING:
-    from ..judges.embedding import EmbeddingJudge
+    from ..judges.embedding import EmbeddingModel
     from .config import TrainConfig
 
 EMBEDDING = "embedding"
@@ -68,8 +68,8 @@ class EmbeddingDataHead(Head):
         return None
 
 
-def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
-    from ..judges.embedding import EmbeddingJudge
+def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
+    from ..judges.embedding import EmbeddingModel
 
     options = dict(cfg.embedding)
     unknown = sorted(set(options) - set(OPTIONS))
@@ -79,7 +79,7 @@ def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
     kind = options.get("kind", "pair")
     head = options.get("head")
     logreg = (head or "logreg") == "logreg" and kind == "pair"
-    return EmbeddingJudge(
+    return EmbeddingModel(
         encoder=cfg.backbone, head=head, kind=kind, features=options.get("features"),
         use_length=bool(options.get("use_length", True)),
         head_params=options.get("head_params", {"C": "auto"} if logreg else None), seed=cfg.seed,
@@ -87,7 +87,7 @@ def judge_from_config(cfg: TrainConfig) -> EmbeddingJudge:
         embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None)
 
 
-def evaluate(judge: EmbeddingJudge, records: Sequence[Record]) -> dict[str, Any]:
+def evaluate(judge: EmbeddingModel, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
     from ..metrics import evaluate_pairs, evaluate_points
 
@@ -102,7 +102,7 @@ def train_embedding(cfg: TrainConfig) -> Path:
     from .data import build_splits
 
     start = time.monotonic()
-    judge = judge_from_config(cfg)
+    judge = model_from_config(cfg)
     splits = build_splits(cfg, EmbeddingDataHead(judge.kind))
     judge.fit(splits.train)
     validation = {name: evaluate(judge, records)

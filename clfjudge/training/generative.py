@@ -4,11 +4,10 @@ the judgement. The prompt is the scheme's rendering of the record (``decoder-pai
 the study's "[INST]" input ending in "[Feedback]"), the target is ``schemes.target`` (e.g. "1" / "2" / "Tie") plus
 EOS, and the loss covers only the target tokens (prompt positions are labelled -100). Splits, decontamination,
 swap augmentation and truncation are the classifier trainer's, so the two kinds see the same data. Dev, held-out
-and eval sources are then judged greedily (``judges.generative.GenerativeJudge``) and scored by ``evaluate``.
+and eval sources are then judged greedily (``judges.generative.GenerativeReader``) and scored by ``evaluate``.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -16,9 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import machine
 from ..data.records import Record
-from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeJudge, PromptEncoder, _tokenizer
+from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeReader, PromptEncoder, _tokenizer
+from ..machine import default_ds_accelerator
 from ..models.heads import Head
 from ..prompts.schemes import SCHEMES, RenderError, target
 from ..prompts.truncation import TruncationPolicy
@@ -56,7 +55,7 @@ def max_target_tokens(tokenizer, scheme: str, records: Sequence[Record]) -> int:
     return 1 + max(len(tokenizer(target(r, scheme), add_special_tokens=False)["input_ids"]) for r in records)
 
 
-def evaluate(judge: GenerativeJudge, records: Sequence[Record]) -> dict[str, Any]:
+def evaluate(judge: GenerativeReader, records: Sequence[Record]) -> dict[str, Any]:
     """The study's metrics on a labelled set; a parse failure counts as a wrong verdict (pairs) or is left out
     and counted (scores). Pairs are also judged swapped (Auto-J agreement and position consistency)."""
     from ..metrics import evaluate_pairs, evaluate_points
@@ -84,8 +83,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     from .data import build_splits
 
     start = time.monotonic()
-    if not machine.probe().cuda():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    default_ds_accelerator()
     set_seed(cfg.seed)
     scheme = cfg.scheme or DEFAULT_SCHEME
     head = GenerativeHead(scheme)
@@ -119,7 +117,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     result = trainer.train()
 
     tokenizer.padding_side = "left"
-    judge = GenerativeJudge(model, tokenizer, scheme, cfg.max_length, budget, cfg.ref_drop < 1.0,
+    judge = GenerativeReader(model, tokenizer, scheme, cfg.max_length, budget, cfg.ref_drop < 1.0,
                             batch_size=cfg.eval_batch_size or cfg.batch_size)
     validation: dict[str, Any] = {}
     for name, records in [("dev", splits.dev), ("test", splits.test),

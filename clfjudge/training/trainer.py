@@ -13,7 +13,6 @@ trained by another loop (generative, embedding) are dispatched through ``config.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -21,8 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .. import machine
 from ..data.records import Record
+from ..machine import default_ds_accelerator
 from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
 from ..registry import resolve
@@ -111,8 +110,7 @@ def train(cfg: TrainConfig) -> Path:
     from ..prompts.truncation import TruncationPolicy, TruncationReport
 
     start = time.monotonic()
-    if not machine.probe().cuda():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    default_ds_accelerator()
     set_seed(cfg.seed)
     head = HEADS.get(cfg.head)()
     head.length_covariate = cfg.length_covariate

@@ -18,7 +18,7 @@ above longer-answer-wins on the same non-tie pairs; the evaluation sets with ``-
 nothing). Readings come from the cross probe's cache (read if missing) and, for the Auto-J answers, the library's
 embedding cache.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/invariance_probe.py [--per-source 500] [--gap 5]
+    OMP_NUM_THREADS=2 .venv/bin/python research/invariance_probe.py [--per-source 500] [--gap 5]
 """
 from __future__ import annotations
 

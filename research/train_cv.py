@@ -3,7 +3,7 @@
 Experiments (each row trained from a recipe under train/cpu/ with ``--set`` overrides, one ``clfjudge train``
 subprocess per fold, ``--jobs`` at a time):
 
-- ``pairs``: PandaLM test and Auto-J test, the 5-fold split grouped by question of bench/embedding_judge_cv.py
+- ``pairs``: PandaLM test and Auto-J test, the 5-fold split grouped by question of research/embedding_judge_cv.py
   (``splits.group_kfold(records, 5, seed 0)``); the fine-tuned rows are trained on the first ``--tune-folds``
   folds, and every row (majority class, longer answer wins, the MiniLM embedding judge) is scored on exactly
   those held-out records, in both answer orders.
@@ -13,7 +13,7 @@ subprocess per fold, ``--jobs`` at a time):
   on it and, for transfer, on PandaLM / Auto-J / LLMBar.
 
 A fold whose judge directory already holds a card trained with the same config is reused (``--retrain`` to
-force). Run: ``OMP_NUM_THREADS=1 .venv/bin/python bench/train_cv.py [--experiments ...] [--tune-folds N]``.
+force). Run: ``OMP_NUM_THREADS=1 .venv/bin/python research/train_cv.py [--experiments ...] [--tune-folds N]``.
 """
 from __future__ import annotations
 
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", nargs="+", default=list(PAIR_SETS), choices=list(PAIR_SETS))
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--tune-folds", type=int, default=1, help="folds the fine-tuned rows are trained on")
-    parser.add_argument("--seed", type=int, default=0, help="fold seed (bench/embedding_judge_cv.py uses 0)")
+    parser.add_argument("--seed", type=int, default=0, help="fold seed (research/embedding_judge_cv.py uses 0)")
     parser.add_argument("--rows", nargs="+", default=[""],
                         help="fine-tuned pair rows: exact names, or substrings of names")
     parser.add_argument("--alpaca-rows", nargs="+", default=[""], help="AlpacaEval rows: substrings of names")

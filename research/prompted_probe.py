@@ -12,7 +12,7 @@ Heads (antisymmetric differences with information length, C = 0.03) on the reade
 pool source out, LLMBar case studies as dev; points above longer-answer-wins on the same non-tie pairs; the
 evaluation sets only with ``--test``, for the record). Readings cached as ``.npz`` per set under ``--cache``.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/prompted_probe.py [--layers 8 12 16] [--per-source 500] [--test]
+    OMP_NUM_THREADS=2 .venv/bin/python research/prompted_probe.py [--layers 8 12 16] [--per-source 500] [--test]
 """
 from __future__ import annotations
 

@@ -17,10 +17,10 @@ head starts from the frozen judge's regression, so step 0 *is* the frozen judge.
 as trained and also refitted by the same regression on the tuned features. The evaluation sets are scored for the
 record; no choice reads them. Every number is accuracy on non-tie pairs minus "longer answer wins" on the same pairs.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/finetune_probe.py [--runs 1:2e-5:1 1:1e-4:2 3:5e-5:1]
-    OMP_NUM_THREADS=2 .venv/bin/python bench/finetune_probe.py --runs --pool-runs 1:1e-2:3 4:1e-2:3 16:1e-2:3
+    OMP_NUM_THREADS=2 .venv/bin/python research/finetune_probe.py [--runs 1:2e-5:1 1:1e-4:2 3:5e-5:1]
+    OMP_NUM_THREADS=2 .venv/bin/python research/finetune_probe.py --runs --pool-runs 1:1e-2:3 4:1e-2:3 16:1e-2:3
 
-Writes bench/results/finetune_probe_<date>.{md,json}; the token states (about 3.4 GB for the default sets) stay
+Writes research/results/finetune_probe_<date>.{md,json}; the token states (about 3.4 GB for the default sets) stay
 under ``--cache``.
 """
 from __future__ import annotations

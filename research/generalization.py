@@ -9,9 +9,9 @@ case-study sets are the dev suite the recipe's knobs are read off (never reporte
 variants add one human test set to the pool and are read only on the other.
 
 Embeddings are cached on disk (``$CLFJUDGE_EMBEDDING_CACHE``, default ``~/.cache/clfjudge/embeddings``) and audit
-predictions per judge, so a re-run costs seconds. Writes bench/results/generalization_<date>.{md,json}.
+predictions per judge, so a re-run costs seconds. Writes research/results/generalization_<date>.{md,json}.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/generalization.py [--variants NAME ...] [--recipe PATH]
+    OMP_NUM_THREADS=2 .venv/bin/python research/generalization.py [--variants NAME ...] [--recipe PATH]
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ readings, and compares the two judges' decisions on every evaluation set and the
 wins". Readings are cached per precision under ``--cache`` (a re-run only fits; its timings are then the first
 run's).
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/precision_training.py [--cap 300]
+    OMP_NUM_THREADS=2 .venv/bin/python research/precision_training.py [--cap 300]
 
-Writes bench/results/precision_training_<date>.{md,json}.
+Writes research/results/precision_training_<date>.{md,json}.
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ answer wins" on the same records (paired difference). Also:
 how the PandaLM gold depends on the annotator votes, and what the study's own tie-breaking code
 (UnlimitedJudge ``build_dataset``) does to these numbers.
 
-Writes bench/results/released_<YYYY-MM-DD>.json and .md.
+Writes research/results/released_<YYYY-MM-DD>.json and .md.
 
-    python bench/reproduce_released.py [--boot 1000] [--sims 2000] [--seed 0]
+    python research/reproduce_released.py [--boot 1000] [--sims 2000] [--seed 0]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ C = 0.03 on the reader probe's protocol (leave one pool source out, LLMBar case 
 longer-answer-wins on the same non-tie pairs; the evaluation sets with ``--test``, for the record, choosing
 nothing). Readings cached as ``.npz`` per set under ``--cache``.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/backward_probe.py [--per-source 500] [--test]
+    OMP_NUM_THREADS=2 .venv/bin/python research/backward_probe.py [--per-source 500] [--test]
 """
 from __future__ import annotations
 

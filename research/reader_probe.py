@@ -15,12 +15,12 @@ The evaluation sets (PandaLM, Auto-J, LLMBar) are scored and written too, as a r
 Features: the hooked layer's mean state, ``info`` = log zlib-compressed bytes of the answer (information length,
 ``judges.features.information_lengths``), ``chars`` = log characters. Heads: logistic regression without
 intercept on both answer orders, every pool source carrying the same total weight, feature groups scaled to
-equal variance (as ``EmbeddingJudge``'s linear heads).
+equal variance (as ``EmbeddingModel``'s linear heads).
 
 Readings are cached as ``.npz`` per (reader, set) under ``--cache`` (default ``~/.cache/clfjudge/probe``), so a
-re-run only fits. Writes bench/results/reader_probe_<date>.{md,json}.
+re-run only fits. Writes research/results/reader_probe_<date>.{md,json}.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/reader_probe.py [--readers smollm2:8,15,20,30 gemma3:6,9]
+    OMP_NUM_THREADS=2 .venv/bin/python research/reader_probe.py [--readers smollm2:8,15,20,30 gemma3:6,9]
 """
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def head(train: list[Pairs], layer: str | None, length: str, c: float, balanced:
 
 def _weights(p: Pairs, balanced: bool) -> np.ndarray:
     """Every source the same total weight; ``balanced``: within it, the pairs the longer answer wins weigh as much
-    as those the shorter one wins (``EmbeddingJudge``'s ``weighting: [length, source]``)."""
+    as those the shorter one wins (``EmbeddingModel``'s ``weighting: [length, source]``)."""
     if not balanced:
         return np.full(len(p.y), 1.0 / len(p.y))
     longer_right = (p.chars > 0) == (p.y == 1)
@@ -284,7 +284,7 @@ def _group(p: Pairs, g: str) -> np.ndarray:
 
 
 def group_design(p: Pairs, groups: tuple[str, ...], scale: dict) -> np.ndarray:
-    """Each group standardised and weighted by 1/sqrt(its width), as ``EmbeddingJudge``'s linear heads."""
+    """Each group standardised and weighted by 1/sqrt(its width), as ``EmbeddingModel``'s linear heads."""
     return np.hstack([_group(p, g) / scale[g] / np.sqrt(_group(p, g).shape[1]) for g in groups])
 
 

@@ -16,7 +16,7 @@ same non-tie pairs; the evaluation sets with ``--test`` only, for the record). P
 ``--per-source`` pairs (a prefix of the reader probe's seeded samples). Readings are cached as ``.npz`` per set
 under ``--cache``. A pair costs two passes of both answers: four answer readings, against two.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/cross_probe.py [--per-source 500] [--test]
+    OMP_NUM_THREADS=2 .venv/bin/python research/cross_probe.py [--per-source 500] [--test]
 """
 from __future__ import annotations
 

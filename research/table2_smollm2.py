@@ -1,6 +1,6 @@
 """Paper Table 2 (study 004) at CPU scale: a classification head vs the generative baseline on the same decoder.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/table2_smollm2.py [--retrain] [--speed-pairs 32] [--threads 2]
+    OMP_NUM_THREADS=2 .venv/bin/python research/table2_smollm2.py [--retrain] [--speed-pairs 32] [--threads 2]
 
 Trains the recipes train/cpu/table2-*.yaml (SmolLM2-135M classification head, SmolLM2-135M generative baseline,
 MiniLM classification head: same data, split, hyperparameters; the decoders the same prompt; and the frozen
@@ -66,18 +66,18 @@ def held_out(recipe: str):
 def load(judge_dir: Path, threads: int):
     from clfjudge.card import JudgeCard
     from clfjudge.judges.base import Judge
-    from clfjudge.judges.generative import GENERATIVE, GenerativeJudge
+    from clfjudge.judges.generative import GENERATIVE, GenerativeReader
 
     head = JudgeCard.load(judge_dir).head
     if head == GENERATIVE:
-        judge = GenerativeJudge.load(judge_dir, batch_size=8)
+        judge = GenerativeReader.load(judge_dir, batch_size=8)
         return lambda recs: judge.verdicts(recs)
     judge = Judge.load(judge_dir, backend="sklearn" if head == "embedding" else "torch", threads=threads,
                        batch_size=8)
 
     def predict(recs):
         if head == "embedding":  # time the embedding too: texts seen in an earlier pass are cached
-            judge.judge.embedder.clear_cache()
+            judge.model.embedder.clear_cache()
         return [c.verdict for c in judge.compare_batch(recs)]
     return predict
 

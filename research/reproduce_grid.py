@@ -2,7 +2,8 @@
 audit them all beside the released judges' files and SemScore, and write the report. Generative judges
 (``head: generative``) have no ONNX form: their directories are audited as they are, with PyTorch.
 
-    python bench/reproduce_grid.py [--recipes train/cpu/*.yaml] [--out bench/results/grid_audit_<date>] [--limit N]
+    python research/reproduce_grid.py [--recipes train/cpu/*.yaml] [--limit N]
+        [--out research/results/grid_audit_<date>]
 
 Each recipe's judge goes to its own output_dir; one that already holds a card is reused (delete it to retrain).
 --extra adds judges trained elsewhere (e.g. the main job's runs/main/judge). Each recipe's wall time is in its
@@ -30,7 +31,7 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", type=Path, default=sorted((REPO / "train" / "cpu").glob("*.yaml")))
     parser.add_argument("--extra", nargs="*", type=Path, default=[], help="trained judge directories to add")
     parser.add_argument("--out", type=Path,
-                        default=REPO / "bench" / "results" / f"grid_audit_{date.today().isoformat()}")
+                        default=REPO / "research" / "results" / f"grid_audit_{date.today().isoformat()}")
     parser.add_argument("--limit", type=int, help="records per test set in the audit (default: all)")
     args = parser.parse_args()
 

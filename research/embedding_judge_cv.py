@@ -14,9 +14,9 @@ Experiments (``--experiments``):
   Pearson / Kendall / Spearman per set and pooled.
 
 Embeddings are cached on disk per encoder (``--cache-dir``), so a rerun only trains heads.
-Writes bench/results/embedding_judge_<date>.json and .md.
+Writes research/results/embedding_judge_<date>.json and .md.
 
-    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python bench/embedding_judge_cv.py
+    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 .venv/bin/python research/embedding_judge_cv.py
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from common import (
 from clfjudge.card import library_versions
 from clfjudge.data.records import PairRecord, Verdict
 from clfjudge.data.splits import decontaminate, group_kfold, train_dev_split
-from clfjudge.judges.embedding import AUTO_C_GRID, EmbeddingJudge, neighbour_negatives
+from clfjudge.judges.embedding import AUTO_C_GRID, EmbeddingModel, neighbour_negatives
 from clfjudge.judges.features import log_lengths, majority_score
 from clfjudge.metrics import paired_difference
 from clfjudge.registry import Registry
@@ -206,7 +206,7 @@ def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedde
     def judge_rows(encoder: str, head: str, use_length: bool, features=None, label=""):
         def fit(train):
             embedder = embedders.get(encoder)
-            return EmbeddingJudge(encoder=embedder.encoder, head=head, kind="point", features=features,
+            return EmbeddingModel(encoder=embedder.encoder, head=head, kind="point", features=features,
                                   use_length=use_length, embedder=embedder).fit(train).predict
 
         return f"{encoder} {head}{label} {'+' if use_length else '-'}len", fit

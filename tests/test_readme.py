@@ -1,0 +1,80 @@
+"""The README's commands run as written: every `clfjudge` command in its fenced bash blocks and its table of
+commands parses, and each sub-command's --help runs; `make` targets exist. Every docs/FILE.md#anchor that the
+package, the presets, the README and the docs cite names a heading that exists."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from clfjudge.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _bash_commands() -> list[list[str]]:
+    blocks = re.findall(r"^```bash\n(.*?)^```", README, flags=re.M | re.S)
+    return [shlex.split(line.split("#", 1)[0]) for block in blocks for line in block.splitlines()
+            if line.split("#", 1)[0].strip()]
+
+
+def _table_commands() -> list[list[str]]:
+    return [shlex.split(cell) for cell in re.findall(r"^\| `(clfjudge [^`]*)` \|", README, flags=re.M)]
+
+
+def _subcommand(argv: list[str]) -> list[str]:
+    """`clfjudge data stats --json` -> [data, stats]: the command and, for commands with their own, the action."""
+    nested = {"data", "models"}
+    return argv[1:3] if argv[1] in nested else argv[1:2]
+
+
+def test_the_readme_names_commands_that_exist():
+    commands = _bash_commands()
+    assert ["make", "main"] in commands and ["make", "test"] in commands
+    makefile = (REPO / "Makefile").read_text()
+    for argv in commands:
+        assert argv[0] in ("make", "clfjudge"), argv
+        if argv[0] == "make":
+            assert re.search(rf"^{argv[1]}:", makefile, flags=re.M), argv
+    assert len([a for a in commands if a[0] == "clfjudge"]) >= 5 and len(_table_commands()) >= 8
+
+
+@pytest.mark.parametrize("argv", sorted({tuple(_subcommand(a)) for a in _bash_commands() + _table_commands()
+                                         if a[0] == "clfjudge"}), ids=" ".join)
+def test_each_readme_subcommand_explains_itself(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: clfjudge {' '.join(argv)}")
+
+
+def test_the_readmes_commands_parse_as_written():
+    parser = build_parser()
+    for argv in _bash_commands() + _table_commands():
+        if argv[0] == "clfjudge" and "--help" not in argv:
+            parser.parse_args(argv[1:])  # an unknown option or a missing argument exits here
+
+
+def test_the_readme_is_a_landing_page():
+    assert len(README.splitlines()) <= 150
+    assert not re.search(r"\bissue \d|previous default|session", README, flags=re.I)
+
+
+def _slug(heading: str) -> str:
+    """A Markdown heading's anchor as GitHub makes it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def test_every_cited_doc_section_exists():
+    files = [*REPO.glob("clfjudge/**/*.py"), *REPO.glob("clfjudge/**/*.yaml"), *REPO.glob("export/*"),
+             REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("train/**/*.yaml")]
+    cited = {(m[0], m[1]) for f in files if f.is_file()
+             for m in re.findall(r"docs/([\w-]+\.md)#([\w-]+)", f.read_text(encoding="utf-8"))}
+    assert cited
+    for doc, anchor in sorted(cited):
+        headings = re.findall(r"^#+ (.+)$", (REPO / "docs" / doc).read_text(encoding="utf-8"), flags=re.M)
+        assert anchor in {_slug(h) for h in headings}, f"docs/{doc}#{anchor}"
