@@ -178,7 +178,9 @@ def _pair(row: Row, question: str, meta: dict, answer_a: str, answer_b: str, **l
 
 def build_trl(row: Row, options: ReadOptions, labelled: bool) -> dict[str, Any]:
     chosen, rejected = row.raw("chosen"), row.raw("rejected")
-    explicit = row.has("prompt") and conv.is_messages(row.raw("prompt")) == conv.is_messages(chosen)
+    # as trl.data_utils.maybe_extract_prompt: a plain-text prompt beside conversational answers is a copy of their
+    # first turn (some data sets add one), the conversations themselves hold the prompt
+    explicit = row.has("prompt") and (conv.is_messages(row.raw("prompt")) or not conv.is_messages(chosen))
     if explicit:
         question, meta = row.prompt("prompt")
         answers = row.answer("chosen"), row.answer("rejected")
