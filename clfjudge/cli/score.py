@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -209,6 +210,82 @@ def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
                              "interrupted run read; the input changed: start over without --resume") from None
 
 
+@dataclass
+class LineInput:
+    """A JSONL file, read line by line; a run resumes at a byte offset."""
+
+    path: Path
+
+    @property
+    def identity(self) -> str:
+        return str(self.path.resolve())
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def total(self) -> int:
+        return self.path.stat().st_size
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        return _lines(self.path, start, line)
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        return _input_prefix_hash(self.path, progress)
+
+
+@dataclass
+class TableInput:
+    """A Parquet / CSV / JSON file, a ``save_to_disk`` directory or ``hf:OWNER/NAME[:SPLIT]``, read by 🤗 datasets
+    (``data.sources.files``): each row is scored as the JSON object of one line, its row number (from 1) standing
+    for the line number; a run resumes after a row, once the rows before it are checked unchanged."""
+
+    spec: str
+
+    def __post_init__(self) -> None:
+        from ..data.sources.files import DataSpec, read_table
+
+        self.data = DataSpec.parse(self.spec)
+        self.dataset = read_table(self.data)
+
+    @property
+    def identity(self) -> str:
+        return str(self.data.path) if self.data.path is not None else self.spec
+
+    def __str__(self) -> str:
+        return self.identity
+
+    def total(self) -> None:
+        return None  # bytes of the rows' JSON text, not known before they are read
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        for index in range(line, self.dataset.num_rows):
+            text = json.dumps(self.dataset[index], ensure_ascii=False, default=str)
+            yield index + 1, text, (text + "\n").encode()
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        digest, size = hashlib.sha256(), 0
+        for _, _, raw in itertools.islice(self.lines(0, 0), progress.line):
+            digest.update(raw)
+            size += len(raw)
+        if (size, digest.hexdigest()) != (progress.input_bytes, progress.input_sha256):
+            raise ValueError(f"--resume: the first {progress.line} rows of {self} are not those the interrupted run "
+                             "read; the input changed: start over without --resume")
+        return digest
+
+
+TABLE_SUFFIXES = (".parquet", ".csv", ".json", ".gz", ".bz2", ".xz", ".zst")
+
+
+def open_input(text: str) -> LineInput | TableInput:
+    """What ``--input`` names: a JSONL file (read by lines), else a table that datasets reads."""
+    path = Path(text)
+    if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
+        return LineInput(path)
+    if not path.exists() and not text.startswith("hf:"):
+        raise FileNotFoundError(f"input {path} does not exist")
+    return TableInput(text)
+
+
 def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int]) -> None:
     tally.rejected += 1
     tally.reasons[reason(err)] += 1
@@ -237,16 +314,14 @@ def run_local(args: argparse.Namespace) -> int:
     from ..judges.base import Judge
 
     check_local_options(args)
-    src, out = Path(args.input), Path(args.output)
-    if not src.is_file():
-        raise FileNotFoundError(f"input {src} does not exist")
+    src, out = open_input(args.input), Path(args.output)
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
     rejected_path = Path(args.rejected) if args.rejected else out.with_name(out.name + ".rejected.jsonl")
     progress_path = out.with_name(out.name + ".progress.json")
     # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
-    settings = {"model": str(Path(args.model).resolve()), "input": str(src.resolve()), "task": args.task,
+    settings = {"model": str(Path(args.model).resolve()), "input": src.identity, "task": args.task,
                 "symmetric": args.symmetric, "rejected": str(rejected_path.resolve()), "backend": args.backend,
                 "variant": args.variant}
     progress = Progress.load(progress_path, settings) if args.resume else Progress(progress_path, settings)
@@ -261,7 +336,7 @@ def run_local(args: argparse.Namespace) -> int:
         raise ValueError("--symmetric applies to compare, not to score")
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.resume:
-        input_hash = _input_prefix_hash(src, progress)
+        input_hash = src.prefix_hash(progress)
         sink, rejected = Sink(out, progress.files["output"]), Sink(rejected_path, progress.files["rejected"])
         tally, seen = Tally.from_dict(progress.tally), _seen_ids(out, sink.size)
         print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
@@ -294,7 +369,7 @@ def run_local(args: argparse.Namespace) -> int:
     def numbered(bar) -> Iterator[tuple[int, str]]:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
         nonlocal line, offset
-        for line, text, raw in _lines(src, offset, start_line):
+        for line, text, raw in src.lines(offset, start_line):
             tally.read += 1
             offset += len(raw)
             input_hash.update(raw)
@@ -303,7 +378,7 @@ def run_local(args: argparse.Namespace) -> int:
 
     try:
         checkpoint(start_line, offset)
-        with tqdm(total=src.stat().st_size, initial=offset, unit="B", unit_scale=True, desc="scoring",
+        with tqdm(total=src.total(), initial=offset, unit="B", unit_scale=True, desc="scoring",
                   file=sys.stderr) as bar:
             for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size):
                 flush(chunk)

@@ -319,6 +319,26 @@ def detect(columns: Sequence[str], options: ReadOptions, labelled: bool, where: 
                                          f"{known}")
 
 
+def nearest(columns: Sequence[str], options: ReadOptions) -> Format | None:
+    """The format an item that fits none most likely meant: all its needed fields but one present (building it then
+    names the missing one), the most present first, then by rank; None if there is no such format."""
+    def present(f: Format) -> int:
+        mapped = f.column_map(columns, options)
+        return sum(mapped.get(n, n) in columns for n in f.needs)
+
+    close = [f for _, f in FORMATS.items() if present(f) and present(f) >= len(f.needs) - 1]
+    return min(close, key=lambda f: (-present(f), f.rank)) if close else None
+
+
+OWN_FIELDS = {"pair": ("question", "answer_a", "answer_b"), "point": ("question", "answer")}
+
+
+def is_own_item(item: Mapping[str, Any], kind: str) -> bool:
+    """Whether an item uses clfjudge's own field names (``judges.base.as_pair`` / ``as_point`` read it, and name
+    what it lacks) rather than another format's."""
+    return any(name in item for name in OWN_FIELDS[kind])
+
+
 def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = ReadOptions(), kind: str | None = None,
                 source: str = "") -> Record:
     """One item (a JSON object: a line of ``clfjudge score`` input, a request item of ``serve``) in any format ->
@@ -330,7 +350,9 @@ def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = Read
     try:
         fmt = detect(columns, options, labelled, where)
     except RecordError as err:
-        raise loc.error(None, err.message) from None
+        fmt = nearest(columns, options)
+        if fmt is None:
+            raise loc.error(None, err.message) from None
     if kind is not None and fmt.kind != kind:
         raise loc.error(None, f"a {fmt.name} item is a {fmt.kind} to judge; this judge takes {kind}s here "
                               f"(items: {sorted(columns)})")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -188,14 +188,15 @@ def _cut(text: str, spans: list[tuple[int, int]], keep: int, head_fraction: floa
     return text[:head_end].rstrip() + ELLIPSIS + text[tail_start:].lstrip(), head + tail
 
 
-def _drop_earlier_turns(record: Record, tokenizer: PreTrainedTokenizerBase, budget: int) -> tuple[Record, int]:
-    """A conversation's question without its oldest turns while it is over ``budget`` tokens and a turn other than
-    the final user turn is left; returns the record and the tokens dropped."""
+def _drop_earlier_turns(record: Record, tokenizer: PreTrainedTokenizerBase,
+                        allowance: Callable[[Record], int]) -> tuple[Record, int]:
+    """A conversation's question without its oldest turns while it is longer than its ``allowance`` (the tokens the
+    allocation would leave it) and a turn other than the final user turn is left; the record and the tokens dropped."""
     turns = record.meta.get(TURNS)
     if not turns:
         return record, 0
     length = start = len(_spans(tokenizer, record.question))
-    while length > budget and (shorter := drop_oldest(turns)) is not None:
+    while length > allowance(record) and (shorter := drop_oldest(turns)) is not None:
         turns = shorter
         record = replace(record, question=flatten(turns), meta={**record.meta, TURNS: [list(t) for t in turns]})
         length = len(_spans(tokenizer, record.question))
@@ -211,15 +212,22 @@ def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBas
         return record, TruncationInfo(record.id, scheme_name, before, before)
     fields = [f for f in scheme.fields if getattr(record, f) is not None]
     overhead = _count(tokenizer, render(replace(record, **{f: "" for f in fields}), scheme))
+    ellipsis = len(tokenizer(ELLIPSIS, add_special_tokens=False, verbose=False)["input_ids"])
+    space = policy.max_length - overhead
+
+    def allowance(rec: Record) -> int:
+        lengths = {f: len(_spans(tokenizer, getattr(rec, f))) for f in fields}
+        try:
+            return allocate(lengths, policy.budgets_for(fields, space), space, floor=2 + ellipsis)["question"]
+        except TruncationError:  # too little space for any field: the allocation below says so
+            return lengths["question"]
+
     turns_dropped = 0
-    if "question" in fields:
-        budget = policy.budgets_for(fields, policy.max_length - overhead)["question"]
-        record, turns_dropped = _drop_earlier_turns(record, tokenizer, budget)
+    if "question" in fields and space > 0:
+        record, turns_dropped = _drop_earlier_turns(record, tokenizer, allowance)
     texts = {f: getattr(record, f) for f in fields}
     spans = {f: _spans(tokenizer, t) for f, t in texts.items()}
     lengths = {f: len(s) for f, s in spans.items()}
-    ellipsis = len(tokenizer(ELLIPSIS, add_special_tokens=False, verbose=False)["input_ids"])
-    space = policy.max_length - overhead
     where = f"record {record.id!r} (source {record.source!r}), scheme {scheme_name!r}"
     while True:
         if space < 1:

@@ -78,7 +78,10 @@ class Tally:
 
 
 def parse_line(text: str, loc: Loc, task: str) -> Record:
-    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field."""
+    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field. A line in
+    another format (TRL's prompt / chosen / rejected, prompt / completion, messages: ``data.formats``) is read as
+    the record it names."""
+    from ..data.formats import is_own_item, item_record
     from ..judges.base import as_pair, as_point
 
     try:
@@ -89,6 +92,9 @@ def parse_line(text: str, loc: Loc, task: str) -> Record:
         raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
     if item.get("id") is None:
         item = {**item, "id": f"{Path(loc.file).name}:{loc.line}"}
+    kind = "pair" if task == "compare" else "point"
+    if not is_own_item(item, kind):
+        return item_record(item, loc, labelled=False, kind=kind)
     return as_pair(item, loc) if task == "compare" else as_point(item, loc)
 
 

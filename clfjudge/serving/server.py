@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..batching import DEFAULT_MAX_BATCH_TOKENS, next_call, padded_tokens, token_batches
+from ..data.formats import is_own_item
 from ..data.records import Loc, RecordError
 from .openapi import openapi_schema
 
@@ -320,7 +321,7 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits,
         where = f"items[{i}]" if "items" in body else "body"
         if not isinstance(item, dict):
             raise HTTPError(422, f"{where} must be an object")
-        if build is not None and not any(name in item for name, required in fields.items() if required):
+        if build is not None and not is_own_item(item, "pair" if "answer_a" in fields else "point"):
             clean.append(foreign_item(item, where, fields, limits))
             continue
         for name, required in fields.items():

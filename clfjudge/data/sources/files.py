@@ -142,6 +142,11 @@ def _dataset(spec: DataSpec):
     return _read(spec)
 
 
+def read_table(spec: DataSpec):
+    """The rows ``spec`` names, as a ``datasets.Dataset`` (a bad file is an error naming it)."""
+    return _dataset(spec)
+
+
 def resolve_user(text: str, options: ReadOptions = ReadOptions(), labelled: bool = True) -> UserSource:
     """The source a data spec names (its format detected from the columns unless ``options`` force it)."""
     spec = DataSpec.parse(text)
