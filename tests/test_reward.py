@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from tiny_judges import make_judge
 
-from clfjudge.judges.base import Judge
 from clfjudge.data.records import RecordError
+from clfjudge.judges.base import Judge
 from clfjudge.serving.reward import as_record, best_of_n, reward_function
 
 
@@ -34,7 +34,8 @@ def test_pairwise_reward_needs_and_uses_a_reference(judges):
 
 def test_a_conversational_prompt_reaches_the_judge_whole():
     prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Name a prime."},
-              {"role": "assistant", "content": "2."}, {"role": "user", "content": [{"type": "text", "text": "Another."}]}]
+              {"role": "assistant", "content": "2."},
+              {"role": "user", "content": [{"type": "text", "text": "Another."}]}]
     record = as_record(prompt, [{"role": "assistant", "content": [{"type": "text", "text": "7"}]}], 0)
     assert record.question == "System: be brief\n\nUser: Name a prime.\n\nAssistant: 2.\n\nUser: Another."
     assert record.answer == "7"

@@ -49,10 +49,14 @@ def user_set(spec: str, options: ReadOptions) -> tuple[TestSet, list]:
     """The user's labelled data as a test set: pairs scored with the selection protocol (beside longer- and
     shorter-answer-wins on the scoreboard), ratings with the grading protocol."""
     from ..data.sources import resolve
+    from ..training.data import randomize_order
 
     source = resolve(spec, options)
     protocol = "selection" if source.kind == "pair" else "grading"
-    return TestSet(set_slug(spec), source.kind, protocol, spec), source.load().records
+    records = source.load().records
+    if source.fixed_order:  # chosen first (TRL): a seeded half swapped, so the answer order gives nothing away
+        records, _ = randomize_order(records, seed=0)
+    return TestSet(set_slug(spec), source.kind, protocol, spec), records
 
 
 def set_slug(spec: str) -> str:

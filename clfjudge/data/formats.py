@@ -114,12 +114,14 @@ class Row:
         return self.text(name), {}
 
     def answer(self, name: str) -> str:
-        """An answer column: plain text, or an assistant turn (a list of messages)."""
+        """An answer column: plain text, or an assistant turn (a list of messages). An empty answer is kept (a model
+        can answer nothing; the built-in sources keep such answers too), a missing one is not."""
         value = self.raw(name)
         if conv.is_messages(value):
-            return self.nonempty(name, conv.answer_text(conv.turns(value, self.loc, self.column(name)), self.loc,
-                                                        self.column(name)))
-        return self.text(name)
+            return conv.answer_text(conv.turns(value, self.loc, self.column(name)), self.loc, self.column(name))
+        if not isinstance(value, str):
+            raise self.loc.error(self.column(name), f"must be a string, got {type(value).__name__}: {value!r:.80}")
+        return value
 
     def base(self) -> dict[str, Any]:
         """The fields every format passes on when the row has them: id and the optional texts."""
@@ -165,7 +167,7 @@ class Format:
         if default_id is not None:
             fields.setdefault("id", default_id)
         cls = PairRecord if self.kind == "pair" else PointRecord
-        return cls.build(loc, source=source, unlabelled=not labelled, **fields)
+        return cls.build(loc, source=source, unlabelled=not labelled, allow_empty_answers=True, **fields)
 
 
 FORMATS: Registry[Format] = Registry("data format")
@@ -255,8 +257,8 @@ def build_pointwise(row: Row, options: ReadOptions, labelled: bool) -> dict[str,
             raise row.loc.error(row.column("score"), f"is not a number: {score!r:.80}") from None
         lo, hi = out["scale"]
         if not lo <= value <= hi:
-            raise row.loc.error(row.column("score"), f"{value:g} is outside the scale [{lo:g}, {hi:g}] (state the "
-                                                     "scale: --scale LO,HI, or scale: [LO, HI] in a recipe)")
+            raise row.loc.error(row.column("score"), f"is outside the scale [{lo:g}, {hi:g}], got {value:g} (state "
+                                                     "the scale: --scale LO,HI, or scale: [LO, HI] in a recipe)")
         out["score"] = value
     return out
 

@@ -7,7 +7,8 @@ set, read where a hub is reachable). Every one is read by 🤗 ``datasets`` (``l
 columns (``data/formats.py``) or forced. ``UserSource`` is a ``Source``: it loads into the same records, counts
 what it excludes by reason, and ``describe`` says what the judge card records (path, content hash, format).
 
-A bad row (missing column, wrong type, empty text, a label outside the format) is excluded and counted by reason;
+A bad row (missing column, wrong type, an empty question, a label outside the format) is excluded and counted by
+reason (an empty answer is kept and counted in the notes, as the built-in sources keep them);
 the first few are kept in the notes with file, row and field, and a source with no usable row is an error.
 """
 from __future__ import annotations
@@ -184,9 +185,13 @@ def load_rows(source: UserSource, dataset) -> LoadResult:
             excluded[IDENTICAL] += 1
             continue
         records.append(record)
+    answers = (a for r in records for a in ((r.answer_a, r.answer_b) if r.kind == "pair" else (r.answer,)))
+    empty = sum(not a.strip() for a in answers)
     notes = ([f"rows are numbered from 1 (a CSV's header row is not counted): {file}"] if bad else []) + bad
     if excluded:
         notes.append(f"{sum(excluded.values())} row(s) excluded: {dict(excluded)}")
+    if empty:
+        notes.append(f"{empty} empty answer(s) kept (a model can answer nothing)")
     if not records:
         raise RecordError(file, None, None, f"no usable row in {dataset.num_rows} ({dict(excluded)}); first "
                                             f"problems: {bad[:3]}")
