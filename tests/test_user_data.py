@@ -384,3 +384,25 @@ def test_the_embedding_readers_memory_is_bounded():
     assert list(cache) == ["3"]
     with pytest.raises(ValueError, match="positive number"):
         MemoryCache(0)
+
+
+@needs_data
+def test_calibrate_on_a_users_pairwise_file(tiny_bert_dir, tmp_path):
+    spec = str(_pairwise_csv(tmp_path / "held-out.csv"))
+    judge_dir = make_judge(tiny_bert_dir, tmp_path / "judge", "cls3")
+    assert main(["calibrate", str(judge_dir), "--source", f"{spec}:16", "--batch-size", "8"]) == 0
+    fitted = JudgeCard.load(judge_dir).calibration["fitted_on"]
+    assert fitted["source"] == spec and fitted["n"] == 16 and fitted["data"]["format"] == "pairwise"
+    assert fitted["data"]["columns"] == {"answer_a": "response_a", "answer_b": "response_b", "question": "instruction"}
+
+
+def test_a_bounded_reader_memory_gives_the_same_vectors():
+    """An embedder whose memory holds fewer vectors than one call reads still answers that call whole, and keeps
+    only its most recent vectors (an RL loop reads new completions at every step)."""
+    from clfjudge.embedders.sentence import TextEmbedder
+
+    texts = [f"answer number {i} to the question" for i in range(6)]
+    bounded, free = TextEmbedder("minilm", memory_items=2), TextEmbedder("minilm", memory_items=None)
+    assert bounded.embed(texts) == pytest.approx(free.embed(texts), abs=1e-6)
+    assert len(bounded) == 2 and len(free) == 6
+    assert bounded.embed(texts[:1]) == pytest.approx(free.embed(texts[:1]), abs=1e-6)  # read again when forgotten

@@ -2,7 +2,10 @@
 chunks; and `clfjudge calibrate JUDGE_DIR --source NAME`: fit temperature / tie margin into the judge card.
 
 Input lines are JSON objects: pairs {"id", "question", "answer_a", "answer_b", "rubric"?, "reference"?} for
-compare, answers {"id", "question", "answer", ...} for score. Each output line is the input id and the result.
+compare, answers {"id", "question", "answer", ...} for score, or the same in TRL's fields (prompt / chosen /
+rejected, prompt / completion, messages; ``data.formats``). A Parquet / CSV / JSON file, a save_to_disk directory
+or an hf: data set is read by datasets (``TableInput``), each row an input line numbered from 1.
+Each output line is the input id and the result.
 A bad line (invalid JSON, a missing or mistyped field, an input the judge cannot encode) is reported with its
 line number and field, written to the rejected file, and scoring goes on; the summary accounts for every line.
 
@@ -32,7 +35,16 @@ from typing import Any, BinaryIO
 from ..data.records import PairRecord, Record, RecordError
 from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .common import add_engine_options, add_provider, add_trust_pickle, check_local_options, ray_engine, ray_options
+from .common import (
+    add_data_options,
+    add_engine_options,
+    add_provider,
+    add_trust_pickle,
+    check_local_options,
+    ray_engine,
+    ray_options,
+    read_options,
+)
 
 TASKS = ("auto", "compare", "score")
 SHOWN_REJECTIONS = 10
@@ -58,8 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge)")
     p.add_argument("--input", required=True,
-                   help="JSONL input, one pair or answer per line (--engine ray: JSONL or Parquet files: a file, a "
-                        "glob or a directory of shards)")
+                   help="JSONL input, one pair or answer per line, in clfjudge's fields or TRL's (prompt / chosen / "
+                        "rejected, prompt / completion, messages); or a Parquet / CSV / JSON file, a save_to_disk "
+                        "directory or hf:OWNER/NAME[:SPLIT], read by datasets, one row per item (--engine ray: "
+                        "JSONL or Parquet files: a file, a glob or a directory of shards)")
     p.add_argument("--output", required=True,
                    help="JSONL output, one line per scored input line (--engine ray: a directory, one output file "
                         "per input shard)")
@@ -82,7 +96,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                 "pairs and store them in judge_card.json")
     c.add_argument("judge_dir", metavar="JUDGE_DIR")
     c.add_argument("--source", required=True, metavar="NAME[:N]",
-                   help="labelled pair source (held out from training: not a training or evaluation source)")
+                   help="labelled pair source (held out from training: not a training or evaluation source): a "
+                        "built-in name or your own labelled pairs (a file, a save_to_disk directory, "
+                        "hf:OWNER/NAME[:SPLIT])")
+    add_data_options(c)
     c.add_argument("--n", dest="n_records", type=int, default=512, help="pairs sampled from the source")
     c.add_argument("--seed", type=int, default=0)
     _judge_options(c)
@@ -476,7 +493,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "
               "probabilities and its reported metrics optimistic", file=sys.stderr)
-    usable = sources.load_usable(args.source, labelled_pairs)
+    options = read_options(args)
+    usable = sources.load_usable(args.source, labelled_pairs, options)
     loaded, pairs, excluded = usable.loaded, usable.records, usable.excluded
     n = limit or args.n_records
     if len(pairs) > n:
@@ -487,7 +505,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     entry = fit_calibration(judge.card.head, raw_f, raw_r, [p.verdict for p in pairs], judge.card.calibration)
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
-                          "backend": judge.backend_name}
+                          "backend": judge.backend_name,
+                          **({"data": data} if (data := sources.describe(name, options)) else {})}
     card = JudgeCard.load(args.judge_dir)
     card.calibration = {**card.calibration, **entry}
     card.save(args.judge_dir)
