@@ -138,9 +138,22 @@ class UserSource(Source):
                 **({"scale": list(self.options.scale)} if self.options.scale else {})}
 
 
+def _stamp(spec: DataSpec) -> tuple:
+    """What changes when the data does (size and modification time of its files): the read cache's key."""
+    if spec.path is None:
+        return ()
+    files = [spec.path] if spec.path.is_file() else sorted(p for p in spec.path.rglob("*") if p.is_file())
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+
+
 @functools.lru_cache(maxsize=16)
-def _dataset(spec: DataSpec):
+def _read_cached(spec: DataSpec, stamp: tuple):
     return _read(spec)
+
+
+def _dataset(spec: DataSpec):
+    """The data set ``spec`` names, read once per process while its files stay unchanged."""
+    return _read_cached(spec, _stamp(spec))
 
 
 def read_table(spec: DataSpec):
