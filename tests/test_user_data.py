@@ -446,3 +446,16 @@ def test_scoring_a_parquet_file_resumes_after_a_crash(tmp_path, monkeypatch, cap
     capsys.readouterr()
     assert score(out, "--resume") == 2
     assert "the first 3 rows" in capsys.readouterr().err
+
+
+def test_score_reads_renamed_columns(tmp_path):
+    judge_dir = make_judge(testing.tiny_bert(tmp_path / "bert"), tmp_path / "judge", "cls3")
+    src = _write_jsonl([{"q": "Name a prime.", "x": "7", "y": "9"}], tmp_path / "odd.jsonl")
+    out = tmp_path / "out.jsonl"
+    argv = ["score", str(judge_dir), "--input", str(src), "--output", str(out)]
+    assert main(argv) == 1  # no known format: the line is rejected, saying how to map it
+    assert "--columns" in (tmp_path / "out.jsonl.rejected.jsonl").read_text()
+    assert main([*argv, "--columns", "question=q,answer_a=x,answer_b=y"]) == 0
+    got = json.loads(out.read_text())
+    want = Judge.load(judge_dir).compare("Name a prime.", "7", "9")
+    assert got["p_a"] == pytest.approx(want.p_a, abs=1e-6)

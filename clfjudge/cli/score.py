@@ -88,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
     _judge_options(p)
+    add_data_options(p)
     add_engine_options(p, ENGINES.names(), "local: this process; ray: judge actors on a Ray cluster (Ray Data), "
                                            "one per CPU slot")
     p.set_defaults(func=run_score)
@@ -340,7 +341,8 @@ def run_local(args: argparse.Namespace) -> int:
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
     settings = {"model": str(Path(args.model).resolve()), "input": src.identity, "task": args.task,
                 "symmetric": args.symmetric, "rejected": str(rejected_path.resolve()), "backend": args.backend,
-                "variant": args.variant}
+                "variant": args.variant, "format": args.format, "columns": args.columns}
+    options = read_options(args)
     progress = Progress.load(progress_path, settings) if args.resume else Progress(progress_path, settings)
     if not args.resume and progress_path.exists():
         print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
@@ -397,7 +399,7 @@ def run_local(args: argparse.Namespace) -> int:
         checkpoint(start_line, offset)
         with tqdm(total=src.total(), initial=offset, unit="B", unit_scale=True, desc="scoring",
                   file=sys.stderr) as bar:
-            for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size):
+            for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size, options):
                 flush(chunk)
                 checkpoint(chunk.last, offset)
             checkpoint(line, offset)
@@ -432,6 +434,9 @@ def run_ray(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
                              "each output shard, and a re-run skips finished shards)")
+    if args.format or args.columns or args.scale:
+        raise ValueError("--format, --columns and --scale apply to --engine local (--engine ray reads each line's "
+                         "format from its fields)")
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
     threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
