@@ -465,3 +465,38 @@ def test_score_reads_renamed_columns(tmp_path):
     got = json.loads(out.read_text())
     want = Judge.load(judge_dir).compare("Name a prime.", "7", "9")
     assert got["p_a"] == pytest.approx(want.p_a, abs=1e-6)
+
+
+@needs_data
+def test_the_prometheus_grid_recipe_reads_the_feedback_collection_offline(tmp_path, monkeypatch):
+    """The grid recipe names Prometheus' training set on the hub; its rows (orig_* fields, written here from the
+    Prometheus Vicuna-bench records) are read as the built-in Feedback Bench loader reads them. The hub is replaced
+    by the local file: ``hf:OWNER/NAME`` goes through ``datasets.load_dataset(NAME, split=...)`` and nothing else."""
+    from clfjudge.paths import REPO_ROOT
+    from clfjudge.training.config import TrainConfig
+
+    points = sources.load("prometheus-vicuna").records[:N]
+    rows = [{"orig_instruction": p.question, "orig_response": p.answer, "orig_reference_answer": p.reference,
+             "orig_criteria": p.meta["criteria"],
+             **{f"orig_score{k}_description": d for k, d in enumerate(p.meta["score_descriptions"], 1)},
+             "orig_score": round(p.score), "orig_feedback": "feedback", "instruction": "prompt", "output": "out"}
+            for p in points]
+    local = datasets.Dataset.from_list(rows)
+    calls = []
+
+    def hub(name, split=None, **kw):
+        calls.append((name, split))
+        return local
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    for recipe in ("prometheus-deberta-cls", "prometheus-vicuna-cls"):
+        cfg = TrainConfig.from_yaml(REPO_ROOT / "train" / "grid" / f"{recipe}.yaml")
+        assert cfg.sources == ["hf:prometheus-eval/Feedback-Collection"]
+    source = sources.resolve(cfg.sources[0])
+    assert (source.kind, source.format.name) == ("point", "feedback-collection")
+    records = source.load().records
+    assert calls[0] == ("prometheus-eval/Feedback-Collection", "train")
+    assert [(r.question, r.answer, r.reference, r.rubric) for r in records] == \
+        [(p.question, p.answer, p.reference, p.rubric) for p in points]
+    assert [r.score for r in records] == [round(p.score) for p in points]
+    assert source.describe()["sha256"].startswith("fingerprint:")

@@ -24,7 +24,8 @@ def add_data_options(parser) -> None:
     g = parser.add_argument_group("your data", "a path to JSONL / JSON / Parquet / CSV, a save_to_disk directory or "
                                                "hf:OWNER/NAME[:SPLIT]: its format is detected from the columns")
     g.add_argument("--format", default=None,
-                   help="force the format: trl, pairwise, clfjudge, pointwise, completion, messages")
+                   help="force the format: trl, pairwise, clfjudge, pointwise, feedback-collection, completion, "
+                        "messages (clfjudge.data.formats.FORMATS)")
     g.add_argument("--columns", default=None, metavar="FIELD=COLUMN[,...]",
                    help="columns named differently, e.g. question=prompt,answer_a=response_1,winner=label")
     g.add_argument("--scale", default=None, metavar="LO,HI", help="the score scale of pointwise ratings (default 1,5)")
