@@ -414,43 +414,44 @@ def test_a_bounded_reader_memory_gives_the_same_vectors():
     assert bounded.embed(texts[:1]) == pytest.approx(free.embed(texts[:1]), abs=1e-6)  # read again when forgotten
 
 
-def test_scoring_a_parquet_file_resumes_after_a_crash(tmp_path, monkeypatch, capsys):
-    """A table input is checkpointed by row: a crash leaves a valid prefix and --resume gives an uninterrupted run's
-    output; a changed file is refused."""
+def _crash_on_the_second_judge_call(patch: pytest.MonkeyPatch) -> None:
+    """The judge fails (not on an input) when it is called for the second chunk."""
     from clfjudge.judges.model import ModelJudge
 
-    judge_dir = make_judge(testing.tiny_bert(tmp_path / "bert"), tmp_path / "judge", "cls3")
-    rows = [{"prompt": f"Name prime {i}.", "chosen": f"{i} is prime.", "rejected": "No."} for i in range(7)]
-    spec = str(_write_parquet(rows, tmp_path / "in.parquet"))
+    original, chunks = ModelJudge.raw_outputs, []
 
-    def score(out: Path, *extra: str) -> int:
-        return main(["score", str(judge_dir), "--input", spec, "--output", str(out), "--chunk-size", "3", *extra])
-
-    assert score(tmp_path / "whole.jsonl") == 0
-    original, calls = ModelJudge.raw_outputs, [0]
-
-    def failing(self, records):
-        calls[0] += 1
-        if calls[0] == 2:
+    def raw_outputs(self, records):
+        chunks.append(len(records))
+        if len(chunks) == 2:
             raise RuntimeError("the accelerator fell off the bus")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    patch.setattr(ModelJudge, "raw_outputs", raw_outputs)
+
+
+def test_scoring_a_parquet_file_resumes_after_a_crash(tmp_path, monkeypatch, capsys):
+    """A table input is checkpointed by row: a crash leaves a valid prefix and --resume gives an uninterrupted run's
+    output; a changed file is refused."""
+    judge_dir = make_judge(testing.tiny_bert(tmp_path / "bert"), tmp_path / "judge", "cls3")
+    rows = [{"prompt": f"Name prime {i}.", "chosen": f"{i} is prime.", "rejected": "No."} for i in range(7)]
+    spec = str(_write_parquet(rows, tmp_path / "in.parquet"))
     out = tmp_path / "out.jsonl"
-    with pytest.raises(RuntimeError, match="fell off"):
-        score(out)
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
-    assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 3
-    assert score(out, "--resume") == 0
-    assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
-    calls[0] = 0
-    with pytest.raises(RuntimeError, match="fell off"):
-        score(out)
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
-    _write_parquet([{**rows[0], "chosen": "changed"}, *rows[1:]], tmp_path / "in.parquet")
-    capsys.readouterr()
-    assert score(out, "--resume") == 2
+
+    def score(target: Path, *extra: str) -> int:
+        return main(["score", str(judge_dir), "--input", spec, "--output", str(target), "--chunk-size", "3", *extra])
+
+    assert score(tmp_path / "whole.jsonl") == 0
+    for change in (False, True):
+        with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="fell off"):
+            _crash_on_the_second_judge_call(patch)
+            score(out)
+        assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 3
+        if change:
+            _write_parquet([{**rows[0], "chosen": "changed"}, *rows[1:]], tmp_path / "in.parquet")
+        capsys.readouterr()
+        assert score(out, "--resume") == (2 if change else 0)
+        if not change:
+            assert out.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
     assert "the first 3 rows" in capsys.readouterr().err
 
 
