@@ -501,3 +501,12 @@ def test_the_prometheus_grid_recipe_reads_the_feedback_collection_offline(tmp_pa
         [(p.question, p.answer, p.reference, p.rubric) for p in points]
     assert [r.score for r in records] == [round(p.score) for p in points]
     assert source.describe()["sha256"].startswith("fingerprint:")
+
+
+def test_a_zero_based_winner_coding_is_refused_for_the_whole_file(tmp_path):
+    """Auto-J's coding (0 = first answer, 1 = second, 2 = tie) would have its 1s and 2s read as A and B: a file whose
+    winner column holds a 0 is refused, naming the column, before any row is guessed."""
+    rows = [{"prompt": "q", "response 1": "a", "response 2": "b", "label": label} for label in (0, 1, 2, 1)]
+    path = _write_jsonl(rows, tmp_path / "autoj.jsonl")
+    with pytest.raises(RecordError, match=r"autoj.jsonl:\?: field 'label': holds 0 in 1 row\(s\): a 0-based"):
+        sources.resolve(str(path))

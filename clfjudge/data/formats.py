@@ -145,6 +145,8 @@ class Format:
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # field -> other common column names
     chosen_first: bool = False  # answer_a is always the preferred answer: the order gives the label away
     description: str = ""
+    # (dataset, field -> column, where) -> None: a rule over the whole file, before any row is read
+    check_table: Callable[[Any, Mapping[str, str], str], None] | None = None
 
     def column_map(self, columns: Sequence[str], options: ReadOptions) -> dict[str, str]:
         """field -> the column that holds it: the user's mapping, else the field's own name, else an alias."""
@@ -211,6 +213,19 @@ def _winner(row: Row) -> Verdict:
         raise row.loc.error(row.column("winner"), f"must be A, B or tie (or {', '.join(sorted(WINNERS))}), "
                                                   f"got {value!r:.80}{hint}")
     return WINNERS[key]
+
+
+def check_winner_coding(dataset, columns: Mapping[str, str], where: str) -> None:
+    """A winner column holding 0 uses a 0-based coding (Auto-J: 0 first answer, 1 second, 2 tie; PandaLM: 0 tie):
+    its 1s and 2s would be read wrongly as A and B, so the whole file is refused rather than any row guessed."""
+    column = columns.get("winner", "winner")
+    if column not in dataset.column_names:
+        return
+    zeros = sum(str(v).strip() == "0" for v in dataset[column] if v is not None and not isinstance(v, bool))
+    if zeros:
+        raise RecordError(where, None, column, f"holds 0 in {zeros} row(s): a 0-based label coding (Auto-J: 0 = "
+                                               "first answer, 1 = second, 2 = tie; PandaLM: 0 = tie) that A / B / "
+                                               "tie cannot be read from; write the winner as A, B or tie")
 
 
 def _answers(row: Row) -> tuple[str, dict, str, str]:
@@ -284,7 +299,7 @@ for _format in (
            description="TRL preference: prompt? / chosen / rejected (text or conversational)"),
     Format("pairwise", "pair", 1, ("question", "answer_a", "answer_b"), ("winner",), build_pairwise,
            aliases={"question": _QUESTION, "answer_a": _A, "answer_b": _B, "winner": ("label", "preference")},
-           description="question / answer_a / answer_b / winner (A, B or tie)"),
+           description="question / answer_a / answer_b / winner (A, B or tie)", check_table=check_winner_coding),
     Format("clfjudge", "pair", 2, ("question", "answer_a", "answer_b"), ("verdict", "scores"), build_clfjudge,
            description="clfjudge pair records: question / answer_a / answer_b / verdict and/or scores"),
     Format("pointwise", "point", 3, ("question", "answer"), ("score",), build_pointwise,
