@@ -269,6 +269,8 @@ def test_a_missing_file_and_an_unknown_format_are_named(tmp_path):
         sources.resolve(str(path))
     with pytest.raises(RecordError, match=r"format 'pairwise' needs the columns"):
         sources.resolve(str(path), ReadOptions.make(format="pairwise"))
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['questoin'\]; the fields .*question"):
+        ReadOptions.make(columns="questoin=q")
     mapped = _write_jsonl([{"q": "Name a prime.", "x": "7", "y": "9", "pick": "a"}], tmp_path / "m.jsonl")
     record = sources.load(str(mapped), options=ReadOptions.make(columns="question=q,answer_a=x,answer_b=y,winner=pick")
                           ).records[0]

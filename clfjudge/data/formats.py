@@ -50,6 +50,10 @@ class ReadOptions:
             FORMATS.get(format)
         if isinstance(columns, str):
             columns = parse_columns(columns)
+        unknown = sorted(set(columns or {}) - known_fields())
+        if unknown:
+            raise ValueError(f"columns: unknown field(s) {unknown}; the fields a column can be mapped to: "
+                             f"{', '.join(sorted(known_fields()))}")
         if isinstance(scale, str):
             scale = [float(x) for x in scale.split(",")]
         if scale is not None and (len(scale) != 2 or not float(scale[0]) < float(scale[1])):
@@ -59,6 +63,14 @@ class ReadOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": self.format, "columns": dict(self.columns), "scale": self.scale}
+
+
+_OPTIONAL_FIELDS = ("id", "rubric", "reference", "scenario", "model_a", "model_b", "scale", "prompt")
+
+
+def known_fields() -> set[str]:
+    """The field names of every format: what ``columns`` maps data columns to."""
+    return {n for _, f in FORMATS.items() for n in (*f.needs, *f.labels, *f.aliases)} | set(_OPTIONAL_FIELDS)
 
 
 def parse_columns(text: str) -> dict[str, str]:
