@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 from tiny_judges import make_judge
 
+from clfjudge.data.records import RecordError
 from clfjudge.judges.base import Judge
-from clfjudge.serving.reward import as_text, best_of_n, reward_function
+from clfjudge.serving.reward import as_record, best_of_n, reward_function
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +32,33 @@ def test_pairwise_reward_needs_and_uses_a_reference(judges):
     assert got == pytest.approx([c.p_a - c.p_b], abs=1e-6)
 
 
-def test_conversational_formats():
-    prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Name a prime."}]
-    assert as_text(prompt, "prompts") == "Name a prime."
-    assert as_text([{"role": "assistant", "content": "7"}], "completions") == "7"
-    with pytest.raises(ValueError, match="completions"):
-        as_text(42, "completions")
+def test_a_conversational_prompt_reaches_the_judge_whole():
+    prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Name a prime."},
+              {"role": "assistant", "content": "2."},
+              {"role": "user", "content": [{"type": "text", "text": "Another."}]}]
+    record = as_record(prompt, [{"role": "assistant", "content": [{"type": "text", "text": "7"}]}], 0)
+    assert record.question == "System: be brief\n\nUser: Name a prime.\n\nAssistant: 2.\n\nUser: Another."
+    assert record.answer == "7"
+    assert as_record([{"role": "user", "content": "Name a prime."}], "7", 0).question == "Name a prime."
+    with pytest.raises(RecordError, match="completion"):
+        as_record("q", 42, 3)
+    with pytest.raises(RecordError, match=r"reward batch:1: field 'prompt\[0\]\.content\[0\]': only text parts"):
+        as_record([{"role": "user", "content": [{"type": "image", "image": "x.png"}]}], "7", 0)
+
+
+@pytest.mark.parametrize("head", ["reward", "regression", "cls3"])
+def test_an_earlier_turn_changes_the_reward(judges, head):
+    """The system prompt and the earlier turns are part of what is judged: changing one changes the reward, and
+    the last turn alone is judged differently from the whole conversation."""
+    fn = reward_function(judges[head], reference="I do not know.")
+    last = {"role": "user", "content": "And the next one?"}
+    history = [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "2."}]
+    prompts = [[{"role": "system", "content": "Answer in French."}, *history, last],
+               [{"role": "system", "content": "Answer in Klingon."}, *history, last],
+               [last]]
+    completion = [{"role": "assistant", "content": "3."}]
+    rewards = fn(prompts=prompts, completions=[completion] * 3)
+    assert len(set(rewards)) == 3, rewards
 
 
 def test_best_of_n(judges):

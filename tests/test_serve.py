@@ -458,3 +458,51 @@ def test_warm_up_fills_the_token_budget_with_long_answers(tiny_bert_dir, tmp_pat
     capped = Recording(Judge.load(directory, max_batch_tokens=100_000))
     capped.warm_up(5)
     assert capped.calls == [5, 2]
+
+
+CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}]
+
+
+def test_the_ecosystems_item_formats_are_judged_as_the_records_they_name(pair_judge, point_judge):
+    """TRL's preference items (plain and conversational, content as text parts) and prompt / completion and
+    messages items get the answers of the records they stand for."""
+    question = "System: Be brief.\n\nUser: Name a prime."
+    with TestClient(create_app(pair_judge)) as client:
+        got = client.post("/compare", json={"items": [
+            {"prompt": "Name a prime.", "chosen": "7", "rejected": "9 is a prime number."},
+            {"prompt": CONVERSATION, "chosen": [{"role": "assistant", "content": [{"type": "text", "text": "7"}]}],
+             "rejected": [{"role": "assistant", "content": "9"}]},
+            {"chosen": [*CONVERSATION, {"role": "assistant", "content": "7"}],
+             "rejected": [*CONVERSATION, {"role": "assistant", "content": "9"}]}]})
+        assert got.status_code == 200, got.json()
+        want = pair_judge.compare_batch([PAIR, {"question": question, "answer_a": "7", "answer_b": "9"}])
+        results = got.json()["results"]
+        assert results[0]["p_a"] == pytest.approx(want[0].p_a, abs=1e-6)
+        assert results[1]["p_a"] == pytest.approx(want[1].p_a, abs=1e-6) == pytest.approx(results[2]["p_a"])
+        wrong = client.post("/compare", json={"prompt": "q", "completion": "a"})
+        assert wrong.status_code == 422 and "takes pairs" in wrong.json()["error"]
+        image = client.post("/compare", json={"prompt": [{"role": "user", "content": [{"type": "image"}]}],
+                                              "chosen": "a", "rejected": "b"})
+        assert image.status_code == 422 and "field 'prompt[0].content[0]': only text parts" in image.json()["error"]
+    with TestClient(create_app(point_judge)) as client:
+        got = client.post("/score", json={"items": [
+            {"prompt": CONVERSATION, "completion": [{"role": "assistant", "content": "7"}]},
+            {"messages": [*CONVERSATION, {"role": "assistant", "content": "7"}]},
+            {"prompt": "Name a prime.", "completion": "7"}]})
+        assert got.status_code == 200, got.json()
+        want = point_judge.score_batch([{"question": question, "answer": "7"},
+                                        {"question": "Name a prime.", "answer": "7"}])
+        scores = [r["score"] for r in got.json()["results"]]
+        assert scores == pytest.approx([want[0].value, want[0].value, want[1].value], abs=1e-6)
+        assert scores[0] != pytest.approx(scores[2], abs=1e-6)  # the system prompt is judged too
+
+
+def test_openapi_describes_the_endpoints_and_item_formats(pair_judge):
+    with TestClient(create_app(pair_judge, api_key="k")) as client:
+        got = client.get("/openapi.json")
+        assert got.status_code == 200
+        doc = got.json()
+        assert doc["openapi"].startswith("3.") and set(doc["paths"]) == {"/compare", "/healthz", "/metrics"}
+        assert {"PairItem", "PreferenceItem", "Message", "TextPart"} <= set(doc["components"]["schemas"])
+        request = doc["paths"]["/compare"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert len(request["oneOf"]) == 2  # one item, or a batch of them

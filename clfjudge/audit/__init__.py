@@ -15,11 +15,13 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..data.formats import ReadOptions
 from ..data.records import PairRecord
 from ..models.onnx_session import AUTO
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
@@ -32,17 +34,63 @@ if TYPE_CHECKING:
 BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
 
 
+def check_sets(set_names: Sequence[str] | None) -> None:
+    """Refuse a set name that is neither a test set nor a data spec (a typo would otherwise audit nothing)."""
+    from ..data.sources.files import is_data_spec
+
+    known = [s.name for s in TEST_SETS]
+    unknown = [n for n in set_names or () if n not in known and not is_data_spec(n)]
+    if unknown:
+        raise KeyError(f"unknown test set(s) {unknown}; known: {', '.join(known)}; or a data file, a save_to_disk "
+                       "directory or hf:OWNER/NAME[:SPLIT] of your own labelled pairs or ratings")
+
+
+def user_set(spec: str, options: ReadOptions) -> tuple[TestSet, list]:
+    """The user's labelled data as a test set: pairs scored with the selection protocol (beside longer- and
+    shorter-answer-wins on the scoreboard), ratings with the grading protocol."""
+    from ..data.sources import resolve
+    from ..training.data import randomize_order
+
+    source = resolve(spec, options)
+    protocol = "selection" if source.kind == "pair" else "grading"
+    records = source.load().records
+    if source.fixed_order:  # chosen first (TRL): a seeded half swapped, so the answer order gives nothing away
+        records, _ = randomize_order(records, seed=0)
+    return TestSet(set_slug(spec), source.kind, protocol, spec), records
+
+
+def set_slug(spec: str) -> str:
+    """A file-name-safe set name for a data spec (cache files and figures are named after their set)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", spec.removeprefix("hf:") if spec.startswith("hf:") else Path(spec).name)
+
+
+def _sample(recs: list, cap: int | None, seed: int, name: str) -> list:
+    if cap is not None and len(recs) > cap:
+        keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(recs)), cap))
+        recs = [recs[i] for i in keep]
+    return recs
+
+
 def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
               extra: Mapping[str, Sequence[PairRecord]] | None = None,
-              set_limits: Mapping[str, int] | None = None):
+              set_limits: Mapping[str, int] | None = None, options: ReadOptions = ReadOptions()):
     """The audit's test sets (and ``extra``: more named pair sets, e.g. a training pool's held-out slices, scored
-    with the selection protocol), each a seeded sample of at most ``set_limits[name]`` (else ``limit``) records."""
+    with the selection protocol; data specs among ``set_names``: the user's own sets, read with ``options``), each a
+    seeded sample of at most ``set_limits[name]`` (else ``limit``) records."""
     from ..data.sources import SOURCES
+    from ..data.sources.files import is_data_spec
 
+    check_sets(set_names)
     sets, records, missing = [], {}, []
     for name, recs in (extra or {}).items():
         sets.append(TestSet(name, "pair", "selection", name))
         records[name] = list(recs)
+    for spec in [n for n in set_names or () if n not in SOURCES and is_data_spec(n)]:
+        s, recs = user_set(spec, options)
+        if s.name in records:
+            raise ValueError(f"--sets: {spec!r} and another set share the name {s.name!r}; rename one file")
+        sets.append(s)
+        records[s.name] = _sample(recs, (set_limits or {}).get(s.name, limit), seed, s.name)
     for s in TEST_SETS:
         if set_names and s.name not in set_names:
             continue
@@ -50,13 +98,9 @@ def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
         if not source.available():
             missing.append(s.name)
             continue
-        recs = source.load(source.path()).records
-        cap = (set_limits or {}).get(s.name, limit)
-        if cap is not None and len(recs) > cap:
-            keep = sorted(random.Random(f"{seed}:{s.name}").sample(range(len(recs)), cap))
-            recs = [recs[i] for i in keep]
         sets.append(s)
-        records[s.name] = recs
+        records[s.name] = _sample(source.load(source.path()).records, (set_limits or {}).get(s.name, limit), seed,
+                                  s.name)
     return sets, records, missing
 
 
@@ -158,9 +202,10 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
               extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
               trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None,
-              ray_options: RayOptions | None = None) -> dict[str, Any]:
+              ray_options: RayOptions | None = None, read_options: ReadOptions = ReadOptions()) -> dict[str, Any]:
     """Audit the judges (specs) into ``out_dir``; ``ray_options``: predict with the judge directories on Ray
-    actors (``serving.ray_engine.RayOptions``; the ray extra), with the same results as in this process."""
+    actors (``serving.ray_engine.RayOptions``; the ray extra), with the same results as in this process;
+    ``read_options``: how the data specs among ``sets`` are read."""
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -170,9 +215,11 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     for spec in judges:  # before any set is loaded or judge predicts
         check_spec(spec)
+    check_sets(sets)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
-    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
+    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits,
+                                              options=read_options)
     names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {

@@ -70,8 +70,19 @@ class AuditJudge:
 
 
 def trained_on(card) -> set[str]:
-    """Names of the sources a judge card says the judge was trained on."""
-    return set((card.training.get("sources") or {}).get("train") or {})
+    """Names of the sources a judge card says the judge was trained on (and the resolved paths of its user data)."""
+    train = (card.training.get("sources") or {}).get("train") or {}
+    return set(train) | {stats["data"]["path"] for stats in train.values()
+                         if isinstance(stats, dict) and (stats.get("data") or {}).get("path")}
+
+
+def seen_in_training(card, set_name: str, records: Sequence[PairRecord | PointRecord]) -> bool:
+    """Whether the judge was trained on this set: by name, or (a user's data set) by the file its records came from."""
+    trained = trained_on(card)
+    if set_name in trained:
+        return True
+    source = records[0].source if records else ""
+    return bool(source) and (source in trained or str(Path(source).resolve()) in trained)
 
 
 def _swapped_verdicts(verdicts: Sequence[Verdict | None]) -> list[Verdict | None]:
@@ -176,7 +187,7 @@ class RuntimeJudge(AuditJudge):
         else:
             preds = self._points(records)
         preds.truncation = self._truncation()
-        preds.seen_in_training = set_name in trained_on(self.judge.card)
+        preds.seen_in_training = seen_in_training(self.judge.card, set_name, records)
         return preds
 
     def _parse_notes(self, results: Sequence[Any]) -> list[str]:

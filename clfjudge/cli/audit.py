@@ -4,7 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_engine_options, add_trust_pickle, check_local_options, ray_options
+from .common import (
+    add_data_options,
+    add_engine_options,
+    add_trust_pickle,
+    check_local_options,
+    ray_options,
+    read_options,
+)
 
 ENGINES = ("local", "ray")  # where the judge directories predict (--engine)
 
@@ -19,10 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("judges", nargs="+", metavar="JUDGE")
     p.add_argument("--out", type=Path, required=True, help="output directory (report.md, metrics.json, PNGs, cache)")
     p.add_argument("--suites", nargs="+", help="suites to run (default: all)")
-    p.add_argument("--sets", nargs="+", help="test sets to use (default: every one available)")
+    p.add_argument("--sets", nargs="+", help="test sets to use (default: every one available): built-in names or "
+                                             "your own labelled data (a file, a save_to_disk directory, "
+                                             "hf:OWNER/NAME[:SPLIT])")
     p.add_argument("--limit", type=int, help="seeded sample of at most N records per set")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
     add_trust_pickle(p)
+    add_data_options(p)
     add_engine_options(p, ENGINES, "local: this process; ray: the judge directories predict on judge actors on a Ray "
                                    "cluster, one test set per call (the other judges predict in this process); "
                                    "the report is the same",
@@ -40,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         check_local_options(args)
         options = None
     run_audit(args.judges, args.out, suites=args.suites, limit=args.limit, bootstrap=args.bootstrap,
-              sets=args.sets, trust_pickle=args.trust_pickle, ray_options=options)
+              sets=args.sets, trust_pickle=args.trust_pickle, ray_options=options,
+              read_options=read_options(args))
     print(f"report: {args.out / 'report.md'}; metrics: {args.out / 'metrics.json'}")
     return 0

@@ -19,6 +19,24 @@ def add_trust_pickle(parser) -> None:
     parser.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE_HELP)
 
 
+def add_data_options(parser) -> None:
+    """How the user's own data files (data specs) a command reads are read: ``data.formats``."""
+    g = parser.add_argument_group("your data", "a path to JSONL / JSON / Parquet / CSV, a save_to_disk directory or "
+                                               "hf:OWNER/NAME[:SPLIT]: its format is detected from the columns")
+    g.add_argument("--format", default=None,
+                   help="force the format: trl, pairwise, clfjudge, pointwise, feedback-collection, completion, "
+                        "messages (clfjudge.data.formats.FORMATS)")
+    g.add_argument("--columns", default=None, metavar="FIELD=COLUMN[,...]",
+                   help="columns named differently, e.g. question=prompt,answer_a=response_1,winner=label")
+    g.add_argument("--scale", default=None, metavar="LO,HI", help="the score scale of pointwise ratings (default 1,5)")
+
+
+def read_options(args: argparse.Namespace):
+    from ..data.formats import ReadOptions
+
+    return ReadOptions.make(args.format, args.columns, args.scale)
+
+
 def add_provider(parser) -> None:
     from ..models.onnx_session import AUTO, PROVIDERS
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..data.sources import SOURCES
+from .common import add_data_options, read_options
 
 _STATS_COLUMNS = ("source", "kind", "role", "split", "records", "ties", "excluded", "median_answer_chars",
                   "available")
@@ -20,21 +21,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats = sub.add_parser("stats", help="one row per source and split: records, ties, exclusions, lengths")
     stats.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     stats.add_argument("--root", type=Path, help=root_help)
-    stats.add_argument("--source", action="append", choices=SOURCES.names(), metavar="NAME",
-                       help="only this source (repeatable)")
+    stats.add_argument("--source", action="append", metavar="NAME",
+                       help="only this source (repeatable): a built-in name or your own data (a file, a save_to_disk "
+                            "directory, hf:OWNER/NAME[:SPLIT])")
+    add_data_options(stats)
     stats.set_defaults(func=run_stats)
 
     show = sub.add_parser("show", help="print the first records of a source rendered in a scheme")
-    show.add_argument("name", choices=SOURCES.names(), metavar="NAME", help="a source: " + ", ".join(SOURCES.names()))
+    show.add_argument("name", metavar="NAME", help="a source: " + ", ".join(SOURCES.names()) + "; or your own data "
+                                                   "(a file, a save_to_disk directory, hf:OWNER/NAME[:SPLIT])")
     show.add_argument("--scheme", required=True, help="a registered scheme (clfjudge.prompts.schemes.SCHEMES)")
     show.add_argument("-n", type=int, default=2, help="how many records (default 2)")
     show.add_argument("--root", type=Path, help=root_help)
     show.add_argument("--path", type=Path, help="the source's file or directory (overrides --root)")
+    add_data_options(show)
     show.set_defaults(func=run_show)
 
     overlap = sub.add_parser("overlap", help="questions of one source found in another (exact / line-set match)")
     overlap.add_argument("--json", action="store_true")
     overlap.add_argument("--root", type=Path, help=root_help)
+    overlap.add_argument("--source", action="append", metavar="DATA",
+                         help="also your own data (a file, a save_to_disk directory, hf:OWNER/NAME[:SPLIT]; "
+                              "repeatable)")
+    add_data_options(overlap)
     overlap.set_defaults(func=run_overlap)
 
 
@@ -54,9 +63,12 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> Non
 
 
 def run_stats(args: argparse.Namespace) -> int:
+    from ..data.sources import resolve
     from ..data.sources.stats import source_stats
 
-    rows = [row for name in (args.source or SOURCES.names()) for row in source_stats(SOURCES.get(name), args.root)]
+    options = read_options(args)
+    rows = [row for name in (args.source or SOURCES.names())
+            for row in source_stats(resolve(name, options), args.root)]
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=2))
         return 0
@@ -67,9 +79,10 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from ..data.sources import resolve
     from ..prompts.schemes import render  # another engineer's module; imported only when the command runs
 
-    source = SOURCES.get(args.name)
+    source = resolve(args.name, read_options(args))
     result = source.load(args.path if args.path is not None else source.path(args.root))
     for record in result.records[: args.n]:
         prompt = render(record, args.scheme)
@@ -78,10 +91,12 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_overlap(args: argparse.Namespace) -> int:
+    from ..data.sources import resolve
     from ..data.splits import question_overlaps
 
     named = {name: source.load(source.path(args.root)).records
              for name, source in SOURCES.items() if source.available(args.root)}
+    named.update({name: resolve(name, read_options(args)).load().records for name in args.source or ()})
     overlaps = question_overlaps(named)
     distinct = {name: len({r.question for r in records}) for name, records in named.items()}
     rows = [(b, a, exact, loose, distinct[b])

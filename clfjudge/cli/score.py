@@ -2,7 +2,10 @@
 chunks; and `clfjudge calibrate JUDGE_DIR --source NAME`: fit temperature / tie margin into the judge card.
 
 Input lines are JSON objects: pairs {"id", "question", "answer_a", "answer_b", "rubric"?, "reference"?} for
-compare, answers {"id", "question", "answer", ...} for score. Each output line is the input id and the result.
+compare, answers {"id", "question", "answer", ...} for score, or the same in TRL's fields (prompt / chosen /
+rejected, prompt / completion, messages; ``data.formats``). A Parquet / CSV / JSON file, a save_to_disk directory
+or an hf: data set is read by datasets (``TableInput``), each row an input line numbered from 1.
+Each output line is the input id and the result.
 A bad line (invalid JSON, a missing or mistyped field, an input the judge cannot encode) is reported with its
 line number and field, written to the rejected file, and scoring goes on; the summary accounts for every line.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -33,12 +37,14 @@ from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
 from .common import (
     add_batch_size,
+    add_data_options,
     add_engine_options,
     add_provider,
     add_trust_pickle,
     check_local_options,
     ray_engine,
     ray_options,
+    read_options,
 )
 
 TASKS = ("auto", "compare", "score")
@@ -65,8 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge)")
     p.add_argument("--input", required=True,
-                   help="JSONL input, one pair or answer per line (--engine ray: JSONL or Parquet files: a file, a "
-                        "glob or a directory of shards)")
+                   help="JSONL input, one pair or answer per line, in clfjudge's fields or TRL's (prompt / chosen / "
+                        "rejected, prompt / completion, messages); or a Parquet / CSV / JSON file, a save_to_disk "
+                        "directory or hf:OWNER/NAME[:SPLIT], read by datasets, one row per item (--engine ray: "
+                        "JSONL or Parquet files: a file, a glob or a directory of shards)")
     p.add_argument("--output", required=True,
                    help="JSONL output, one line per scored input line (--engine ray: a directory, one output file "
                         "per input shard)")
@@ -81,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
     _judge_options(p)
+    add_data_options(p)
     add_engine_options(p, ENGINES.names(), "local: this process; ray: judge actors on a Ray cluster (Ray Data), "
                                            "one per CPU slot")
     p.set_defaults(func=run_score)
@@ -89,7 +98,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                 "pairs and store them in judge_card.json")
     c.add_argument("judge_dir", metavar="JUDGE_DIR")
     c.add_argument("--source", required=True, metavar="NAME[:N]",
-                   help="labelled pair source (held out from training: not a training or evaluation source)")
+                   help="labelled pair source (held out from training: not a training or evaluation source): a "
+                        "built-in name or your own labelled pairs (a file, a save_to_disk directory, "
+                        "hf:OWNER/NAME[:SPLIT])")
+    add_data_options(c)
     c.add_argument("--n", dest="n_records", type=int, default=512, help="pairs sampled from the source")
     c.add_argument("--seed", type=int, default=0)
     _judge_options(c)
@@ -217,6 +229,82 @@ def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
                              "interrupted run read; the input changed: start over without --resume") from None
 
 
+@dataclass
+class LineInput:
+    """A JSONL file, read line by line; a run resumes at a byte offset."""
+
+    path: Path
+
+    @property
+    def identity(self) -> str:
+        return str(self.path.resolve())
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def total(self) -> int:
+        return self.path.stat().st_size
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        return _lines(self.path, start, line)
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        return _input_prefix_hash(self.path, progress)
+
+
+@dataclass
+class TableInput:
+    """A Parquet / CSV / JSON file, a ``save_to_disk`` directory or ``hf:OWNER/NAME[:SPLIT]``, read by 🤗 datasets
+    (``data.sources.files``): each row is scored as the JSON object of one line, its row number (from 1) standing
+    for the line number; a run resumes after a row, once the rows before it are checked unchanged."""
+
+    spec: str
+
+    def __post_init__(self) -> None:
+        from ..data.sources.files import DataSpec, read_table
+
+        self.data = DataSpec.parse(self.spec)
+        self.dataset = read_table(self.data)
+
+    @property
+    def identity(self) -> str:
+        return str(self.data.path) if self.data.path is not None else self.spec
+
+    def __str__(self) -> str:
+        return self.identity
+
+    def total(self) -> None:
+        return None  # bytes of the rows' JSON text, not known before they are read
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        for index in range(line, self.dataset.num_rows):
+            text = json.dumps(self.dataset[index], ensure_ascii=False, default=str)
+            yield index + 1, text, (text + "\n").encode()
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        digest, size = hashlib.sha256(), 0
+        for _, _, raw in itertools.islice(self.lines(0, 0), progress.line):
+            digest.update(raw)
+            size += len(raw)
+        if (size, digest.hexdigest()) != (progress.input_bytes, progress.input_sha256):
+            raise ValueError(f"--resume: the first {progress.line} rows of {self} are not those the interrupted run "
+                             "read; the input changed: start over without --resume")
+        return digest
+
+
+TABLE_SUFFIXES = (".parquet", ".csv", ".json", ".gz", ".bz2", ".xz", ".zst")
+
+
+def open_input(text: str) -> LineInput | TableInput:
+    """What ``--input`` names: a JSONL file (read by lines), else a table that datasets reads."""
+    path = Path(text)
+    if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
+        return LineInput(path)
+    if not path.exists() and not text.startswith("hf:"):
+        raise FileNotFoundError(f"input {path} does not exist")
+    return TableInput(text)
+
+
 def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int]) -> None:
     tally.rejected += 1
     tally.reasons[reason(err)] += 1
@@ -245,18 +333,17 @@ def run_local(args: argparse.Namespace) -> int:
     from ..judges.base import Judge
 
     check_local_options(args)
-    src, out = Path(args.input), Path(args.output)
-    if not src.is_file():
-        raise FileNotFoundError(f"input {src} does not exist")
+    src, out = open_input(args.input), Path(args.output)
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
     rejected_path = Path(args.rejected) if args.rejected else out.with_name(out.name + ".rejected.jsonl")
     progress_path = out.with_name(out.name + ".progress.json")
     # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
-    settings = {"model": str(Path(args.model).resolve()), "input": str(src.resolve()), "task": args.task,
+    settings = {"model": str(Path(args.model).resolve()), "input": src.identity, "task": args.task,
                 "symmetric": args.symmetric, "rejected": str(rejected_path.resolve()), "backend": args.backend,
-                "variant": args.variant}
+                "variant": args.variant, "format": args.format, "columns": args.columns}
+    options = read_options(args)
     progress = Progress.load(progress_path, settings) if args.resume else Progress(progress_path, settings)
     if not args.resume and progress_path.exists():
         print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
@@ -269,7 +356,7 @@ def run_local(args: argparse.Namespace) -> int:
         raise ValueError("--symmetric applies to compare, not to score")
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.resume:
-        input_hash = _input_prefix_hash(src, progress)
+        input_hash = src.prefix_hash(progress)
         sink, rejected = Sink(out, progress.files["output"]), Sink(rejected_path, progress.files["rejected"])
         tally, seen = Tally.from_dict(progress.tally), _seen_ids(out, sink.size)
         print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
@@ -302,7 +389,7 @@ def run_local(args: argparse.Namespace) -> int:
     def numbered(bar) -> Iterator[tuple[int, str]]:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
         nonlocal line, offset
-        for line, text, raw in _lines(src, offset, start_line):
+        for line, text, raw in src.lines(offset, start_line):
             tally.read += 1
             offset += len(raw)
             input_hash.update(raw)
@@ -311,9 +398,9 @@ def run_local(args: argparse.Namespace) -> int:
 
     try:
         checkpoint(start_line, offset)
-        with tqdm(total=src.stat().st_size, initial=offset, unit="B", unit_scale=True, desc="scoring",
+        with tqdm(total=src.total(), initial=offset, unit="B", unit_scale=True, desc="scoring",
                   file=sys.stderr) as bar:
-            for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size):
+            for chunk in chunk_lines(numbered(bar), str(src), task, args.chunk_size, options):
                 flush(chunk)
                 checkpoint(chunk.last, offset)
             checkpoint(line, offset)
@@ -348,6 +435,9 @@ def run_ray(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
                              "each output shard, and a re-run skips finished shards)")
+    if args.format or args.columns or args.scale:
+        raise ValueError("--format, --columns and --scale apply to --engine local (--engine ray reads each line's "
+                         "format from its fields)")
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
     threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
@@ -409,7 +499,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "
               "probabilities and its reported metrics optimistic", file=sys.stderr)
-    usable = sources.load_usable(args.source, labelled_pairs)
+    options = read_options(args)
+    usable = sources.load_usable(args.source, labelled_pairs, options)
     loaded, pairs, excluded = usable.loaded, usable.records, usable.excluded
     n = limit or args.n_records
     if len(pairs) > n:
@@ -420,7 +511,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     entry = fit_calibration(judge.card.head, raw_f, raw_r, [p.verdict for p in pairs], judge.card.calibration)
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
-                          "backend": judge.backend_name}
+                          "backend": judge.backend_name,
+                          **({"data": data} if (data := sources.describe(name, options)) else {})}
     card = JudgeCard.load(args.judge_dir)
     card.calibration = {**card.calibration, **entry}
     card.save(args.judge_dir)

@@ -11,11 +11,58 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 ENV = "CLFJUDGE_EMBEDDING_CACHE"
+DEFAULT_MEMORY_ITEMS = 65_536  # vectors an embedder keeps in memory (a training pool's texts fit; an RL loop's don't)
+
+
+class MemoryCache(OrderedDict):
+    """An embedder's vectors in memory, least recently used first: beyond ``max_items`` (None: no bound) the
+    oldest are forgotten, so a judge in a long RL loop reading ever new completions keeps a bounded memory (a
+    forgotten text is read again if it comes back)."""
+
+    def __init__(self, max_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
+        super().__init__()
+        self.max_items = max_items
+
+    @property
+    def max_items(self) -> int | None:
+        return self._max_items
+
+    @max_items.setter
+    def max_items(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"the in-memory cache holds a positive number of vectors (or None: no bound), got "
+                             f"{value!r}")
+        self._max_items = value
+        self._evict()
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        self._evict()
+
+    def update(self, items=(), /, **kw) -> None:
+        for key, value in (items.items() if hasattr(items, "items") else items):
+            self[key] = value
+
+    def _evict(self) -> None:
+        while self._max_items is not None and len(self) > self._max_items:
+            self.popitem(last=False)
+
+    def known(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """The cached vectors of ``keys`` (marked as recently used)."""
+        return {k: self[k] for k in dict.fromkeys(keys) if k in self}
 
 
 def default_root() -> Path:

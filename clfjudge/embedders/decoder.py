@@ -29,7 +29,7 @@ import numpy as np
 
 from ..batching import token_batches
 from ..machine import decoder_precision
-from .cache import Cached, load_vectors, save_vectors, scratch
+from .cache import DEFAULT_MEMORY_ITEMS, Cached, MemoryCache, load_vectors, save_vectors, scratch
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -98,7 +98,7 @@ class DecoderEmbedder:
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False,
                  stats_tokens: int | None = None, precision: str = "fp32",
                  batch_size: int = 8, device: str = "cpu", show_progress: bool = False,
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, memory_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
@@ -125,7 +125,7 @@ class DecoderEmbedder:
         self._tokenizer = None
         self._captured = None
         self._depth: int | None = None
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache = MemoryCache(memory_items)  # least recently used vectors forgotten beyond memory_items
         self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     # -- identity --------------------------------------------------------------------------------------
@@ -178,6 +178,11 @@ class DecoderEmbedder:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    @property
+    def memory(self) -> MemoryCache:
+        """The in-memory vectors; ``memory.max_items`` bounds them (least recently used forgotten first)."""
+        return self._cache
 
     # -- model -----------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -373,7 +378,8 @@ class DecoderEmbedder:
         """Cached rows of ``keys``; missing ones are read (``build(i)`` -> prefix ids, body ids): the body's
         normalised vector, followed by its ``STAT_NAMES`` when ``with_stats``."""
         self._disk.load(self.cache_id, self._cache)
-        missing = {k: i for i, k in enumerate(keys) if k not in self._cache}
+        found = self._cache.known(keys)
+        missing = {k: i for i, k in enumerate(keys) if k not in found}
         if missing:
             self._load()
         # read in blocks stored as they finish, so an interrupted run keeps what it read; answers that share a
@@ -395,13 +401,14 @@ class DecoderEmbedder:
                 uncond = self._read_shared(self._template(""), [self._scored(body) for _, body in items], True)[1]
                 stats = np.stack([token_stats(c, u, len(body)) for c, u, (_, body) in zip(cond, uncond, items)])
                 vectors = np.hstack([vectors, stats])
+            found.update(zip(block, vectors))
             self._cache.update(zip(block, vectors))
             self._disk.store(list(block), vectors)
             tokens += sum(len(p) + len(b) for p, b in items)
             bar.update(len(block))
             bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # read so far, prompts included
         bar.close()
-        return np.stack([self._cache[k] for k in keys])
+        return np.stack([found[k] for k in keys])
 
     def _progress(self, total: int):
         """One bar per read (count, answers/s, time left), block by block: on when asked, and on any read long

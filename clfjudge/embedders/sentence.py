@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import Cached, load_vectors, save_vectors, scratch
+from .cache import DEFAULT_MEMORY_ITEMS, Cached, MemoryCache, load_vectors, save_vectors, scratch
 
 DEFAULT_ENCODER = "minilm"
 
@@ -35,13 +35,14 @@ class TextEmbedder:
     kind = "sentence"
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
-                 show_progress: bool = False, cache_dir: str | Path | None = None) -> None:
+                 show_progress: bool = False, cache_dir: str | Path | None = None,
+                 memory_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
         self.encoder = encoder
         self.batch_size = batch_size
         self.device = device
         self.show_progress = show_progress
         self._model = None
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache = MemoryCache(memory_items)  # least recently used vectors forgotten beyond memory_items
         self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     def config(self) -> dict[str, Any]:
@@ -71,20 +72,27 @@ class TextEmbedder:
     def __len__(self) -> int:
         return len(self._cache)
 
+    @property
+    def memory(self) -> MemoryCache:
+        """The in-memory vectors; ``memory.max_items`` bounds them (least recently used forgotten first)."""
+        return self._cache
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, rows L2-normalised; only texts not seen before are encoded."""
         if not texts:
             raise ValueError("embed() needs at least one text")
         keys = [_text_key(t) for t in texts]
         self._disk.load(self.cache_id, self._cache)
-        missing = {k: t for k, t in zip(keys, texts) if k not in self._cache}
+        found = self._cache.known(keys)
+        missing = {k: t for k, t in zip(keys, texts) if k not in found}
         if missing:
             vectors = np.asarray(self.model.encode(list(missing.values()), batch_size=self.batch_size,
                                                    normalize_embeddings=True, convert_to_numpy=True,
                                                    show_progress_bar=self.show_progress), dtype=np.float32)
+            found.update(zip(missing, vectors))
             self._cache.update(zip(missing, vectors))
             self._disk.store(list(missing), vectors)
-        return np.stack([self._cache[k] for k in keys])
+        return np.stack([found[k] for k in keys])
 
     def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
         if len(questions) != len(answers):

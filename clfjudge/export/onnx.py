@@ -196,6 +196,19 @@ def card_sources(card: JudgeCard) -> list[str]:
     return [*(sources.get("eval") or {}), *(sources.get("train") or {})]
 
 
+def card_read_options(card: JudgeCard, name: str):
+    """How the judge's training run read the user data ``name`` (its recorded format, columns and scale), so the
+    gate reads it alike; a built-in source or data the run did not read: detected."""
+    from ..data.formats import ReadOptions
+
+    recorded = card.training.get("sources") or {}
+    for role in ("train", "eval"):
+        data = ((recorded.get(role) or {}).get(name) or {}).get("data")
+        if data:
+            return ReadOptions.make(data.get("format"), data.get("columns"), data.get("scale"))
+    return ReadOptions()
+
+
 def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source: str | None = None,
                        n_records: int | None = None) -> tuple[list[Record], dict[str, Any]]:
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
@@ -210,13 +223,14 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
         candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(card.kind, [])]))
     skipped: dict[str, str] = {}
     for name in candidates:
-        if name not in sources.SOURCES:
+        try:
+            usable_source = sources.load_usable(name, head.select, card_read_options(card, name))
+        except KeyError:
             skipped[name] = "unknown source"
             continue
-        if not sources.SOURCES.get(name).available():
-            skipped[name] = f"file {sources.SOURCES.get(name).path()} not present"
+        except FileNotFoundError as exc:
+            skipped[name] = f"not present ({exc})"
             continue
-        usable_source = sources.load_usable(name, head.select)
         result, usable, excluded = usable_source.loaded, usable_source.records, usable_source.excluded
         if not usable:
             skipped[name] = f"no records a {head.name} head can judge (excluded: {dict(excluded)})"

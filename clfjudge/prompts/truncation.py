@@ -9,10 +9,13 @@
 3. each field gets up to its budget (tokens; ``answer`` is per answer). Budgets not set in the policy are
    shares of that space (``DEFAULT_SHARES``; the answers split what the other fields' budgets leave), and
    space a short field does not use goes to the fields that are still too long;
-4. a field over its allocation keeps its head and its tail joined by " … " (an answer's conclusion and a
+4. a conversation's question (``data/conversation.py``) first loses its oldest turns while it is over its
+   allocation (the system prompt after the other earlier turns; the final user turn is never dropped), counted as
+   ``EARLIER_TURNS`` in the report;
+5. a field over its allocation keeps its head and its tail joined by " … " (an answer's conclusion and a
    question's final instruction live at the end). No field is ever dropped: a cut field keeps at least
    its first and last token;
-5. the result is rendered and counted again, and the space shrunk by any overshoot until it fits
+6. the result is rendered and counted again, and the space shrunk by any overshoot until it fits
    (tokenizing a field alone and in context can differ by a token or two at the boundaries).
 
 Cuts are made at token boundaries through the fast tokenizer's offset mapping, so the kept text is the
@@ -24,10 +27,11 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..data.conversation import TURNS, drop_oldest, flatten
 from ..data.records import Record
 from .schemes import SCHEMES, render
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 ELLIPSIS = " … "
+EARLIER_TURNS = "earlier turns"  # report key: tokens of a conversation's oldest turns dropped from its question
 BUDGET_KEYS = ("question", "answer", "rubric", "reference")
 # Share of the field space each field is guaranteed when everything is long; answers split the rest.
 DEFAULT_SHARES = {"question": 0.25, "rubric": 0.15, "reference": 0.2}
@@ -183,6 +188,21 @@ def _cut(text: str, spans: list[tuple[int, int]], keep: int, head_fraction: floa
     return text[:head_end].rstrip() + ELLIPSIS + text[tail_start:].lstrip(), head + tail
 
 
+def _drop_earlier_turns(record: Record, tokenizer: PreTrainedTokenizerBase,
+                        allowance: Callable[[Record], int]) -> tuple[Record, int]:
+    """A conversation's question without its oldest turns while it is longer than its ``allowance`` (the tokens the
+    allocation would leave it) and a turn other than the final user turn is left; the record and the tokens dropped."""
+    turns = record.meta.get(TURNS)
+    if not turns:
+        return record, 0
+    length = start = len(_spans(tokenizer, record.question))
+    while length > allowance(record) and (shorter := drop_oldest(turns)) is not None:
+        turns = shorter
+        record = replace(record, question=flatten(turns), meta={**record.meta, TURNS: [list(t) for t in turns]})
+        length = len(_spans(tokenizer, record.question))
+    return record, start - length
+
+
 def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBase,
              policy: TruncationPolicy) -> tuple[Record, TruncationInfo]:
     """``record`` with fields cut so that ``render(record, scheme_name)`` fits ``policy.max_length`` tokens."""
@@ -192,11 +212,22 @@ def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBas
         return record, TruncationInfo(record.id, scheme_name, before, before)
     fields = [f for f in scheme.fields if getattr(record, f) is not None]
     overhead = _count(tokenizer, render(replace(record, **{f: "" for f in fields}), scheme))
+    ellipsis = len(tokenizer(ELLIPSIS, add_special_tokens=False, verbose=False)["input_ids"])
+    space = policy.max_length - overhead
+
+    def allowance(rec: Record) -> int:
+        lengths = {f: len(_spans(tokenizer, getattr(rec, f))) for f in fields}
+        try:
+            return allocate(lengths, policy.budgets_for(fields, space), space, floor=2 + ellipsis)["question"]
+        except TruncationError:  # too little space for any field: the allocation below says so
+            return lengths["question"]
+
+    turns_dropped = 0
+    if "question" in fields and space > 0:
+        record, turns_dropped = _drop_earlier_turns(record, tokenizer, allowance)
     texts = {f: getattr(record, f) for f in fields}
     spans = {f: _spans(tokenizer, t) for f, t in texts.items()}
     lengths = {f: len(s) for f, s in spans.items()}
-    ellipsis = len(tokenizer(ELLIPSIS, add_special_tokens=False, verbose=False)["input_ids"])
-    space = policy.max_length - overhead
     where = f"record {record.id!r} (source {record.source!r}), scheme {scheme_name!r}"
     while True:
         if space < 1:
@@ -206,7 +237,7 @@ def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBas
         except TruncationError as exc:
             raise TruncationError(f"{where}: {exc} (template: {overhead} tokens, max_length "
                                   f"{policy.max_length})") from None
-        cut, removed = {}, {}
+        cut, removed = {}, ({EARLIER_TURNS: turns_dropped} if turns_dropped else {})
         for f in fields:
             if alloc[f] < lengths[f]:
                 cut[f], kept = _cut(texts[f], spans[f], alloc[f] - ellipsis, policy.head_fraction)

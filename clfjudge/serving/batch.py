@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..data.formats import ReadOptions
 from ..data.records import Loc, Record, RecordError
 
 if TYPE_CHECKING:
@@ -77,8 +78,11 @@ class Tally:
                       "duplicate_examples": [tuple(x) for x in data["duplicate_examples"]]})
 
 
-def parse_line(text: str, loc: Loc, task: str) -> Record:
-    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field."""
+def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOptions()) -> Record:
+    """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field. A line in
+    another format (TRL's prompt / chosen / rejected, prompt / completion, messages: ``data.formats``), or any line
+    when ``options`` force a format or map columns, is read as the record it names."""
+    from ..data.formats import is_own_item, item_record
     from ..judges.base import as_pair, as_point
 
     try:
@@ -89,6 +93,9 @@ def parse_line(text: str, loc: Loc, task: str) -> Record:
         raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
     if item.get("id") is None:
         item = {**item, "id": f"{Path(loc.file).name}:{loc.line}"}
+    kind = "pair" if task == "compare" else "point"
+    if options.format is not None or options.columns or not is_own_item(item, kind):
+        return item_record(item, loc, labelled=False, options=options, kind=kind)
     return as_pair(item, loc) if task == "compare" else as_point(item, loc)
 
 
@@ -104,7 +111,8 @@ class Chunk:
     blank: int = 0
 
 
-def chunk_lines(lines: Iterable[tuple[int, str]], source: str, task: str, chunk_size: int) -> Iterator[Chunk]:
+def chunk_lines(lines: Iterable[tuple[int, str]], source: str, task: str, chunk_size: int,
+                options: ReadOptions = ReadOptions()) -> Iterator[Chunk]:
     """Numbered lines of ``source`` -> chunks: a chunk ends at the line that brings its records to
     ``chunk_size``; the last chunk holds what follows the last full one (lines, if not records). Lazy: when a
     chunk is yielded, exactly its lines have been read from ``lines``."""
@@ -117,7 +125,7 @@ def chunk_lines(lines: Iterable[tuple[int, str]], source: str, task: str, chunk_
             chunk.blank += 1
             continue
         try:
-            chunk.records.append((number, parse_line(text, Loc(source, number), task)))
+            chunk.records.append((number, parse_line(text, Loc(source, number), task, options)))
         except RecordError as err:
             chunk.rejections.append(err)
         if len(chunk.records) >= chunk_size:

@@ -2,7 +2,9 @@
 
 TRL (GRPOTrainer, RLOOTrainer, ...) calls ``reward_func(prompts=..., completions=..., **dataset_columns)`` and
 expects one float per completion; prompts and completions are strings, or lists of chat messages
-({"role", "content"}) for conversational datasets.
+({"role", "content"}, content a string or a list of text parts) for conversational datasets. A conversational
+prompt reaches the judge whole: the system prompt and the earlier turns with their role labels, the last user turn
+after them (``data/conversation.py``), as every other clfjudge input.
 
 How a judge becomes a reward:
 - a reward head or a pointwise judge scores each (prompt, completion) on its own;
@@ -17,48 +19,59 @@ from typing import Any
 
 import numpy as np
 
+from ..data.conversation import answer_text, turns
+from ..data.formats import ReadOptions, item_record
+from ..data.records import Loc, PairRecord, PointRecord
 from ..judges.base import Judge
 
 Text = str | list[dict[str, Any]]
+_COMPLETION = ReadOptions(format="completion")
 
 
-def as_text(value: Text, where: str) -> str:
-    """A plain string from a string or a list of chat messages (the last user turn for a prompt, the
-    assistant's content for a completion)."""
+def as_record(prompt: Text, completion: Text, index: int) -> PointRecord:
+    """One (prompt, completion) of a batch as the record a judge reads: the whole conversation as its question
+    (TRL's prompt-completion format, plain or conversational); a bad item raises ``RecordError`` naming it."""
+    item = {"id": str(index), "prompt": prompt, "completion": completion}
+    return item_record(item, Loc("reward batch", index + 1), labelled=False, options=_COMPLETION)
+
+
+def reference_text(value: Text, index: int, column: str) -> str:
+    """A reference answer: a string or an assistant turn given as messages."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value) and value:
-        if where == "prompts":
-            users = [m["content"] for m in value if m.get("role") == "user"]
-            return users[-1] if users else value[-1]["content"]
-        return "".join(m["content"] for m in value if m.get("role", "assistant") == "assistant")
-    raise ValueError(f"{where}: expected a string or a list of {{'role', 'content'}} messages, got {value!r:.80}")
+    loc = Loc("reward batch", index + 1)
+    return answer_text(turns(value, loc, column), loc, column)
 
 
 def _load(judge: Judge | str | Path) -> Judge:
     return judge if isinstance(judge, Judge) else Judge.load(judge)
 
 
-def reward_function(judge: Judge | str | Path, reference: str | None = None,
-                    reference_column: str = "reference") -> Callable[..., list[float]]:
-    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs``."""
+def reward_function(judge: Judge | str | Path, reference: str | None = None, reference_column: str = "reference",
+                    memory_items: int | None = None) -> Callable[..., list[float]]:
+    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs``.
+    ``memory_items``: how many vectors an embedding judge's reader keeps in memory (least recently used forgotten
+    first; default ``embedders.cache.DEFAULT_MEMORY_ITEMS``): an RL loop reads new completions at every step."""
     judge = _load(judge)
+    memory = getattr(getattr(judge, "embedder", None), "memory", None)
+    if memory_items is not None and memory is not None:
+        memory.max_items = memory_items
     pointwise = "score" in judge.tasks
 
     def reward_func(prompts: Sequence[Text], completions: Sequence[Text], **kwargs: Any) -> list[float]:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-        questions = [as_text(p, "prompts") for p in prompts]
-        answers = [as_text(c, "completions") for c in completions]
+        records = [as_record(p, c, i) for i, (p, c) in enumerate(zip(prompts, completions))]
         if pointwise:
-            return [s.value for s in judge.score_batch(
-                [{"question": q, "answer": a} for q, a in zip(questions, answers)])]
-        refs = kwargs.get(reference_column) or ([reference] * len(answers) if reference is not None else None)
+            return [s.value for s in judge.score_batch(records)]
+        refs = kwargs.get(reference_column) or ([reference] * len(records) if reference is not None else None)
         if refs is None:
             raise ValueError(f"a pairwise {judge.card.head} judge rewards a completion against a reference: pass "
                              f"reference= or give the dataset a '{reference_column}' column")
-        results = judge.compare_batch([{"question": q, "answer_a": a, "answer_b": as_text(r, reference_column)}
-                                       for q, a, r in zip(questions, answers, refs)], symmetric=True)
+        pairs = [PairRecord(id=r.id, question=r.question, answer_a=r.answer,
+                            answer_b=reference_text(ref, i, reference_column), meta=r.meta)
+                 for i, (r, ref) in enumerate(zip(records, refs))]
+        results = judge.compare_batch(pairs, symmetric=True)
         return [c.p_a - c.p_b for c in results]
 
     reward_func.__name__ = f"clfjudge_{judge.card.head}_{Path(str(judge.card.backbone)).name}"

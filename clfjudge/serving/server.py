@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..batching import DEFAULT_MAX_BATCH_TOKENS, next_call, padded_tokens, token_batches
+from ..data.formats import is_own_item
 from ..data.records import Loc, RecordError
+from .openapi import openapi_schema
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}
@@ -49,7 +51,7 @@ class Limits:
     max_body_bytes: int = 1 << 20
     max_items: int = 64  # items per request
     max_text_chars: int = 32_000
-    max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]})
+    max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]}), a conversation's text part 7
     retry_after_s: int = 1  # the Retry-After of a 503
 
 
@@ -339,6 +341,9 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits,
         where = f"items[{i}]" if "items" in body else "body"
         if not isinstance(item, dict):
             raise HTTPError(422, f"{where} must be an object")
+        if build is not None and not is_own_item(item, "pair" if "answer_a" in fields else "point"):
+            clean.append(foreign_item(item, where, fields, limits))
+            continue
         for name, required in fields.items():
             value = item.get(name)
             if value is None:
@@ -361,6 +366,25 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits,
                 raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
                                 else f"{where}: {err.message}") from None
     return clean, symmetric
+
+
+def foreign_item(item: dict[str, Any], where: str, fields: dict[str, bool], limits: Limits):
+    """An item in another of the ecosystem's formats (TRL's prompt / chosen / rejected, prompt / completion,
+    messages; ``data.formats``) as the record it names, checked as clfjudge's own items are; 422 names the field."""
+    from ..data.formats import item_record
+
+    kind = "pair" if "answer_a" in fields else "point"
+    try:
+        record = item_record({k: v for k, v in item.items() if k != "symmetric"}, Loc(), labelled=False, kind=kind)
+    except RecordError as err:
+        raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
+                        else f"{where}: {err.message}") from None
+    for name in fields:
+        value = getattr(record, name, None)
+        if value is not None and len(value) > limits.max_text_chars:
+            raise HTTPError(413, f"{where}: field '{name}' has {len(value)} characters (as read from the item's "
+                                 f"{sorted(item)}), limit {limits.max_text_chars}")
+    return record
 
 
 def bearer_key_ok(header: str | None, key: bytes) -> bool:
@@ -483,9 +507,14 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
         for b in batchers.values():
             await b.drain()
 
+    schema = openapi_schema(judge, tasks, limits)
+
+    async def openapi(request: Request):
+        return JSONResponse(schema)
+
     routes = [Route("/compare", endpoint("compare"), methods=["POST"]),
               Route("/score", endpoint("score"), methods=["POST"]),
-              Route("/healthz", healthz), Route("/metrics", metrics)]
+              Route("/healthz", healthz), Route("/metrics", metrics), Route("/openapi.json", openapi)]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_exception, Exception: server_error})
     app.state.stats = stats

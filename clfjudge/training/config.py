@@ -53,6 +53,14 @@ class TrainConfig:
                 "sources"})
     decontaminate_against: list[str] = field(default_factory=list, metadata={
         "help": "further sources whose questions are removed from training"})
+    format: str | None = field(default=None, metadata={
+        "help": "format of the user data files named as sources (trl, pairwise, clfjudge, pointwise; "
+                "data.formats.FORMATS); None: detected from the columns"})
+    columns: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "user data files: field -> column where the data names it differently, e.g. {question: prompt}"})
+    scale: list[float] | None = field(default=None, metadata={
+        "help": "user data files in the pointwise format: the score scale [low, high] (None: a 'scale' column, "
+                "else [1, 5])"})
     test_fraction: float = field(default=0.0, metadata={"help": "grouped held-out fold of the train sources, scored "
                                                                   "after training"})
     cv_folds: int = field(default=0, metadata={"help": "> 1: hold out fold cv_fold of a grouped k-fold split "
@@ -154,6 +162,12 @@ class TrainConfig:
             HEADS.get(self.head)  # raises with the known names
         if self.length_covariate and not (self.head in HEADS and HEADS.get(self.head).supports_length_covariate):
             raise ValueError(f"train config: length_covariate is a reward-head option, not one of head {self.head!r}")
+
+    def read_options(self):
+        """How the user data files among the sources are read (``format``, ``columns``, ``scale``)."""
+        from ..data.formats import ReadOptions
+
+        return ReadOptions.make(self.format, self.columns, self.scale)
 
     # -- loading ----------------------------------------------------------------------------------------
     @classmethod

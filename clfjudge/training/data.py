@@ -12,14 +12,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..data.records import PairRecord, Record
-from ..data.sources import load_usable, parse_source
+from ..data.sources import describe, load_usable, parse_source
 from ..models.heads import Head
 from .config import TrainConfig
 
 
-def load_source_records(spec: str, head: Head, rng: random.Random) -> tuple[list[Record], dict[str, Any]]:
-    """Records of one source that the head can learn from, and the counts of everything else."""
-    source = load_usable(spec, head.select)
+def load_source_records(spec: str, head: Head, rng: random.Random,
+                        cfg: TrainConfig | None = None) -> tuple[list[Record], dict[str, Any]]:
+    """Records of one source that the head can learn from, and the counts of everything else (and, for the user's
+    own data, what the card records of it: path, content hash, format)."""
+    options = cfg.read_options() if cfg is not None else None
+    source = load_usable(spec, head.select, *([options] if options else []))
     usable, excluded, limit = source.records, source.excluded, source.limit
     if not usable:
         raise ValueError(f"source {source.name!r}: none of its {len(source.loaded.records)} records suits a "
@@ -32,6 +35,9 @@ def load_source_records(spec: str, head: Head, rng: random.Random) -> tuple[list
         usable = [usable[i] for i in permutation[:limit]]
     stats = {"loaded": len(source.loaded.records), "excluded_by_loader": dict(source.loaded.excluded),
              "excluded_for_head": dict(excluded), "used": len(usable)}
+    data = describe(source.name, *([options] if options else []))
+    if data is not None:
+        stats["data"] = data
     return usable, stats
 
 
@@ -55,7 +61,7 @@ def check_order_shortcut(cfg: TrainConfig, head: Head) -> None:
     from ..data import sources as source_registry
 
     names = (parse_source(s)[0] for s in (*cfg.sources, *cfg.extra_train_sources))
-    fixed = [n for n in names if source_registry.SOURCES.get(n).fixed_order]
+    fixed = [n for n in names if source_registry.resolve(n, cfg.read_options()).fixed_order]
     if fixed and not head.position_invariant and not cfg.randomize_order:
         raise ValueError(f"train config: {fixed} always put the same baseline model first, so the answer order "
                          f"predicts the label; a {head.name} head would learn that shortcut. Set "
@@ -121,7 +127,7 @@ def _extra_train(cfg: TrainConfig, head: Head, against: list[Record],
     rng = random.Random(f"extra-train:{cfg.seed}")
     records = []
     for spec in cfg.extra_train_sources:
-        recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
+        recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng, cfg)
         stats[parse_source(spec)[0]]["role"] = "extra_train (training split only)"
         records += recs
     if cfg.randomize_order:
@@ -152,7 +158,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     rng = random.Random(cfg.seed)
     records, stats = [], {}
     for spec in cfg.sources:
-        recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng)
+        recs, stats[parse_source(spec)[0]] = load_source_records(spec, head, rng, cfg)
         records += recs
     order_swapped = 0
     if cfg.randomize_order:  # before the splits: the dev and test folds lose the shortcut too
@@ -172,10 +178,10 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     evals, eval_stats = {}, {}
     for spec in cfg.eval_sources:
         name = parse_source(spec)[0]
-        evals[name], eval_stats[name] = load_source_records(spec, head, rng)
+        evals[name], eval_stats[name] = load_source_records(spec, head, rng, cfg)
     against = list(test) + [r for recs in evals.values() for r in recs]
     for name in cfg.decontaminate_against:
-        against += source_registry.load(name).records
+        against += source_registry.load(name, options=cfg.read_options()).records
     before = len(pool)
     pool, _, removed_by_set = decontaminate(pool, against) if against else (pool, 0, {})
     train, dev = _grouped_split(pool, cfg.dev_fraction, cfg.seed)

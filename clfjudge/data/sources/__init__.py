@@ -1,5 +1,7 @@
 """Data sources: ``load(name)``, ``SOURCES`` (the registry). Each module registers its loaders.
 
+``resolve(name)`` is the one way every command turns a source name into a ``Source``: a built-in name, or a data
+spec naming the user's own data (a file, a ``save_to_disk`` directory, ``hf:OWNER/NAME[:SPLIT]``: ``files.py``).
 ``load_usable("name" | "name:N", select)`` is the one way a caller (training, the export parity gate, ``clfjudge
 calibrate``) loads a source and keeps the records it can use, counting the others by reason; the caller then draws
 its own seeded sample of N."""
@@ -10,8 +12,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..formats import ReadOptions
 from ..records import LoadResult, Record
 from .base import SOURCES, Source
+from .files import UserSource, is_data_spec, resolve_user
 
 # One line per source module.
 _MODULES = [
@@ -31,16 +35,31 @@ for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")
 
 
-def load(name: str, path=None):
-    return SOURCES.get(name).load(path)
+def resolve(name: str, options: ReadOptions = ReadOptions()) -> Source:
+    """The source ``name`` names (without ":N"): a built-in source, else the user's data a data spec names (read
+    with ``options``). A name that is neither is an error listing the built-in names."""
+    if name in SOURCES:
+        return SOURCES.get(name)
+    if not is_data_spec(name):
+        known = ", ".join(SOURCES.names())
+        raise KeyError(f"unknown source {name!r}; known: {known}; or your own data: a path to a JSONL / JSON / "
+                       "Parquet / CSV file, a save_to_disk directory, or hf:OWNER/NAME[:SPLIT]")
+    return resolve_user(name, options)
+
+
+def load(name: str, path=None, options: ReadOptions = ReadOptions()):
+    return resolve(name, options).load(path)
 
 
 def parse_source(spec: str) -> tuple[str, int | None]:
-    """``"name"`` or ``"name:N"`` (a seeded sample of N usable records; nested: N < M samples a prefix of M's)."""
-    name, sep, limit = spec.partition(":")
+    """``"name"`` or ``"name:N"`` (a seeded sample of N usable records; nested: N < M samples a prefix of M's). A
+    data spec may hold colons of its own (``hf:OWNER/NAME:SPLIT``): only a trailing ":N" is a sample size."""
+    name, sep, limit = spec.rpartition(":")
+    if is_data_spec(spec):
+        return (name, int(limit)) if sep and limit.isdigit() and int(limit) > 0 else (spec, None)
     if not sep:
-        return name, None
-    if not limit.isdigit() or int(limit) <= 0:
+        return spec, None
+    if not limit.isdigit() or int(limit) <= 0 or ":" in name:
         raise ValueError(f"source {spec!r}: expected name or name:N with N a positive integer")
     return name, int(limit)
 
@@ -56,13 +75,21 @@ class Usable:
     excluded: Counter  # what ``select`` did not keep, by reason
 
 
-def load_usable(spec: str, select: Callable[[Sequence[Record]], tuple[list[Record], Counter]]) -> Usable:
+def load_usable(spec: str, select: Callable[[Sequence[Record]], tuple[list[Record], Counter]],
+                options: ReadOptions = ReadOptions()) -> Usable:
     """Load the source ``spec`` names ("name" or "name:N") and keep what ``select`` (a head's ``select``: records ->
     kept, excluded by reason) keeps."""
     name, limit = parse_source(spec)
-    loaded = load(name)
+    loaded = load(name, options=options)
     kept, excluded = select(loaded.records)
     return Usable(name, limit, loaded, kept, excluded)
 
 
-__all__ = ["SOURCES", "Source", "Usable", "load", "load_usable", "parse_source"]
+def describe(name: str, options: ReadOptions = ReadOptions()) -> dict | None:
+    """What a judge card records about a user's data (path, content hash, format); None for a built-in source."""
+    source = resolve(name, options)
+    return source.describe() if isinstance(source, UserSource) else None
+
+
+__all__ = ["SOURCES", "ReadOptions", "Source", "Usable", "describe", "load", "load_usable", "parse_source",
+           "resolve"]

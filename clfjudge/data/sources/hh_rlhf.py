@@ -14,25 +14,21 @@ as are pairs without a shared "Assistant:" turn. split = subset; id = "hh-rlhf:{
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..conversation import ASSISTANT_MARKER as ASSISTANT
+from ..conversation import split_at_assistant
 from ..readers import iter_jsonl
 from ..records import LoadResult, Loc, Verdict
 from .base import SOURCES, Source
 from .common import SPLIT, Collector, Fields, data_files
 
 NAME = "hh-rlhf"
-ASSISTANT = "\n\nAssistant:"
 
 
 def split_dialogues(chosen: str, rejected: str) -> tuple[str, str, str] | None:
     """(shared context, rest of chosen, rest of rejected), or None when no Assistant turn is shared."""
-    cut = os.path.commonprefix([chosen, rejected]).rfind(ASSISTANT)
-    if cut < 0:
-        return None
-    start = cut + len(ASSISTANT)
-    return chosen[:cut].strip(), chosen[start:].strip(), rejected[start:].strip()
+    return split_at_assistant(chosen, rejected)
 
 
 def load(path: Path) -> LoadResult:

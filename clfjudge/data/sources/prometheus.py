@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..formats import FORMATS, Format, ReadOptions, Row
 from ..records import LoadResult
 from .base import SOURCES, Source
 from .common import Collector, Fields, array_records, finite_number
@@ -146,3 +147,24 @@ for _name, _file, _what in (
         loader=_feedback_bench_loader(_name), license="see HF prometheus-eval/Feedback-Bench",
         description=f"Feedback Bench ({_what}): 1-5 rubric scores by GPT-4", tags=("gpt-4",),
     ))
+
+
+def build_feedback_collection(row: Row, options: ReadOptions, labelled: bool) -> dict:
+    """A row of the Feedback Collection (HF prometheus-eval/Feedback-Collection, Prometheus' training set) or of
+    Feedback Bench, as a user's data: read as the Feedback Bench loader reads its records, labelled by orig_score."""
+    f = Fields(dict(row.values), row.loc)
+    prompt = prompt_from_fields(f) if f.has("orig_instruction") else parse_absolute_prompt(f)
+    out = {"question": prompt.question, "answer": prompt.answer, "reference": prompt.reference,
+           "rubric": prompt.rubric, "scale": SCALE, "meta": prompt.meta()}
+    if labelled:
+        out["score"] = f.number("orig_score")
+    if row.has("id"):
+        out["id"] = str(row.raw("id"))
+    return out
+
+
+FORMATS.register("feedback-collection", Format(
+    "feedback-collection", "point", -1, ("orig_instruction", "orig_response"), ("orig_score",),
+    build_feedback_collection,
+    description="Prometheus' Feedback Collection / Feedback Bench rows (orig_instruction, orig_response, "
+                "orig_reference_answer, orig_criteria, orig_score1..5_description, orig_score 1-5)"))
