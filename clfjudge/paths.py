@@ -17,3 +17,10 @@ def models_dir() -> Path:
     """Cache of assembled/converted offline weights: $CLFJUDGE_MODELS, else <repo>/models."""
     env = os.environ.get("CLFJUDGE_MODELS")
     return Path(env) if env else REPO_ROOT / "models"
+
+
+def wheels_dir() -> Path:
+    """Downloaded weight wheels that one environment cannot install side by side (several versions of one
+    package): $CLFJUDGE_WHEELS, else the ``wheels`` folder of the models dir."""
+    env = os.environ.get("CLFJUDGE_WHEELS")
+    return Path(env) if env else models_dir() / "wheels"

@@ -26,9 +26,9 @@ from clfjudge.metrics import evaluate_pairs, evaluate_points  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write(name: str, data: dict[str, Any], markdown: str) -> Path:
-    """``research/results/NAME_DATE.{json,md}``."""
-    return bench_write(name, data, markdown, RESULTS)
+def write(name: str, data: dict[str, Any], markdown: str, results: Path = RESULTS) -> Path:
+    """``research/results/NAME_DATE.{json,md}`` (or under ``results``)."""
+    return bench_write(name, data, markdown, results)
 
 
 def vs_longer_cell(d: dict[str, Any] | None) -> str:

