@@ -1,5 +1,5 @@
 """Imports run one way (data -> prompts -> models -> embedders -> judges -> training -> export -> serving ->
-audit -> pipeline -> cli): neither the package's module import graph nor its subpackage graph has a cycle, counting
+scoring -> audit -> pipeline -> cli): neither the package's module import graph nor its subpackage graph has a cycle, counting
 imports inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
 target ("module:attribute", ``registry.resolve``) instead of importing it."""
 import ast
@@ -78,7 +78,7 @@ def _subpackage(module: str) -> str:
 
 
 def test_the_subpackages_import_one_way():
-    """data -> prompts -> models -> embedders -> judges -> training -> export -> serving -> audit -> cli: no
+    """data -> prompts -> models -> embedders -> judges -> training -> export -> serving -> scoring -> audit -> cli: no
     subpackage imports one that imports it back (the lazy registry targets excepted, as for modules)."""
     units: dict[str, set[str]] = {}
     for module, targets in import_graph().items():
@@ -115,13 +115,13 @@ def test_the_judge_kinds_sit_below_every_subpackage():
 
 def test_optional_ray_is_imported_only_by_its_engine():
     """The ray extra is optional: the CLI (every sub-command's parser) and the shared scoring code do not import
-    Ray; only serving/ray_engine.py does, and only the --engine ray paths import it: the CLI's shared engine
+    Ray; only scoring/ray_engine.py does, and only the --engine ray paths import it: the CLI's shared engine
     options (``cli/common.py``, for score and audit) and the audit's prediction step (``tests/test_ray_engine.py``
     and ``tests/test_ray_audit.py`` run a single-process score and audit too)."""
     import subprocess
     import sys
 
-    script = ("import sys, clfjudge, clfjudge.serving.batch, clfjudge.audit\nfrom clfjudge.cli import build_parser\n"
+    script = ("import sys, clfjudge, clfjudge.scoring.batch, clfjudge.audit\nfrom clfjudge.cli import build_parser\n"
               "build_parser()\n"
               "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -129,8 +129,8 @@ def test_optional_ray_is_imported_only_by_its_engine():
     assert done.stdout.splitlines()[-1] == "[]"
     graph = import_graph()
     importers = sorted(m for m, text in _sources().items() if re.search(r"^\s*(import|from) ray\b", text, re.M))
-    assert importers == ["clfjudge.serving.ray_engine"], importers
-    assert {m for m, ts in graph.items() if "clfjudge.serving.ray_engine" in ts} == {"clfjudge.cli.common",
+    assert importers == ["clfjudge.scoring.ray_engine"], importers
+    assert {m for m, ts in graph.items() if "clfjudge.scoring.ray_engine" in ts} == {"clfjudge.cli.common",
                                                                                      "clfjudge.audit"}
 
 

@@ -110,7 +110,7 @@ def test_an_error_in_a_call_is_raised_as_itself(ray_cluster):
     """``map_on_actors``: results by call index; a call that raises stops the run with its own exception type (a
     KeyError / ValueError stays one for ``clfjudge``'s one-line errors), the actor's traceback as a note; an
     actor that cannot build its state is named as such."""
-    from clfjudge.serving import ray_engine
+    from clfjudge.scoring import ray_engine
 
     options = ray_engine.RayOptions(actors=2)
     calls = [("a",), ("b",), ("a",)]
@@ -151,7 +151,7 @@ def test_the_local_audit_does_not_import_ray(judges, tmp_path):
 def test_more_actors_than_the_cluster_has_are_refused_here_and_waited_for_on_a_cluster(capsys):
     """Ray waits without a timeout for resources to place an actor: a local instance started by clfjudge cannot
     grow, so asking it for more is an error; a cluster may autoscale, so there it is a warning."""
-    from clfjudge.serving import ray_engine
+    from clfjudge.scoring import ray_engine
 
     cpu = ray_engine.RayOptions(actors=3)
     with pytest.raises(ValueError, match=r"3 actor\(s\) need 3 CPUs \(the cluster has 2\): a local Ray instance"):

@@ -128,7 +128,7 @@ def test_ray_engine_writes_what_the_single_process_scorer_writes(ray_cluster, ju
 def test_a_judge_that_cannot_start_is_a_one_line_error(ray_cluster, judge_dir, shards, tmp_path):
     """The actors fail to start (a pair judge asked to score answers): exit status 2 and the judge's own words;
     the settings of that run do not hold the directory, since no shard was finished with them."""
-    from clfjudge.serving import ray_engine
+    from clfjudge.scoring import ray_engine
 
     out = tmp_path / "out"
     code, _, err = _score(str(judge_dir), "--input", str(shards / "in" / "b.jsonl"), "--output", str(out),
@@ -142,7 +142,7 @@ def test_a_judge_that_cannot_start_is_a_one_line_error(ray_cluster, judge_dir, s
 KILLED_DRIVER = """
 import os, signal, sys
 from clfjudge.cli import main
-from clfjudge.serving import ray_engine
+from clfjudge.scoring import ray_engine
 add, committed = ray_engine.ShardWriter.add, []
 commit = ray_engine.ShardWriter.commit
 def committing(self, size):
@@ -242,8 +242,8 @@ def test_asking_a_local_ray_for_more_actors_than_it_has_stops_with_a_clear_error
 
 def test_a_finished_shard_whose_input_changed_is_refused_even_at_the_same_size(tmp_path):
     """The skip check compares the input's SHA-256, not only its size: a label flipped in place is found."""
-    from clfjudge.serving import ray_engine
-    from clfjudge.serving.batch import Tally
+    from clfjudge.scoring import ray_engine
+    from clfjudge.scoring.batch import Tally
 
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps(_pair(0, "x")) + "\n")
@@ -262,7 +262,7 @@ def test_a_finished_shard_whose_input_changed_is_refused_even_at_the_same_size(t
 
 def test_an_input_that_changes_while_it_is_scored_is_not_written(ray_cluster, judge_dir, shards, tmp_path,
                                                                    monkeypatch):
-    from clfjudge.serving import ray_engine
+    from clfjudge.scoring import ray_engine
 
     real, calls = ray_engine.input_digest, []
 

@@ -468,7 +468,7 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
 def test_score_disk_failure_mid_write_is_cut_back_and_resumed(cls3_dir, tmp_path, monkeypatch, capsys,
                                                               uninterrupted):
     """The disk fills up halfway through writing the third chunk's lines: the half-written lines are cut off."""
-    from clfjudge.cli.score import Sink
+    from clfjudge.scoring.files import Sink
 
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     original, calls = Sink.write, [0]
@@ -499,8 +499,8 @@ def test_score_killed_hard_resumes_from_its_last_checkpoint(cls3_dir, tmp_path, 
     script = f"""
 import os, signal, sys
 from clfjudge.cli import main
-from clfjudge.cli import score
-commit, calls = score.Sink.commit, [0]
+from clfjudge.scoring import files
+commit, calls = files.Sink.commit, [0]
 def dying(self):
     if self.path.name == "out.jsonl":
         calls[0] += 1
@@ -508,7 +508,7 @@ def dying(self):
             self.file.flush()
             os.kill(os.getpid(), signal.SIGKILL)
     return commit(self)
-score.Sink.commit = dying
+files.Sink.commit = dying
 sys.exit(main(["score", {str(cls3_dir)!r}, "--input", {str(src)!r}, "--output", {str(out)!r}, "--chunk-size", "3"]))
 """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

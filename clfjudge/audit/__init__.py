@@ -6,7 +6,7 @@ seeded sample of ``limit`` per set) -> each judge's predictions per set (judges.
 read here too: the released judges' prediction files (``released``) and SemScore (``semscore``).
 
 With ``ray_options`` (``clfjudge audit --engine ray``) the judge directories predict on Ray actors
-(``serving.ray_engine.map_on_actors``: each actor loads the judge once, one test set per call, the very call the
+(``scoring.ray_engine.map_on_actors``: each actor loads the judge once, one test set per call, the very call the
 local path makes, so the predictions and the report are the same); the other kinds predict in this process.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
 if TYPE_CHECKING:
-    from ..serving.ray_engine import RayOptions
+    from ..scoring.ray_engine import RayOptions
 
 # Baselines appear beside every table, whatever judges the user names.
 BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
@@ -172,7 +172,7 @@ def _ids(records, s: TestSet) -> list[str]:
 
 
 class _OnRay:
-    """The judge directories' predictions on Ray actors (``serving.ray_engine.map_on_actors``): each actor loads
+    """The judge directories' predictions on Ray actors (``scoring.ray_engine.map_on_actors``): each actor loads
     the judge once, with one thread per CPU it asks for (on CUDA if it asks for GPUs), and makes the call the
     local path makes on a whole test set, the largest sets first. Ray is connected on the first call of the run
     and stays so until ``stack`` closes."""
@@ -181,7 +181,7 @@ class _OnRay:
         self.options, self.trust_pickle, self.stack, self.connected = options, trust_pickle, stack, False
 
     def predict(self, directory: Path, name: str, todo: Sequence[TestSet], records) -> Iterator[tuple[TestSet, Any]]:
-        from ..serving import ray_engine
+        from ..scoring import ray_engine
 
         if not todo:
             return
@@ -204,7 +204,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
               trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None,
               ray_options: RayOptions | None = None, read_options: ReadOptions = ReadOptions()) -> dict[str, Any]:
     """Audit the judges (specs) into ``out_dir``; ``ray_options``: predict with the judge directories on Ray
-    actors (``serving.ray_engine.RayOptions``; the ray extra), with the same results as in this process;
+    actors (``scoring.ray_engine.RayOptions``; the ray extra), with the same results as in this process;
     ``read_options``: how the data specs among ``sets`` are read."""
     from .report import write_report
 

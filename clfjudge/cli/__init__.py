@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "train",
     "export",
     "score",
+    "calibrate",
     "serve",
     "audit",
     "run",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from ..serving.ray_engine import RayOptions
+    from ..scoring.ray_engine import RayOptions
 
 
 TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickle (head.joblib): unpickling runs "
@@ -94,9 +94,9 @@ def check_local_options(args: argparse.Namespace) -> None:
 
 
 def ray_engine() -> ModuleType:
-    """``clfjudge.serving.ray_engine`` (which imports Ray), or a ValueError saying how to install it."""
+    """``clfjudge.scoring.ray_engine`` (which imports Ray), or a ValueError saying how to install it."""
     try:
-        from ..serving import ray_engine
+        from ..scoring import ray_engine
     except ImportError as exc:
         raise ValueError(f"--engine ray needs Ray Data: pip install 'clfjudge[ray]' ({exc})") from None
     return ray_engine
@@ -110,3 +110,16 @@ def ray_options(args: argparse.Namespace, cpus_per_actor: float = 1.0) -> RayOpt
         raise ValueError("--gpus-per-actor cannot be negative")
     return ray_engine().RayOptions(address=args.address, actors=args.actors, gpus_per_actor=args.gpus_per_actor,
                                    cpus_per_actor=cpus_per_actor)
+
+
+def judge_options(p: argparse.ArgumentParser) -> None:
+    """How a command that runs a judge loads it (score, calibrate)."""
+    p.add_argument("--backend", default="auto",
+                   help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
+                        "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
+    add_provider(p)
+    p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
+                                                   "(default: the card's primary)")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
+    add_batch_size(p, 16, "records per judge call (and forward pass)")
+    add_trust_pickle(p)

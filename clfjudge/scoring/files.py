@@ -1,0 +1,222 @@
+"""What a batch scoring run reads and writes, so that no line is lost: the input (``open_input``: a JSONL file read
+line by line, or a table read by datasets, each row a line), the output and rejected files (``Sink``: appended,
+flushed, cut back to the last checkpoint) and the progress file (``Progress``) that records the last input line
+fully accounted for with the size and SHA-256 of what was read and written, so that a resumed run continues
+exactly where an interrupted one stopped."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+PROGRESS_VERSION = 1
+
+
+class Sink:
+    """An output file written in chunks. ``commit`` makes what was written durable and returns the file's state
+    (bytes, SHA-256); ``rollback`` cuts the file back to the last commit. Resuming verifies the committed prefix
+    of an existing file against a recorded state and cuts what follows it."""
+
+    def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
+        self.path = path
+        if state is None:
+            self.file: BinaryIO = open(path, "wb")
+            self.hash = hashlib.sha256()
+        else:
+            if not path.is_file():
+                raise FileNotFoundError(f"--resume: {path} is missing; the interrupted run had written "
+                                        f"{state['bytes']} bytes to it: start over without --resume")
+            self.file = open(path, "r+b")
+            self.hash = _verified_prefix(self.file, state, path)
+            self.file.truncate(state["bytes"])  # a chunk written after the last commit is not accounted for
+            self.file.seek(state["bytes"])
+        self.size = self.file.tell()
+        self.committed = (self.size, self.hash.copy())
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+        self.hash.update(data)
+        self.size += len(data)
+
+    def commit(self) -> dict[str, Any]:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.committed = (self.size, self.hash.copy())
+        return {"path": str(self.path), "bytes": self.size, "sha256": self.hash.hexdigest()}
+
+    def rollback(self) -> None:
+        self.size, committed = self.committed
+        self.hash = committed.copy()
+        with contextlib.suppress(OSError, ValueError):  # best effort: --resume cuts the file back anyway
+            self.file.seek(self.size)
+            self.file.truncate(self.size)
+            self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> hashlib._Hash:
+    """The SHA-256 of the first ``state["bytes"]`` bytes of ``f``; ValueError unless they are what was recorded."""
+    digest, left = hashlib.sha256(), state["bytes"]
+    while left > 0 and (block := f.read(min(left, 1 << 20))):
+        digest.update(block)
+        left -= len(block)
+    if left > 0 or digest.hexdigest() != state["sha256"]:
+        found = "is shorter than" if left > 0 else "differs from"
+        raise ValueError(f"--resume: {path} {found} what the interrupted run recorded ({state['bytes']} bytes, "
+                         f"sha256 {state['sha256'][:12]}...); it was changed since: start over without --resume")
+    return digest
+
+
+@dataclass
+class Progress:
+    """The resumable state of a run, written to OUTPUT.progress.json after each chunk (atomically)."""
+
+    path: Path
+    settings: dict[str, Any]  # what must not change between a run and its resumption
+    line: int = 0  # last input line accounted for
+    input_bytes: int = 0
+    input_sha256: str = hashlib.sha256().hexdigest()
+    files: dict[str, Any] = field(default_factory=dict)  # "output" / "rejected" -> Sink.commit() state
+    tally: dict[str, Any] = field(default_factory=dict)
+
+    def advance(self, line: int, input_bytes: int, input_sha256: str, files: dict[str, Any],
+                tally: dict[str, Any]) -> None:
+        """Record a new checkpoint: on disk first (atomically), then in memory, so both always agree."""
+        data = {"version": PROGRESS_VERSION, "settings": self.settings, "line": line, "input_bytes": input_bytes,
+                "input_sha256": input_sha256, "files": files, "tally": tally}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, self.path)
+        self.line, self.input_bytes, self.input_sha256, self.files, self.tally = (line, input_bytes, input_sha256,
+                                                                                  files, tally)
+
+    @classmethod
+    def load(cls, path: Path, settings: dict[str, Any]) -> Progress:
+        if not path.is_file():
+            raise FileNotFoundError(f"--resume: no progress file {path} (nothing to resume: a finished run removes "
+                                    "it; run without --resume)")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("version") != PROGRESS_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {PROGRESS_VERSION}")
+            progress = cls(path, data["settings"], data["line"], data["input_bytes"], data["input_sha256"],
+                           data["files"], data["tally"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"--resume: {path} is not a progress file of clfjudge score ({exc})") from None
+        changed = {k: (v, settings.get(k)) for k, v in progress.settings.items() if settings.get(k) != v}
+        if changed:
+            what = "; ".join(f"{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+            raise ValueError(f"--resume: this run differs from the interrupted one ({what}); resume with the same "
+                             "model, input and options, or start over without --resume")
+        return progress
+
+
+def _lines(path: Path, start: int = 0, line: int = 0) -> Iterator[tuple[int, str, bytes]]:
+    """(line number, text, raw bytes) of each line from byte offset ``start`` (line ``line`` + 1 on)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        for number, raw in enumerate(f, start=line + 1):
+            yield number, raw.decode("utf-8", errors="replace"), raw
+
+
+def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
+    """The SHA-256 of the part of the input the interrupted run accounted for; ValueError if it changed."""
+    with open(path, "rb") as f:
+        try:
+            return _verified_prefix(f, {"bytes": progress.input_bytes, "sha256": progress.input_sha256}, path)
+        except ValueError:
+            raise ValueError(f"--resume: the first {progress.input_bytes} bytes of {path} are not those the "
+                             "interrupted run read; the input changed: start over without --resume") from None
+
+
+@dataclass
+class LineInput:
+    """A JSONL file, read line by line; a run resumes at a byte offset."""
+
+    path: Path
+
+    @property
+    def identity(self) -> str:
+        return str(self.path.resolve())
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def total(self) -> int:
+        return self.path.stat().st_size
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        return _lines(self.path, start, line)
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        return _input_prefix_hash(self.path, progress)
+
+
+@dataclass
+class TableInput:
+    """A Parquet / CSV / JSON file, a ``save_to_disk`` directory or ``hf:OWNER/NAME[:SPLIT]``, read by 🤗 datasets
+    (``data.sources.files``): each row is scored as the JSON object of one line, its row number (from 1) standing
+    for the line number; a run resumes after a row, once the rows before it are checked unchanged."""
+
+    spec: str
+
+    def __post_init__(self) -> None:
+        from ..data.sources.files import DataSpec, read_table
+
+        self.data = DataSpec.parse(self.spec)
+        self.dataset = read_table(self.data)
+
+    @property
+    def identity(self) -> str:
+        return str(self.data.path) if self.data.path is not None else self.spec
+
+    def __str__(self) -> str:
+        return self.identity
+
+    def total(self) -> None:
+        return None  # bytes of the rows' JSON text, not known before they are read
+
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
+        for index in range(line, self.dataset.num_rows):
+            text = json.dumps(self.dataset[index], ensure_ascii=False, default=str)
+            yield index + 1, text, (text + "\n").encode()
+
+    def prefix_hash(self, progress: Progress) -> hashlib._Hash:
+        digest, size = hashlib.sha256(), 0
+        for _, _, raw in itertools.islice(self.lines(0, 0), progress.line):
+            digest.update(raw)
+            size += len(raw)
+        if (size, digest.hexdigest()) != (progress.input_bytes, progress.input_sha256):
+            raise ValueError(f"--resume: the first {progress.line} rows of {self} are not those the interrupted run "
+                             "read; the input changed: start over without --resume")
+        return digest
+
+
+TABLE_SUFFIXES = (".parquet", ".csv", ".json", ".gz", ".bz2", ".xz", ".zst")
+
+
+def open_input(text: str) -> LineInput | TableInput:
+    """What ``--input`` names: a JSONL file (read by lines), else a table that datasets reads."""
+    path = Path(text)
+    if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
+        return LineInput(path)
+    if not path.exists() and not text.startswith("hf:"):
+        raise FileNotFoundError(f"input {path} does not exist")
+    return TableInput(text)
+
+
+def seen_ids(path: Path, size: int) -> set[str]:
+    """The ids in the first ``size`` bytes of an output file (to count duplicates across a resumption)."""
+    seen: set[str] = set()
+    with open(path, "rb") as f:
+        while f.tell() < size:
+            seen.add(json.loads(f.readline())["id"])
+    return seen
