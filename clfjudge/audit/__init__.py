@@ -90,9 +90,9 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 judge = build_judge(spec, trust_pickle=trust_pickle)
                 name = judge.name
             else:
-                from ..card import JudgeCard
+                from ..judges.base import open_card
 
-                name = DirectoryJudge.display_name(directory, JudgeCard.load(directory))
+                name = DirectoryJudge.display_name(directory, open_card(directory)[1])
             names.append(name)
             preds[name] = {}
             todo = []

@@ -334,7 +334,7 @@ def run_local(args: argparse.Namespace) -> int:
 
 def run_ray(args: argparse.Namespace) -> int:
     """`--engine ray`: the input's shards scored by judge actors into the output directory (serving/ray_engine.py)."""
-    from ..card import JudgeCard
+    from ..judges.base import open_card
 
     for option, given in (("--rejected", args.rejected), ("--resume", args.resume)):
         if given:
@@ -346,7 +346,7 @@ def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()
     shards = engine.find_shards(args.input)
-    card = JudgeCard.load(args.model)
+    card = open_card(args.model)[1]
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
@@ -389,10 +389,9 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from ..card import JudgeCard
     from ..data import sources
     from ..export.onnx import card_sources
-    from ..judges.base import Judge
+    from ..judges.base import Judge, open_card
     from ..judges.calibration import fit_calibration
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
@@ -413,7 +412,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
                           "backend": judge.backend_name}
-    card = JudgeCard.load(args.judge_dir)
+    card = open_card(args.judge_dir)[1]  # a model without a card gets one, with the calibration
     card.calibration = {**card.calibration, **entry}
     card.save(args.judge_dir)
     print(json.dumps({k: v for k, v in entry.items() if k != "fitted_on"}, indent=2))

@@ -44,7 +44,8 @@ import numpy as np
 from ..card import JudgeCard
 from ..configs import config_path
 from ..data.records import Record
-from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
+from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
+from ..judges.foreign import write_card
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
@@ -534,8 +535,8 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
     ``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
     (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
     instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed."""
-    judge_dir, out = Path(judge_dir), Path(out_dir)
-    card = JudgeCard.load(judge_dir)
+    judge_dir, card = open_card(judge_dir)  # a model without a card is described (``judges.foreign``)
+    out = Path(out_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
                                                  n_records=n_records, parity=parity, int8_config=int8_config,
@@ -613,5 +614,6 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    write_card(judge_dir, JudgeCard(**{**asdict(card), "runtime": {}}))
     return ExportResult(out, primary, report)
 

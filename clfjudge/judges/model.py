@@ -40,7 +40,10 @@ class TorchBackend:
         if threads:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
-        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
+        # A judge directory may come from anyone: no code from it runs, and a pickled checkpoint is read with
+        # torch.load(weights_only=True) (tensors only).
+        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32,
+                                                                   trust_remote_code=False, weights_only=True)
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
 
@@ -162,9 +165,20 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
 
 
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    """The judge's tokenizer, padding on the right (a decoder's classifier reads the last token that is not pad;
+    left padding would also shift its positions). A model without a pad token in its tokenizer but one in its
+    config (TRL's RewardTrainer sets the config's) pads with that."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token_id is None and (directory / "config.json").is_file():
+        from ..untrusted import read_json
+
+        pad = read_json(directory / "config.json").get("pad_token_id")
+        if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < len(tokenizer):
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
+    return tokenizer
 
 
 def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,

@@ -103,7 +103,11 @@ def resolve_provider(provider: str, variant: str | None, onnx_runtime: Mapping[s
 
 
 def inference_session(path: str | Path, provider: str = "cpu", threads: int | None = None) -> Any:
-    """A session of ``provider`` on the ONNX file ``path``; ``threads``: its intra-op threads (None: its default)."""
+    """A session of ``provider`` on the ONNX file ``path``; ``threads``: its intra-op threads (None: its default).
+    A file whose external data would be read from outside its directory is refused first, whatever the runtime."""
+    from ..untrusted import check_onnx_external_data
+
+    check_onnx_external_data(path)
     entry = provider_info(provider)
     opener = resolve(entry.open) if isinstance(entry.open, str) else entry.open
     return opener(Path(path), threads)
