@@ -27,20 +27,21 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """A JSON file that a model directory holds, refused (``RecordError`` naming the file) when it is larger than
-    ``max_bytes``, nested deeper than ``max_depth`` or not JSON."""
+def read_json(path: str | Path, what: str = "configuration file", max_bytes: int = MAX_JSON_BYTES,
+              max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A JSON file that a model directory holds (``what``: the kind of file, for errors), refused (``RecordError``
+    naming the file) when it is larger than ``max_bytes``, nested deeper than ``max_depth`` or not JSON."""
     path = Path(path)
     size = path.stat().st_size
     if size > max_bytes:
-        raise RecordError(str(path), None, None, f"is {size} bytes, more than the {max_bytes} a configuration file "
-                                                 "may have: refused")
+        raise RecordError(str(path), None, None, f"is {size} bytes, more than the {max_bytes} a {what} may "
+                                                 "have: refused")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RecordError(str(path), exc.lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # undecodable bytes, absurd nesting or numbers
-        raise RecordError(str(path), None, None, f"not readable JSON: {exc}") from None
+        raise RecordError(str(path), None, None, f"not a readable {what}: {exc}") from None
     if _depth(data) > max_depth:
         raise RecordError(str(path), None, None, f"is nested deeper than {max_depth} levels: refused")
     return data

@@ -16,6 +16,7 @@ from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
 from ..models.onnx_session import check_gated, inference_session, resolve_provider
+from ..untrusted import inside, read_json
 from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
         name = card.runtime.get("onnx", {}).get("primary", ONNX_VARIANTS["fp32"])
     else:
         name = ONNX_VARIANTS.get(variant, variant)
-    path = directory / name
+    path = inside(directory, name, f"{directory / 'judge_card.json'} field 'runtime.onnx.primary' or variant")
     if not path.exists():
         have = sorted(p.name for p in directory.glob("*.onnx"))
         raise FileNotFoundError(f"{path} does not exist "
@@ -173,8 +174,6 @@ def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     tokenizer.padding_side = "right"
     if tokenizer.pad_token_id is None and (directory / "config.json").is_file():
-        from ..untrusted import read_json
-
         pad = read_json(directory / "config.json").get("pad_token_id")
         if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < len(tokenizer):
             tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
