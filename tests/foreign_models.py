@@ -81,3 +81,28 @@ def native_rewards(directory: str | Path, conversations: list[tuple[str, str]], 
         with torch.inference_mode():
             out.append(float(model(**{k: v for k, v in ids.items() if k != "offset_mapping"}).logits[0, 0]))
     return out
+
+
+def trl_reward_model(out: str | Path, steps: int = 4) -> Path:
+    """A reward model trained for ``steps`` steps by TRL's RewardTrainer on conversational preference pairs from a
+    tiny Llama, saved by ``trainer.save_model`` (model, tokenizer with its chat template, training_args.bin)."""
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    out = Path(out)
+    backbone = testing.tiny_llama(out.with_name(out.name + "-backbone"))
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = testing._seeded_init(lambda: AutoModelForSequenceClassification.from_pretrained(backbone, num_labels=1))
+    rows = [{"chosen": [{"role": "user", "content": f"Question {i}?"},
+                        {"role": "assistant", "content": "A detailed and helpful answer, because it explains why."}],
+             "rejected": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": "no"}]}
+            for i in range(16)]
+    args = RewardConfig(output_dir=str(out.with_name(out.name + "-run")), max_steps=steps,
+                        per_device_train_batch_size=4, learning_rate=1e-2, report_to=[], save_strategy="no",
+                        logging_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
+    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(str(out))
+    return out

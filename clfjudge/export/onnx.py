@@ -49,6 +49,7 @@ from ..judges.foreign import write_card
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
+from ..prompts.chat_template import carry_prompt
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
 
@@ -599,6 +600,8 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
 
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         torch_backend.model.config.save_pretrained(tmp)
+        if "input" not in card.truncation:  # a foreign model keeps its own chat template
+            carry_prompt(tokenizer, card.scheme, reference.encoder.length_hint)
         tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
             "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
