@@ -52,6 +52,7 @@ from ..models.onnx_session import gate_key, provider_info
 from ..prompts.chat_template import carry_prompt
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
+from . import signature
 
 if TYPE_CHECKING:
     import onnx
@@ -603,6 +604,8 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
         if "input" not in card.truncation:  # a foreign model keeps its own chat template
             carry_prompt(tokenizer, card.scheme, reference.encoder.length_hint)
         tokenizer.save_pretrained(tmp)
+        signature.write(tmp, signature.sequence_classification(card, torch_backend.model.config, tokenizer, tmp,
+                                                               files, primary))
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
             "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
@@ -611,6 +614,7 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
             "exported_from": str(judge_dir.resolve()),
         }}
         card.save(tmp)
+        signature.publish(tmp)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)

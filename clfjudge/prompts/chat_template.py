@@ -29,6 +29,24 @@ _PICK_TURNS = ("{%- set turn = namespace(question='', answer='') -%}"
                "{%- endif -%}{%- endfor -%}")
 
 
+def text_template(scheme_name: str) -> str:
+    """The scheme's text with ``{question}`` / ``{answer}`` (``{answer_a}`` / ``{answer_b}``) where the record's
+    fields go, as another program fills it with ``str.replace`` (a record without rubric or reference)."""
+    from ..data.records import PairRecord
+
+    scheme = SCHEMES.get(scheme_name)
+    marks = {name: f"\ue000clfjudge-{name}\ue000" for name in ("question", "answer", "answer_a", "answer_b")}
+    if scheme.kind == "point":
+        record = PointRecord.build(Loc(), question=marks["question"], answer=marks["answer"], unlabelled=True)
+    else:
+        record = PairRecord.build(Loc(), question=marks["question"], answer_a=marks["answer_a"],
+                                  answer_b=marks["answer_b"], unlabelled=True)
+    text = render(record, scheme)
+    for name, mark in marks.items():
+        text = text.replace(mark, "{" + name + "}")
+    return text
+
+
 def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
     """The special tokens the tokenizer puts before and after one text, as text."""
     bare = tokenizer("x", add_special_tokens=False)["input_ids"]
