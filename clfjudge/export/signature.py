@@ -127,3 +127,44 @@ def publish(directory: Path) -> None:
         for name in dirs:
             os.chmod(os.path.join(root, name), 0o777 & ~umask)
     os.chmod(directory, 0o777 & ~umask)
+
+
+def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
+    """The signature of an embedding judge's decoder-reader export (``export.embedding``): the graphs read answers
+    into feature vectors; the judge's head (``head.safetensors``: arrays applied in NumPy) turns those into
+    probabilities."""
+    reader = card.runtime["reader"]
+    names = [*reader["files"], reader["shared_prefix"]["prefix"], reader["shared_prefix"]["continuation"]]
+    graphs = {name: graph_io(directory / name) for name in names if (directory / name).is_file()}
+    before, after = reader["template"]
+    return {
+        "signature_version": SIGNATURE_VERSION, "task": "decoder-reader", "judge": card.head, "kind": card.kind,
+        "primary": card.runtime["onnx"]["primary"], "graphs": graphs,
+        "shared_weights": reader.get("shared_weights"),
+        "embedder": card.runtime.get("embedder"),  # layer, max_prompt_tokens, max_answer_tokens, stats_tokens
+        "pooling": "pooled = sum over t of pool[b, t] * (hidden state of the embedder's layer at t); pool holds "
+                   "1 / (answer tokens) over the answer's positions, 0 elsewhere",
+        "preprocessing": {
+            "prompt_ids": "tokenizer(template[0] + question + template[1], add_special_tokens=False); a prompt longer "
+                          "than max_prompt_tokens keeps its head and tail",
+            "template": [before, after],
+            "answer_ids": "tokenizer(answer, add_special_tokens=False)[:max_answer_tokens] + [eos_token_id]",
+            "eos_token_id": reader["eos_token_id"],
+            "input_ids": "prompt_ids + answer_ids, right-padded with eos_token_id; attention_mask 1 over them",
+            "positions / targets": "for each of the first stats_tokens answer tokens: the position whose state "
+                                   "predicts it (one before it) and its id",
+            "shared prefix": "prefix.onnx reads a prompt once (batch 1) into its key/value cache "
+                             "(present.{i}.key / .value); continuation.onnx reads a batch of answers after it "
+                             "(past_key_values.{i}.*, attention_mask over cache + answer)",
+        },
+        "postprocessing": {
+            "outputs": "pooled: (batch, hidden) feature vector of each answer; log_probs: (batch, span) "
+                       "log-probability of each scored answer token",
+            "features": "the card's feature groups (judge_card.json runtime) over both answers' readings, in "
+                        "clfjudge.judges.features",
+            "head": "head.safetensors: x = (features - mean) / scale * weights; logits = x @ coef.T + intercept; "
+                    "row j of coef is the class metadata 'classes'[j] in the coding {0: TIE, 1: A, 2: B} (one row: "
+                    "binary, P(classes[1]) = sigmoid(logit)); the judge averages both answer orders",
+            "columns": card.label_map.get("proba_columns"),
+        },
+    }
