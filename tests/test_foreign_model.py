@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from foreign_models import native_rewards, tiny_reward_model
 from starlette.testclient import TestClient
@@ -135,3 +136,18 @@ def test_cli_score_serve_and_audit_without_a_card(models, tmp_path, monkeypatch)
     assert "baseline:longer" in metrics["judges"] and "baseline:shorter" in metrics["judges"] and name
     assert JudgeCard.load(model).training["origin"]["path"] == str(model.resolve())  # written by the audit
     (model / CARD_NAME).unlink()
+
+
+def test_reward_function_and_best_of_n_take_the_model_directory(models):
+    from clfjudge import best_of_n, reward_function
+
+    model = models["gemma3"]
+    prompts = [[{"role": "user", "content": q}] for q, _ in CONVERSATIONS]
+    completions = [[{"role": "assistant", "content": a}] for _, a in CONVERSATIONS]
+    rewards = reward_function(str(model))(prompts=prompts, completions=completions)
+    assert rewards == pytest.approx(native_rewards(model, CONVERSATIONS, chat=True), abs=TOLERANCE)
+    answers = [a for _, a in CONVERSATIONS]
+    best, scores = best_of_n(str(model), CONVERSATIONS[0][0], answers)
+    assert scores == pytest.approx(native_rewards(model, [(CONVERSATIONS[0][0], a) for a in answers], chat=True),
+                                  abs=TOLERANCE)
+    assert best == int(np.argmax(scores))
