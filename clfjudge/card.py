@@ -37,7 +37,7 @@ def library_versions() -> dict[str, str]:
 
 @dataclass
 class JudgeCard:
-    head: str  # "cls3" | "regression" | "reward" | "generative" | "embedding"
+    head: str  # "cls3" | "regression" | "reward" | "reward-binary" | "generative" | "embedding"
     kind: str  # what the judge answers: "pair" (compare) or "point" (score)
     backbone: str  # the spec the user gave (alias, hub id or path)
     scheme: str  # scheme name used to render inputs

@@ -15,13 +15,13 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<s>{{ m['role'] }}\n{{ m
 GAIN = 20.0  # random heads give ~0.01-sized rewards; scaled, pairs are not all near-ties
 
 
-def _decoder_config(arch: str, tokenizer):
+def _decoder_config(arch: str, tokenizer, num_labels: int = 1):
     from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
     common = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                  eos_token_id=tokenizer.eos_token_id, num_labels=1)
+                  eos_token_id=tokenizer.eos_token_id, num_labels=num_labels)
     if arch == "gemma3":
         return Gemma3TextConfig(**common, head_dim=8, sliding_window=16, layer_types=["sliding_attention",
                                                                                        "full_attention"])
@@ -39,13 +39,14 @@ def _save(model, tokenizer, out: Path) -> Path:
     return out
 
 
-def tiny_reward_model(arch: str, out: str | Path) -> Path:
-    """A one-output sequence-classification model of ``arch`` (bert, deberta-v2, llama, qwen2, qwen3, gemma3)."""
+def tiny_reward_model(arch: str, out: str | Path, num_labels: int = 1) -> Path:
+    """A sequence-classification model of ``arch`` (bert, deberta-v2, llama, qwen2, qwen3, gemma3) with
+    ``num_labels`` outputs (one: a reward model)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     out = Path(out)
     if arch == "deberta-v2":
-        testing.tiny_deberta(out, num_labels=1)
+        testing.tiny_deberta(out, num_labels=num_labels)
         model = AutoModelForSequenceClassification.from_pretrained(out)
         return _save(model, AutoTokenizer.from_pretrained(out), out)
     backbone = out.with_name(out.name + "-backbone")
@@ -54,12 +55,12 @@ def tiny_reward_model(arch: str, out: str | Path) -> Path:
 
         testing.tiny_bert(backbone)
         tokenizer = AutoTokenizer.from_pretrained(backbone)
-        config = BertConfig.from_pretrained(backbone, num_labels=1)
+        config = BertConfig.from_pretrained(backbone, num_labels=num_labels)
     else:
         testing.tiny_llama(backbone)
         tokenizer = AutoTokenizer.from_pretrained(backbone)
         tokenizer.chat_template = CHAT_TEMPLATE
-        config = _decoder_config(arch, tokenizer)
+        config = _decoder_config(arch, tokenizer, num_labels)
     model = testing._seeded_init(lambda: AutoModelForSequenceClassification.from_config(config))
     return _save(model, tokenizer, out)
 
@@ -79,7 +80,9 @@ def native_rewards(directory: str | Path, conversations: list[tuple[str, str]], 
         else:
             ids = tokenizer(question, answer, return_tensors="pt")
         with torch.inference_mode():
-            out.append(float(model(**{k: v for k, v in ids.items() if k != "offset_mapping"}).logits[0, 0]))
+            logits = model(**{k: v for k, v in ids.items() if k != "offset_mapping"}).logits[0]
+        # one output: the reward; two: the log-odds of class 1
+        out.append(float(logits[0]) if len(logits) == 1 else float(logits[1] - logits[0]))
     return out
 
 

@@ -95,8 +95,31 @@ def test_a_classifier_with_several_outputs_is_refused_naming_its_labels(models, 
 
     config = AutoConfig.from_pretrained(models["bert"], num_labels=3)
     config.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="3 outputs .*needs a judge card"):
+    with pytest.raises(ValueError, match="3 outputs \\(id2label .*LABEL_2.*needs a judge card"):
         Judge.load(tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["bert", "qwen3"])
+def test_a_two_class_model_is_read_as_the_log_odds_of_its_class_1(arch, tmp_path):
+    from clfjudge.export.onnx import export_judge
+
+    model = tiny_reward_model(arch, tmp_path / arch, num_labels=2)
+    judge = Judge.load(model)
+    assert judge.card.head == "reward-binary" and judge.card.label_map["positive"] == 1
+    got = [s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in CONVERSATIONS])]
+    want = native_rewards(model, CONVERSATIONS, chat=arch not in ENCODERS)  # logit[1] - logit[0]
+    assert got == pytest.approx(want, abs=TOLERANCE)
+    c = judge.compare(CONVERSATIONS[0][0], CONVERSATIONS[0][1], CONVERSATIONS[1][1])
+    assert c.margin == pytest.approx(got[0] - judge.score(CONVERSATIONS[0][0], CONVERSATIONS[1][1]).value, abs=1e-6)
+    exported = export_judge(model, tmp_path / "onnx", n_records=16).out_dir
+    assert Judge.load(exported).score(*CONVERSATIONS[2]).value == pytest.approx(got[2], abs=1e-4)
+    signature = json.loads((exported / "signature.json").read_text())
+    assert signature["postprocessing"]["columns"] == ["LABEL_0", "LABEL_1"]
+    assert "logits[:, 1] - logits[:, 0]" in signature["postprocessing"]["score"]
+    from clfjudge.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="head 'reward-binary' reads released models and is not trained here"):
+        TrainConfig.from_dict({"sources": ["pandalm-test"], "head": "reward-binary"})
 
 
 @pytest.mark.parametrize("arch", ("bert", "llama", "qwen3"))

@@ -73,8 +73,11 @@ def _preprocessing(card: JudgeCard, tokenizer: Any, chat_template: bool) -> dict
 
 def _postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
     cal = card.calibration
-    if card.head == "reward":
-        return {"sequences_per_comparison": 2, "score": "reward r(question, answer) = logits[:, 0]"
+    if card.head in ("reward", "reward-binary"):
+        positive = card.label_map.get("positive", 1)
+        reward = (f"logits[:, {positive}] - logits[:, {1 - positive}] (log-odds of {columns[positive]!r})"
+                  if card.head == "reward-binary" else "logits[:, 0]")
+        return {"sequences_per_comparison": 2, "score": f"reward r(question, answer) = {reward}"
                 + (f" + {cal.get('length_coef', 0.0)} * log(1 + characters of the answer)"
                    if cal.get("length_coef") else ""),
                 "compare": "score each answer alone; d = r_A - r_B; P(A) : P(TIE) : P(B) = exp(scale * d / 2) : nu "

@@ -6,6 +6,9 @@ id ``hf:OWNER/NAME[@REVISION]``, opened without a judge card.
 
 - one output: a reward model (head ``reward``: ``score`` is the raw reward r(question, answer); ``compare`` is
   Bradley-Terry, P(A better) = sigmoid(r_A - r_B), no ties until ``clfjudge calibrate`` fits a tie model);
+  two outputs: a classifier whose class 1 (``id2label[1]``, the transformers convention for the positive
+  class; ``label_map.positive`` in the card says otherwise) is "good": its log-odds are the reward
+  (head ``reward-binary``); more outputs are refused, naming their labels;
 - the input as the model was trained on it (``prompts.model_input``): a decoder's chat template over
   [user: question, assistant: answer], an encoder's text pair (question, answer); ``model_input`` overrides;
 - where it came from (``training.origin``: path or hub id, revision, the sha256 of each weights file).
@@ -44,6 +47,7 @@ FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file", "spm_file", "sente
 # 32k-128k positions; an answer that long is cut, question first kept, as a scheme's inputs are).
 MAX_LENGTH = 4096
 DEFAULT_INPUT = {"decoder": "chat-template", "encoder": "text-pair"}
+HEAD_OF_OUTPUTS = {1: "reward", 2: "reward-binary"}  # outputs of the model -> the head that reads them
 
 
 class ForeignModelError(ValueError):
@@ -130,11 +134,11 @@ def _head(directory: Path, config: dict[str, Any]) -> str:
                                 "clfjudge can run as a judge")
     labels = config.get("id2label") or {}
     n = len(labels) or int(config.get("num_labels", 2))
-    if n != 1:
+    if n not in HEAD_OF_OUTPUTS:
         raise ForeignModelError(f"{directory / 'config.json'}: {n} outputs (id2label {labels}): clfjudge opens a "
-                                "foreign model with one output (a reward model); a classifier needs a judge card "
-                                "that says what its classes mean")
-    return "reward"
+                                "foreign model with one output (a reward) or two (the log-odds of class 1 as the "
+                                "reward); what more classes mean needs a judge card")
+    return HEAD_OF_OUTPUTS[n]
 
 
 def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[Path, JudgeCard]:
@@ -161,7 +165,8 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
     files = weights_files(directory)
     origin = {**origin, "model_type": config.get("model_type"), "architectures": config.get("architectures"),
               "weights_sha256": weights_sha256(files)}
-    reward = HEADS.get(head)()
+    labels = {str(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    reward = HEADS.get(head)(id2label=labels) if head == "reward-binary" else HEADS.get(head)()
     policy = TruncationPolicy(max_length=_max_length(config, tokenizer_config))
     card = JudgeCard(head=head, kind=reward.kind, backbone=origin.get("hub_id", origin.get("path")),
                      scheme=model_input, max_length=policy.max_length,

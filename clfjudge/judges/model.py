@@ -82,7 +82,8 @@ class OnnxBackend:
 
 
 # What each fine-tuned head can do: a reward head also scores one answer (its reward).
-HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",)}
+HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",),
+              "reward-binary": ("compare", "score")}
 
 
 class ModelJudge(Judge):
