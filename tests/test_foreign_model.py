@@ -174,3 +174,12 @@ def test_reward_function_and_best_of_n_take_the_model_directory(models):
     assert scores == pytest.approx(native_rewards(model, [(CONVERSATIONS[0][0], a) for a in answers], chat=True),
                                   abs=TOLERANCE)
     assert best == int(np.argmax(scores))
+
+
+def test_a_hub_id_that_cannot_be_fetched_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache; conftest keeps the hub offline
+    with pytest.raises(FileNotFoundError, match="hf:nobody/no-such-rm: the model could not be fetched"):
+        Judge.load("hf:nobody/no-such-rm")
+    out = tmp_path / "audit"
+    assert main(["audit", "hf:nobody/no-such-rm", "--out", str(out)]) != 0
+    assert not out.exists()

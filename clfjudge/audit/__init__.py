@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import random
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -170,10 +171,16 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     for spec in judges:  # before any set is loaded or judge predicts
         check_spec(spec)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
-    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
-    names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+    try:
+        test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits)
+        names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+    except BaseException:
+        if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),

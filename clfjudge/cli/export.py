@@ -10,7 +10,9 @@ from typing import Any
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a fine-tuned judge to ONNX (fp32 / optimized / int8), "
                                              "refused unless it matches PyTorch on real records")
-    p.add_argument("judge_dir", metavar="JUDGE_DIR", help="a trained judge directory (HF model + judge_card.json)")
+    p.add_argument("judge_dir", metavar="JUDGE_DIR",
+                   help="a trained judge directory (HF model + judge_card.json), or a reward model without a card "
+                        "(a sequence-classification model's directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
     p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",

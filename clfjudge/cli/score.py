@@ -55,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
     p.add_argument("model", metavar="MODEL",
-                   help="judge directory (trained, exported to ONNX, embedding or generative judge)")
+                   help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "
+                        "model without a card (a directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--input", required=True,
                    help="JSONL input, one pair or answer per line (--engine ray: JSONL or Parquet files: a file, a "
                         "glob or a directory of shards)")

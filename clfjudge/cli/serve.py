@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     d = Limits()
     p = subparsers.add_parser("serve", help="serve a judge over HTTP with dynamic batching")
-    p.add_argument("model", help="judge directory (PyTorch, ONNX, embedding or generative)")
+    p.add_argument("model", help="judge directory (PyTorch, ONNX, embedding or generative), or a reward model without "
+                        "a card (docs/your-model.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", default="auto",

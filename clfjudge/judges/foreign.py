@@ -64,7 +64,12 @@ def fetch(spec: str) -> tuple[Path, dict[str, Any]]:
     from huggingface_hub import snapshot_download
 
     repo, _, revision = spec[len(HUB_PREFIX):].partition("@")
-    path = Path(snapshot_download(repo, revision=revision or None, allow_patterns=HUB_FILES))
+    try:
+        path = Path(snapshot_download(repo, revision=revision or None, allow_patterns=HUB_FILES))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown repo, no network: one clear error
+        raise FileNotFoundError(f"{spec}: the model could not be fetched from the hub or found in the local Hugging "
+                                f"Face cache ({type(exc).__name__}: {str(exc)[:300]}); pass a local directory "
+                                "saved with save_pretrained") from None
     return path, {"hub_id": repo, "revision": path.name, "requested_revision": revision or "main"}
 
 
