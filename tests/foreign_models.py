@@ -55,7 +55,8 @@ def tiny_reward_model(arch: str, out: str | Path, num_labels: int = 1) -> Path:
 
         testing.tiny_bert(backbone)
         tokenizer = AutoTokenizer.from_pretrained(backbone)
-        config = BertConfig.from_pretrained(backbone, num_labels=num_labels)
+        # a wider init than BERT's 0.02: its tanh pooler otherwise gives nearly one reward to every input
+        config = BertConfig.from_pretrained(backbone, num_labels=num_labels, initializer_range=0.2)
     else:
         testing.tiny_llama(backbone)
         tokenizer = AutoTokenizer.from_pretrained(backbone)

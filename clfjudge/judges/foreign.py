@@ -21,6 +21,7 @@ or naming files outside the directory, are refused.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import asdict
@@ -106,7 +107,10 @@ def weights_files(directory: Path) -> list[Path]:
     for names in (SAFE_WEIGHTS, PICKLED_WEIGHTS):
         index = directory / names[1]
         if index.is_file():
-            return sorted({inside(directory, s, str(index)) for s in read_json(index)["weight_map"].values()})
+            shards = read_json(index).get("weight_map")
+            if not isinstance(shards, dict) or not shards:
+                raise ForeignModelError(f"{index}: field 'weight_map' must map tensors to shard files")
+            return sorted({inside(directory, s, f"{index} field 'weight_map'") for s in shards.values()})
         if (directory / names[0]).is_file():
             return [directory / names[0]]
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".h5", ".msgpack", ".ckpt", ".pt", ".pth"))
@@ -114,15 +118,18 @@ def weights_files(directory: Path) -> list[Path]:
                             f"load{f'; found {others}, which clfjudge does not load' if others else ''}")
 
 
+@functools.cache
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def weights_sha256(files: list[Path]) -> dict[str, str]:
-    out = {}
-    for path in files:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        out[path.name] = digest.hexdigest()
-    return out
+    """sha256 of each weights file (hashed once per process while the file is unchanged)."""
+    return {p.name: _sha256(p.resolve(), p.stat().st_size, p.stat().st_mtime_ns) for p in files}
 
 
 def _max_length(config: dict[str, Any], tokenizer_config: dict[str, Any]) -> int:
