@@ -183,3 +183,16 @@ def test_a_hub_id_that_cannot_be_fetched_is_a_clear_error(tmp_path, monkeypatch)
     out = tmp_path / "audit"
     assert main(["audit", "hf:nobody/no-such-rm", "--out", str(out)]) != 0
     assert not out.exists()
+
+
+def test_cli_model_input_overrides_the_input_format(models, tmp_path):
+    model = models["llama"]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in CONVERSATIONS))
+    assert main(["score", str(model), "--input", str(src), "--output", str(out), "--task", "score",
+                 "--model-input", "text-pair"]) == 0
+    scores = [json.loads(line)["score"] for line in out.read_text().splitlines()]
+    assert scores == pytest.approx(native_rewards(model, CONVERSATIONS, chat=False), abs=TOLERANCE)
+    with pytest.raises(SystemExit) as usage:
+        main(["score", str(model), "--input", str(src), "--output", str(out), "--model-input", "vibes"])
+    assert usage.value.code == 2

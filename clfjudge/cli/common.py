@@ -19,6 +19,14 @@ def add_trust_pickle(parser) -> None:
     parser.add_argument("--trust-pickle", action="store_true", help=TRUST_PICKLE_HELP)
 
 
+def add_model_input(parser) -> None:
+    from ..prompts.model_input import INPUTS
+
+    parser.add_argument("--model-input", default=None, choices=INPUTS.names(),
+                        help="for a reward model without a judge card: how it reads (question, answer) (default: "
+                             "chat-template for decoders, text-pair for encoders; docs/your-model.md)")
+
+
 def add_provider(parser) -> None:
     from ..models.onnx_session import AUTO, PROVIDERS
 

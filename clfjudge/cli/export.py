@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from .common import add_model_input
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a fine-tuned judge to ONNX (fp32 / optimized / int8), "
@@ -33,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="parity thresholds YAML (default: clfjudge/configs/parity.yaml)")
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
+    add_model_input(p)
     p.set_defaults(func=run)
 
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
                               isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
-                              fallback=args.fallback, providers=args.providers)
+                              fallback=args.fallback, providers=args.providers, model_input=args.model_input)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

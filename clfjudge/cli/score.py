@@ -31,7 +31,15 @@ from typing import Any, BinaryIO
 from ..data.records import PairRecord, Record, RecordError
 from ..registry import Registry
 from ..serving.batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .common import add_engine_options, add_provider, add_trust_pickle, check_local_options, ray_engine, ray_options
+from .common import (
+    add_engine_options,
+    add_model_input,
+    add_provider,
+    add_trust_pickle,
+    check_local_options,
+    ray_engine,
+    ray_options,
+)
 
 TASKS = ("auto", "compare", "score")
 SHOWN_REJECTIONS = 10
@@ -48,6 +56,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
     p.add_argument("--batch-size", type=int, default=16, help="records per forward pass")
     add_trust_pickle(p)
+    add_model_input(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -255,7 +264,8 @@ def run_local(args: argparse.Namespace) -> int:
         print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     judge = Judge.load(args.model, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
+                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
+                       model_input=args.model_input)
     task = ("compare" if judge.card.kind == "pair" else "score") if args.task == "auto" else args.task
     judge.require(task)
     if args.symmetric and task != "compare":
@@ -347,12 +357,12 @@ def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()
     shards = engine.find_shards(args.input)
-    card = open_card(args.model)[1]
+    card = open_card(args.model, args.model_input)[1]
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
     load = {"backend": args.backend, "provider": args.provider, "variant": args.variant, "threads": threads,
-            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle}
+            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle, "model_input": args.model_input}
     # What must be the same for the shards of two runs to be one output (byte for byte what a single run writes).
     settings = {"model": str(Path(args.model).resolve()), "task": task, "symmetric": args.symmetric,
                 "backend": args.backend, "variant": args.variant, "chunk_size": args.chunk_size,
@@ -396,7 +406,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..judges.calibration import fit_calibration
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
+                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
+                       model_input=args.model_input)
     name, limit = sources.parse_source(args.source)
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "
@@ -413,7 +424,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
                           "backend": judge.backend_name}
-    card = open_card(args.judge_dir)[1]  # a model without a card gets one, with the calibration
+    card = open_card(args.judge_dir, args.model_input)[1]  # a model without a card gets one, with the calibration
     card.calibration = {**card.calibration, **entry}
     card.save(args.judge_dir)
     print(json.dumps({k: v for k, v in entry.items() if k != "fitted_on"}, indent=2))

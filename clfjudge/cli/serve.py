@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import add_provider, add_trust_pickle
+from .common import add_model_input, add_provider, add_trust_pickle
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_provider(p)
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
+    add_model_input(p)
     p.add_argument("--max-batch-size", type=int, default=d.max_batch_size, help="items per judge call")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                    help="token budget of a judge call and of each forward pass, padding included (rows x longest "
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     budget = args.max_batch_tokens or None
     judge = Judge.load(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
                        batch_size=args.max_batch_size,
-                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding)
+                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding,
+                       model_input=args.model_input)
     limits = Limits(max_batch_size=args.max_batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
                     max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)

@@ -532,12 +532,13 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = Fal
                  opset: int | None = None, isa: str = "auto", source: str | None = None,
                  n_records: int | None = None, parity: ParityConfig | None = None,
                  int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
-                 providers: Sequence[str] = ()) -> ExportResult:
+                 providers: Sequence[str] = (), model_input: str | None = None) -> ExportResult:
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc).
     ``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
     (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
-    instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed."""
-    judge_dir, card = open_card(judge_dir)  # a model without a card is described (``judges.foreign``)
+    instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed. ``model_input``: for a
+    model without a judge card, its input format (``judges.foreign``)."""
+    judge_dir, card = open_card(judge_dir, model_input)  # a model without a card is described (``judges.foreign``)
     out = Path(out_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
