@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.records import RecordError
+from .untrusted import read_json
 
 CARD_NAME = "judge_card.json"
 # The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key.
@@ -36,7 +37,7 @@ def library_versions() -> dict[str, str]:
 
 @dataclass
 class JudgeCard:
-    head: str  # "cls3" | "regression" | "reward" | "generative" | "embedding"
+    head: str  # "cls3" | "regression" | "reward" | "reward-binary" | "generative" | "embedding"
     kind: str  # what the judge answers: "pair" (compare) or "point" (score)
     backbone: str  # the spec the user gave (alias, hub id or path)
     scheme: str  # scheme name used to render inputs
@@ -65,12 +66,7 @@ class JudgeCard:
         path = Path(directory) / CARD_NAME
         if not path.exists():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RecordError(str(path), exc.lineno, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
-        except (ValueError, RecursionError) as exc:  # undecodable bytes, absurd nesting or numbers
-            raise RecordError(str(path), None, None, f"not a readable judge card: {exc}") from None
+        data = read_json(path, "judge card")  # a card from anyone: size and nesting limited
         if not isinstance(data, dict):
             raise RecordError(str(path), None, None, f"a judge card is a JSON object, got {type(data).__name__}")
         data = _upgrade(path, data)

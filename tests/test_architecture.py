@@ -1,7 +1,7 @@
 """Imports run one way (data -> prompts -> models -> embedders -> judges -> training -> export -> serving ->
-scoring -> audit -> pipeline -> cli): neither the package's module import graph nor its subpackage graph has a cycle, counting
-imports inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a lazy registry
-target ("module:attribute", ``registry.resolve``) instead of importing it."""
+scoring -> audit -> pipeline -> cli): neither the package's module import graph nor its subpackage graph has a
+cycle, counting imports inside functions and under TYPE_CHECKING too. A module that needs one above it names it as a
+lazy registry target ("module:attribute", ``registry.resolve``) instead of importing it."""
 import ast
 import re
 from pathlib import Path

@@ -207,3 +207,33 @@ def test_the_quiet_export_silences_only_what_it_names():
     with quiet.quantization():
         assert not logging.getLogger().filter(hint) and logging.getLogger().filter(other)
     assert logging.getLogger().filter(hint)  # only inside
+
+
+def test_the_three_graphs_share_one_copy_of_the_weights_and_describe_themselves(judge_dir, tmp_path):
+    import os
+    import stat
+
+    out = tmp_path / "onnx"
+    old = os.umask(0o022)
+    try:
+        export_judge(judge_dir, out, n_records=12, parity=_parity())
+    finally:
+        os.umask(old)
+    shared = JudgeCard.load(out).runtime["reader"]["shared_weights"]
+    graphs = ["reader.onnx", "prefix.onnx", "continuation.onnx"]
+    on_disk = sum((out / g).stat().st_size for g in graphs) + (out / "weights.data").stat().st_size
+    assert shared["bytes_after"] == on_disk
+    # every large tensor of prefix / continuation is one the reader holds: the weights are on disk once, not 3 times
+    reader_tensors = shared["tensors"] - shared["shared_tensors"]
+    assert shared["shared_tensors"] >= 2 * reader_tensors - 2
+    weights_inline = shared["bytes_before"] - sum((out / g).stat().st_size for g in graphs)
+    print(f"reader + prefix + continuation: {shared['bytes_before']} bytes inline ({weights_inline} of weights), "
+          f"{on_disk} with {(out / 'weights.data').stat().st_size} of shared weights")
+    assert (out / "weights.data").stat().st_size < 0.45 * weights_inline
+    signature = json.loads((out / "signature.json").read_text())
+    assert set(signature["graphs"]) == set(graphs)
+    assert [i["name"] for i in signature["graphs"]["reader.onnx"]["inputs"]][:3] == ["input_ids", "attention_mask",
+                                                                                     "pool"]
+    assert signature["postprocessing"]["columns"] == ["A", "TIE", "B"]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755

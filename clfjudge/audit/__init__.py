@@ -16,6 +16,7 @@ import hashlib
 import json
 import random
 import re
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -134,9 +135,9 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 judge = build_judge(spec, trust_pickle=trust_pickle)
                 name = judge.name
             else:
-                from ..card import JudgeCard
+                from ..judges.base import open_card
 
-                name = DirectoryJudge.display_name(directory, JudgeCard.load(directory))
+                name = DirectoryJudge.display_name(directory, open_card(directory)[1])
             names.append(name)
             preds[name] = {}
             todo = []
@@ -216,11 +217,17 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     for spec in judges:  # before any set is loaded or judge predicts
         check_spec(spec)
     check_sets(sets)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
-    test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits,
-                                              options=read_options)
-    names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+    try:
+        test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits,
+                                                  options=read_options)
+        names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+    except BaseException:
+        if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),

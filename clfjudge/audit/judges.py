@@ -239,9 +239,11 @@ class DirectoryJudge(RuntimeJudge):
 
     def __init__(self, directory: str | Path, trust_pickle: bool = False, **load: Any) -> None:
         from ..judges.base import Judge
+        from ..judges.foreign import write_card
 
         self.directory = Path(directory)
-        judge = Judge.load(self.directory, trust_pickle=trust_pickle, **load)
+        judge = Judge.load(directory, trust_pickle=trust_pickle, **load)
+        write_card(self.directory, judge.card)  # a model without a card gets the one it was read with
         super().__init__(judge, self.display_name(self.directory, judge.card))
 
     @staticmethod
@@ -301,8 +303,10 @@ def judge_directory(spec: str) -> Path | None:
 
 
 def check_spec(spec: str) -> None:
-    """Refuse, before anything is loaded, a spec that names neither a judge kind nor a directory."""
-    if _kind(spec) is None and not Path(spec).is_dir():
+    """Refuse, before anything is loaded, a spec that names neither a judge kind, nor a directory, nor a hub id."""
+    from ..judges.foreign import is_hub_id
+
+    if _kind(spec) is None and not Path(spec).is_dir() and not is_hub_id(spec):
         raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
                                 f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
 

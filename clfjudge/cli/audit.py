@@ -19,7 +19,8 @@ ENGINES = ("local", "ray")  # where the judge directories predict (--engine)
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "audit", help="cross-scheme, LLMBar, position/length bias, agreement, SemScore; report.md + metrics.json",
-        description="A JUDGE is a judge directory (PyTorch / ONNX / embedding / generative), "
+        description="A JUDGE is a judge directory (PyTorch / ONNX / embedding / generative), a reward model "
+                    "without a card (a directory or hf:OWNER/NAME[@REV]: docs/your-model.md), "
                     "gen:BACKBONE@SCHEME (a causal LM judging zero-shot), released:pandalm-7b | "
                     "released:gpt-3.5-turbo | released:auto-j-13b, semscore, or baseline:longer | baseline:majority "
                     "| baseline:shorter (the baselines are always added).")

@@ -42,14 +42,14 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from ..card import JudgeCard
     from ..data import sources
     from ..export.onnx import card_sources
-    from ..judges.base import Judge
+    from ..judges.base import Judge, open_card
     from ..judges.calibration import fit_calibration
 
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle)
+                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
+                       model_input=args.model_input)
     name, limit = sources.parse_source(args.source)
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "
@@ -68,7 +68,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
                           "backend": judge.backend_name,
                           **({"data": data} if (data := sources.describe(name, options)) else {})}
-    card = JudgeCard.load(args.judge_dir)
+    card = open_card(args.judge_dir, args.model_input)[1]  # a model without a card gets one, with the calibration
     card.calibration = {**card.calibration, **entry}
     card.save(args.judge_dir)
     print(json.dumps({k: v for k, v in entry.items() if k != "fitted_on"}, indent=2))

@@ -37,6 +37,14 @@ def read_options(args: argparse.Namespace):
     return ReadOptions.make(args.format, args.columns, args.scale)
 
 
+def add_model_input(parser) -> None:
+    from ..prompts.model_input import INPUTS
+
+    parser.add_argument("--model-input", default=None, choices=INPUTS.names(),
+                        help="for a reward model without a judge card: how it reads (question, answer) (default: "
+                             "chat-template for decoders, text-pair for encoders; docs/your-model.md)")
+
+
 def add_provider(parser) -> None:
     from ..models.onnx_session import AUTO, PROVIDERS
 
@@ -116,10 +124,11 @@ def judge_options(p: argparse.ArgumentParser) -> None:
     """How a command that runs a judge loads it (score, calibrate)."""
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
-                        "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
+                        "sklearn, generate, or one registered in clfjudge.kinds")
     add_provider(p)
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
     add_batch_size(p, 16, "records per judge call (and forward pass)")
     add_trust_pickle(p)
+    add_model_input(p)

@@ -6,11 +6,15 @@ import argparse
 import sys
 from typing import Any
 
+from .common import add_model_input
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a fine-tuned judge to ONNX (fp32 / optimized / int8), "
                                              "refused unless it matches PyTorch on real records")
-    p.add_argument("judge_dir", metavar="JUDGE_DIR", help="a trained judge directory (HF model + judge_card.json)")
+    p.add_argument("judge_dir", metavar="JUDGE_DIR",
+                   help="a trained judge directory (HF model + judge_card.json), or a reward model without a card "
+                        "(a sequence-classification model's directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
     p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",
@@ -31,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="parity thresholds YAML (default: clfjudge/configs/parity.yaml)")
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
+    add_model_input(p)
     p.add_argument("--preset", default=None, metavar="PRESET.yaml",
                    help="export options from a YAML preset (the repository's export/*.yaml: fp32, int8 per ISA, "
                         "OpenVINO bf16, CUDA); options given here override it")
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
                               isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
-                              fallback=args.fallback, providers=args.providers)
+                              fallback=args.fallback, providers=args.providers, model_input=args.model_input)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

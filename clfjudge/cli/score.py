@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
     p.add_argument("model", metavar="JUDGE_DIR",
-                   help="judge directory (trained, exported to ONNX, embedding or generative judge)")
+                   help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "
+                        "model without a card (a directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--input", required=True,
                    help="JSONL input, one pair or answer per line, in clfjudge's fields or TRL's (prompt / chosen / "
                         "rejected, prompt / completion, messages); or a Parquet / CSV / JSON file, a save_to_disk "
@@ -73,12 +74,13 @@ def run_local(args: argparse.Namespace) -> int:
         model=args.model, input=args.input, output=args.output, rejected=args.rejected, task=args.task,
         symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, backend=args.backend,
         provider=args.provider, variant=args.variant, threads=args.threads, batch_size=args.batch_size,
-        trust_pickle=args.trust_pickle, options=read_options(args), format=args.format, columns=args.columns))
+        trust_pickle=args.trust_pickle, model_input=args.model_input, options=read_options(args), format=args.format,
+        columns=args.columns))
 
 
 def run_ray(args: argparse.Namespace) -> int:
     """`--engine ray`: the input's shards scored by judge actors into the output directory (scoring/ray_engine.py)."""
-    from ..card import JudgeCard
+    from ..judges.base import open_card
 
     for option, given in (("--rejected", args.rejected), ("--resume", args.resume)):
         if given:
@@ -93,12 +95,12 @@ def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()
     shards = engine.find_shards(args.input)
-    card = JudgeCard.load(args.model)
+    card = open_card(args.model, args.model_input)[1]
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
     load = {"backend": args.backend, "provider": args.provider, "variant": args.variant, "threads": threads,
-            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle}
+            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle, "model_input": args.model_input}
     # What must be the same for the shards of two runs to be one output (byte for byte what a single run writes).
     settings = {"model": str(Path(args.model).resolve()), "task": task, "symmetric": args.symmetric,
                 "backend": args.backend, "variant": args.variant, "chunk_size": args.chunk_size,

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import add_batch_size, add_provider, add_trust_pickle
+from .common import add_batch_size, add_model_input, add_provider, add_trust_pickle
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     d = Limits()
     p = subparsers.add_parser("serve", help="serve a judge over HTTP with dynamic batching")
-    p.add_argument("model", metavar="JUDGE_DIR", help="judge directory (PyTorch, ONNX, embedding or generative)")
+    p.add_argument("model", metavar="JUDGE_DIR", help="judge directory (PyTorch, ONNX, embedding or generative), or a "
+                   "reward model without a card (docs/your-model.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", default="auto",
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_provider(p)
     p.add_argument("--threads", type=int, help="intra-op threads of the judge")
     add_trust_pickle(p)
+    add_model_input(p)
     add_batch_size(p, d.max_batch_size, "items per judge call", alias="--max-batch-size")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                    help="token budget of a judge call and of each forward pass, padding included (rows x longest "
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     budget = args.max_batch_tokens or None
     judge = Judge.load(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
                        batch_size=args.batch_size,
-                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding)
+                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding,
+                       model_input=args.model_input)
     limits = Limits(max_batch_size=args.batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
                     max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)

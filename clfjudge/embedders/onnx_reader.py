@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..models.onnx_session import inference_session, provider_info
+from ..untrusted import inside
 from .decoder import DecoderEmbedder
 
 READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
@@ -61,7 +62,8 @@ class OnnxDecoderReader(DecoderEmbedder):
     def _load(self) -> None:
         if self._session is not None:
             return
-        path = self.directory / self.file
+        where = f"{self.directory / 'judge_card.json'} field 'runtime.reader'"
+        path = inside(self.directory, self.file, where)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
         self._session = inference_session(path, self._provider, self._threads)
@@ -71,7 +73,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         graphs = self._reader.get("shared_prefix")
         variant = next((name for name, file in READER_FILES.items() if file == self.file), self.variant)
         if graphs and variant in graphs["variants"]:  # the variant named, or its file (as the parity gate names it)
-            self._shared_files = tuple(self.directory / graphs[k] for k in ("prefix", "continuation"))
+            self._shared_files = tuple(inside(self.directory, graphs[k], where) for k in ("prefix", "continuation"))
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
 
     @property

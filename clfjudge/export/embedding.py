@@ -11,10 +11,11 @@ Beside it, for answers that share a prompt (best-of-n, reward groups, the uncond
 statistics), the same layers as two graphs: ``prefix.onnx`` (a prompt -> its key/value cache, and with token
 statistics its last final state) and ``continuation.onnx`` (a batch of answers read after that cache, broadcast
 from batch 1 in the graph; positions go on from the prompt's length); the card lists them under
-``runtime.reader.shared_prefix``. Each graph holds its own copy of the weights (the default judge's directory
-grows from ~370 MB to ~810 MB; one shared external-data file is not done). fp32 only: dynamic int8 already
-changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the int8 variant
-reads a shared prompt with every answer.
+``runtime.reader.shared_prefix``. The three graphs hold the same layers, so their weights are written once, in
+``weights.data`` beside them (ONNX external data; ``shared_weights.share_weights``; ``runtime.reader.shared_weights``
+records the sizes before and after). fp32 only: dynamic int8 already
+changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the int8
+variant reads a shared prompt with every answer.
 
 Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
 on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
@@ -39,7 +40,8 @@ import numpy as np
 
 from ..card import JudgeCard
 from ..data.records import PairRecord
-from . import quiet
+from . import quiet, signature
+from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
 
@@ -328,6 +330,8 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         # answers after one cached prompt: the first record's two answers, read after its prompt
         shared = export_shared_prefix(embedder, tmp, sample[:1] + [(sample[0][0], embedder._answer_ids(
             records[0].answer_b))])
+        graphs = [READER_FILES["fp32"], shared["prefix"], shared["continuation"]]
+        reader["shared_weights"] = share_weights(tmp, graphs)  # the three graphs hold the same layers: one copy
         shared["bytes"] = {shared[k]: (tmp / shared[k]).stat().st_size for k in ("prefix", "continuation")}
         reader["shared_prefix"] = shared
         if int8:
@@ -348,6 +352,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                                           thresholds)
         for name, meta in files.items():
             meta["bytes"] = (tmp / name).stat().st_size
+        files[READER_FILES["fp32"]]["external_data"] = reader["shared_weights"]["file"]
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": READER_FILES[primary], "variants": variants,
@@ -367,6 +372,8 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                                         if k in v} for n, v in variants.items()}},
                                  "exported_from": str(judge_dir.resolve())}}
         card.save(tmp)
+        signature.write(tmp, signature.decoder_reader(card, tmp))
+        signature.publish(tmp)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)

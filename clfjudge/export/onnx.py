@@ -43,14 +43,16 @@ import numpy as np
 from ..card import JudgeCard
 from ..configs import config_path
 from ..data.records import Record
-from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS
+from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
+from ..judges.foreign import write_card
 from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..kinds import EXPORTERS  # kinds exported by another module (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
+from ..prompts.chat_template import carry_prompt
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
-from . import quiet
+from . import quiet, signature
 
 if TYPE_CHECKING:
     import onnx
@@ -556,12 +558,13 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
             opset: int | None = None, isa: str = "auto", source: str | None = None,
             n_records: int | None = None, parity: ParityConfig | None = None,
             int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
-            providers: Sequence[str] = ()) -> ExportResult:
+            providers: Sequence[str] = (), model_input: str | None = None) -> ExportResult:
     """``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
     (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
-    instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed."""
-    judge_dir, out = Path(judge_dir), Path(out_dir)
-    card = JudgeCard.load(judge_dir)
+    instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed. ``model_input``: for a
+    model without a judge card, its input format (``judges.foreign``)."""
+    judge_dir, card = open_card(judge_dir, model_input)  # a model without a card is described (``judges.foreign``)
+    out = Path(out_dir)
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
                                                  n_records=n_records, parity=parity, int8_config=int8_config,
@@ -624,7 +627,11 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
 
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         torch_backend.model.config.save_pretrained(tmp)
+        if "input" not in card.truncation:  # a foreign model keeps its own chat template
+            carry_prompt(tokenizer, card.scheme, reference.encoder.length_hint)
         tokenizer.save_pretrained(tmp)
+        signature.write(tmp, signature.sequence_classification(card, torch_backend.model.config, tokenizer, tmp,
+                                                               files, primary))
         card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
             "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
@@ -633,11 +640,13 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
             "exported_from": str(judge_dir.resolve()),
         }}
         card.save(tmp)
+        signature.publish(tmp)
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    write_card(judge_dir, JudgeCard(**{**asdict(card), "runtime": {}}))
     return ExportResult(out, primary, report)
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import check_budget
-from ..card import JudgeCard
+from ..card import CARD_NAME, JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
 from ..kinds import LOADERS  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
@@ -153,8 +153,11 @@ class Judge:
     @staticmethod
     def load(directory: str | Path, backend: str = "auto", provider: str = "auto", variant: str | None = None,
              threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
-             max_batch_tokens: int | None = None, max_padding: float | None = None) -> Judge:
-        """Load a judge directory. ``backend``: "auto" (from what the directory holds), "torch", "onnx",
+             max_batch_tokens: int | None = None, max_padding: float | None = None,
+             model_input: str | None = None) -> Judge:
+        """Load a judge directory, or a transformers sequence-classification model without a judge card (a local
+        directory or ``hf:OWNER/NAME[@REV]``; ``judges.foreign``: ``model_input`` overrides its input format,
+        "chat-template" | "text-pair"). ``backend``: "auto" (from what the directory holds), "torch", "onnx",
         "sklearn" (embedding judges) or "generate" (generative judges); ``provider``, what runs an ONNX file
         (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16", or
         "auto": what the export measured fastest among the runs its parity gate passed, where this machine has it
@@ -164,8 +167,7 @@ class Judge:
         tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);
         ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
         check_budget(batch_size, max_batch_tokens, max_padding)
-        directory = Path(directory)
-        card = JudgeCard.load(directory)
+        directory, card = open_card(directory, model_input)
         name = detect_backend(directory, card) if backend == "auto" else backend
         if provider == AUTO and name != "onnx":  # the ONNX loader resolves it from the card
             provider = "cpu"
@@ -305,3 +307,19 @@ def detect_backend(directory: Path, card: JudgeCard) -> str:
         return "torch"
     raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
                             f"{' / '.join(TORCH_WEIGHTS)})")
+
+
+# A directory without judge_card.json: a model clfjudge did not write, described by the foreign kind.
+DESCRIBE_FOREIGN = "clfjudge.judges.foreign:describe"
+
+
+def open_card(spec: str | Path, model_input: str | None = None) -> tuple[Path, JudgeCard]:
+    """The directory a judge spec names and its card: judge_card.json, or for a model without one
+    (``DESCRIBE_FOREIGN``) the card that describes it."""
+    directory = Path(spec)
+    if not (directory / CARD_NAME).is_file():
+        return resolve(DESCRIBE_FOREIGN)(spec, model_input)
+    if model_input is not None:
+        raise ValueError(f"{directory}: model_input applies to a model without a judge card; this judge's card "
+                         f"fixes its input ({directory / CARD_NAME})")
+    return directory, JudgeCard.load(directory)

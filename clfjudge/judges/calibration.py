@@ -147,6 +147,7 @@ CALIBRATORS: Registry = Registry("calibrator")
 CALIBRATORS.register("cls3", _softmax_fit)
 CALIBRATORS.register("embedding", _softmax_fit)  # raw outputs are log-probabilities in class order
 CALIBRATORS.register("reward", _davidson_fit)
+CALIBRATORS.register("reward-binary", _davidson_fit)  # its raw outputs are rewards (log-odds) as well
 
 
 def fit_calibration(head: str, raw_forward: np.ndarray, raw_reversed: np.ndarray, gold: Sequence[Verdict],

@@ -16,6 +16,7 @@ from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
 from ..models.onnx_session import check_gated, inference_session, resolve_provider
+from ..untrusted import inside, read_json
 from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
 
 if TYPE_CHECKING:
@@ -43,7 +44,10 @@ class TorchBackend:
             torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
         default_ds_accelerator()
-        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)
+        # A judge directory may come from anyone: no code from it runs, and a pickled checkpoint is read with
+        # torch.load(weights_only=True) (tensors only).
+        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32,
+                                                                   trust_remote_code=False, weights_only=True)
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
 
@@ -81,7 +85,8 @@ class OnnxBackend:
 
 
 # What each fine-tuned head can do: a reward head also scores one answer (its reward).
-HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",)}
+HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",),
+              "reward-binary": ("compare", "score")}
 
 
 class ModelJudge(Judge):
@@ -156,7 +161,7 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
         name = card.runtime.get("onnx", {}).get("primary", ONNX_VARIANTS["fp32"])
     else:
         name = ONNX_VARIANTS.get(variant, variant)
-    path = directory / name
+    path = inside(directory, name, f"{directory / 'judge_card.json'} field 'runtime.onnx.primary' or variant")
     if not path.exists():
         have = sorted(p.name for p in directory.glob("*.onnx"))
         raise FileNotFoundError(f"{path} does not exist "
@@ -165,12 +170,21 @@ def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Pa
 
 
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    """The judge's tokenizer, padding on the right (a decoder's classifier reads the last token that is not pad;
+    left padding would also shift its positions). A model without a pad token in its tokenizer but one in its
+    config (TRL's RewardTrainer sets the config's) pads with that."""
     from ..machine import default_ds_accelerator
 
     default_ds_accelerator()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token_id is None and (directory / "config.json").is_file():
+        pad = read_json(directory / "config.json").get("pad_token_id")
+        if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < len(tokenizer):
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
+    return tokenizer
 
 
 def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,

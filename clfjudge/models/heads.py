@@ -77,6 +77,7 @@ class Head:
     position_invariant: ClassVar[bool] = False
     label_is_float: ClassVar[bool] = False
     supports_length_covariate: ClassVar[bool] = False
+    trainable: ClassVar[bool] = True  # False: a head that only reads a model someone else trained
     best_metric: ClassVar[str]  # dev metric for early stopping / best checkpoint (greater is better)
 
     def default_scheme(self, family: str) -> str:
@@ -426,3 +427,43 @@ class RewardHead(Head):
         cal = card.calibration
         return cls(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)),
                    length_coef=float(cal.get("length_coef", 0.0)))
+
+
+@HEADS.register("reward-binary")
+class BinaryRewardHead(RewardHead):
+    """A two-class sequence classifier over (question, answer) read as a reward model (a released model that clfjudge
+    did not train, ``judges.foreign``): r = logit[positive] - logit[other], the log-odds of the positive class,
+    then everything as ``reward`` (Bradley-Terry / Davidson on r_A - r_B). Read only, not trained here."""
+
+    name = "reward-binary"
+    num_labels = 2
+    problem_type = "single_label_classification"
+    supports_length_covariate = False
+    trainable = False
+
+    def __init__(self, positive: int = 1, id2label: dict[str, str] | None = None, **reward: Any) -> None:
+        super().__init__(**reward)
+        if positive not in (0, 1):
+            raise ValueError(f"reward-binary: the positive class is output 0 or 1, got {positive!r}")
+        self.positive, self.labels = positive, dict(id2label or {"0": "LABEL_0", "1": "LABEL_1"})
+
+    def adjust(self, logits: np.ndarray, records: Sequence[Record]) -> np.ndarray:
+        z = np.asarray(logits, dtype=np.float64).reshape(len(records), -1, 2)
+        return z[..., self.positive] - z[..., 1 - self.positive]
+
+    def id2label(self) -> dict[int, str]:
+        return {int(k): v for k, v in self.labels.items()}
+
+    def card_fields(self) -> dict[str, Any]:
+        out = super().card_fields()
+        positive = self.labels[str(self.positive)]
+        out["label_map"] = {**{str(k): v for k, v in self.labels.items()}, "positive": self.positive,
+                            "reward": f"log-odds of {positive!r}: logit[{self.positive}] - logit[{1 - self.positive}]"}
+        return out
+
+    @classmethod
+    def from_card(cls, card: JudgeCard) -> BinaryRewardHead:
+        base = RewardHead.from_card(card)
+        labels = {k: v for k, v in card.label_map.items() if k in ("0", "1")}
+        return cls(positive=int(card.label_map.get("positive", 1)), id2label=labels or None, scale=base.scale,
+                   nu=base.nu)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..data.records import PairRecord, PointRecord, Record
+from .model_input import MODEL_INPUTS, ModelInputEncoder
 from .schemes import render
 from .truncation import TruncationPolicy, TruncationReport, truncate
 
@@ -39,8 +40,6 @@ def with_length_hints(record: Record) -> Record:
     return replace(record, **hints)
 
 
-# The tokenizer outputs a sequence-classification backbone consumes (others, e.g. offsets, are dropped).
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @dataclass
@@ -54,6 +53,10 @@ class Encoder:
 
     @classmethod
     def from_card(cls, card: JudgeCard, tokenizer: PreTrainedTokenizerBase) -> Encoder:
+        """The card's encoder: its scheme's, or a model's own input format where the card names one
+        (``truncation.input``: a judge clfjudge did not train, ``prompts.model_input``)."""
+        if "input" in card.truncation:
+            return ModelInputEncoder.from_card(card, tokenizer)
         policy = TruncationPolicy(**card.truncation["policy"])
         return cls(tokenizer, card.scheme, policy, use_reference=bool(card.truncation.get("use_reference", False)),
                    length_hint=bool(card.truncation.get("length_hint", False)))

@@ -1,7 +1,7 @@
 """Make a record fit a judge's maximum input length, field by field, and account for every cut.
 
 ``truncate(record, scheme, tokenizer, policy)`` returns a record whose rendering tokenizes to at most
-``policy.max_length`` tokens (special tokens included):
+``policy.max_length`` tokens (special tokens included; or whose input, as a ``View`` shows it, does):
 
 1. if the full rendering fits, the record is returned untouched;
 2. the template's own cost is measured by rendering the record with its shown fields emptied; what is left
@@ -203,15 +203,33 @@ def _drop_earlier_turns(record: Record, tokenizer: PreTrainedTokenizerBase,
     return record, start - length
 
 
-def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBase,
-             policy: TruncationPolicy) -> tuple[Record, TruncationInfo]:
-    """``record`` with fields cut so that ``render(record, scheme_name)`` fits ``policy.max_length`` tokens."""
+@dataclass(frozen=True)
+class View:
+    """How a record is shown to the model, for truncation: the fields that may be cut (in order), and the number
+    of tokens the whole input takes. A scheme's view renders its template (``scheme_view``); a foreign model's
+    renders the model's own input (its chat template, or a text pair: ``prompts.model_input``)."""
+
+    name: str
+    fields: tuple[str, ...]
+    length: Callable[[Record], int]
+
+
+def scheme_view(scheme_name: str, tokenizer: PreTrainedTokenizerBase) -> View:
     scheme = SCHEMES.get(scheme_name)
-    before = _count(tokenizer, render(record, scheme))
+    return View(scheme_name, scheme.fields, lambda record: _count(tokenizer, render(record, scheme)))
+
+
+def truncate(record: Record, scheme_name: str | View, tokenizer: PreTrainedTokenizerBase,
+             policy: TruncationPolicy) -> tuple[Record, TruncationInfo]:
+    """``record`` with fields cut so that ``render(record, scheme_name)`` (or a ``View``'s input) fits
+    ``policy.max_length`` tokens; a conversation loses its oldest turns before its question is cut."""
+    view = scheme_name if isinstance(scheme_name, View) else scheme_view(scheme_name, tokenizer)
+    scheme_name = view.name
+    before = view.length(record)
     if before <= policy.max_length:
         return record, TruncationInfo(record.id, scheme_name, before, before)
-    fields = [f for f in scheme.fields if getattr(record, f) is not None]
-    overhead = _count(tokenizer, render(replace(record, **{f: "" for f in fields}), scheme))
+    fields = [f for f in view.fields if getattr(record, f) is not None]
+    overhead = view.length(replace(record, **{f: "" for f in fields}))
     ellipsis = len(tokenizer(ELLIPSIS, add_special_tokens=False, verbose=False)["input_ids"])
     space = policy.max_length - overhead
 
@@ -243,7 +261,7 @@ def truncate(record: Record, scheme_name: str, tokenizer: PreTrainedTokenizerBas
                 cut[f], kept = _cut(texts[f], spans[f], alloc[f] - ellipsis, policy.head_fraction)
                 removed[f] = lengths[f] - kept
         out = replace(record, **cut)
-        after = _count(tokenizer, render(out, scheme))
+        after = view.length(out)
         if after <= policy.max_length:
             return out, TruncationInfo(record.id, scheme_name, before, after, removed)
         space -= after - policy.max_length

@@ -40,6 +40,7 @@ class ScoreJob:
     threads: int | None = None
     batch_size: int = 16
     trust_pickle: bool = False
+    model_input: str | None = None  # how a reward model without a card reads (question, answer)
     options: ReadOptions = field(default_factory=ReadOptions)
     format: str | None = None  # as given (recorded in the progress file: a resumed run must read alike)
     columns: str | None = None
@@ -68,7 +69,8 @@ def score_file(job: ScoreJob) -> int:
         print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     judge = Judge.load(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
-                       threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle)
+                       threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
+                       model_input=job.model_input)
     task = ("compare" if judge.card.kind == "pair" else "score") if job.task == "auto" else job.task
     judge.require(task)
     if job.symmetric and task != "compare":

@@ -160,6 +160,8 @@ class TrainConfig:
                 raise ValueError(f"train config: {message}")
         if self.head not in HEADS and self.head not in TRAINERS:
             HEADS.get(self.head)  # raises with the known names
+        if self.head in HEADS and not HEADS.get(self.head).trainable:
+            raise ValueError(f"train config: head {self.head!r} reads released models and is not trained here")
         if self.length_covariate and not (self.head in HEADS and HEADS.get(self.head).supports_length_covariate):
             raise ValueError(f"train config: length_covariate is a reward-head option, not one of head {self.head!r}")
 

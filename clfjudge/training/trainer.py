@@ -105,6 +105,7 @@ def train(cfg: TrainConfig) -> Path:
 
     from ..card import JudgeCard
     from ..models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
+    from ..prompts.chat_template import carry_prompt
     from ..prompts.encoding import Encoder, collate
     from ..prompts.schemes import SCHEMES
     from ..prompts.truncation import TruncationPolicy, TruncationReport
@@ -170,6 +171,7 @@ def train(cfg: TrainConfig) -> Path:
 
     trainer.save_model(str(out_dir))
     if trainer.is_world_process_zero():
+        carry_prompt(tokenizer, scheme, encoders["train"].length_hint)  # transformers / TRL then read our text
         tokenizer.save_pretrained(str(out_dir))
         card = JudgeCard(
             head=head.name, kind=head.kind, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,

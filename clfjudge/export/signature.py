@@ -1,0 +1,173 @@
+"""What another runtime needs to use an exported judge without clfjudge: ``signature.json`` beside the ONNX files
+(and config.json + the tokenizer files, the layout optimum's ``ORTModelForSequenceClassification`` opens): the
+inputs and outputs of every graph with their dtypes and axes, the class order of every output column, the
+pooling, how text becomes token ids (pre-processing) and how outputs become rewards, probabilities or scores
+(post-processing, with the card's calibration). ``tests/test_export_signature.py`` scores exported judges with
+onnxruntime and a tokenizer, reading this file alone.
+
+Exported files are made readable by other users (``publish``: the modes the process's umask allows, as a plain
+file write gets; ``umask 077`` keeps them private), since a service account other than the writer reads them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..card import JudgeCard
+
+SIGNATURE_NAME = "signature.json"
+SIGNATURE_VERSION = 1
+
+_POOLING = {
+    "encoder": "the classifier reads the first token's final hidden state ([CLS] / <s>; through the model's pooler "
+               "where it has one)",
+    "decoder": "the classifier reads the final hidden state of the last token that is not config.pad_token_id "
+               "(right padding)",
+}
+
+
+def graph_io(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Inputs and outputs of an ONNX graph: name, element type and axes (a name for a dynamic axis)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+
+    def describe(values) -> list[dict[str, Any]]:
+        out = []
+        for v in values:
+            t = v.type.tensor_type
+            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name,
+                        "shape": [d.dim_param or d.dim_value for d in t.shape.dim]})
+        return out
+
+    return {"inputs": describe(model.graph.input), "outputs": describe(model.graph.output)}
+
+
+def _preprocessing(card: JudgeCard, tokenizer: Any, chat_template: bool) -> dict[str, Any]:
+    from ..prompts.chat_template import text_template
+
+    policy = card.truncation.get("policy", {})
+    common = {"max_length": card.max_length, "padding_side": "right", "pad_token_id": tokenizer.pad_token_id,
+              "truncation": {"policy": policy, "how": "clfjudge cuts a longer input field by field (each field "
+                                                      "keeps its head and tail joined by ' … '); an input within "
+                                                      "max_length is used as it is"}}
+    model_input = card.truncation.get("input")
+    if model_input == "chat-template":
+        return {"input": "chat-template", "add_special_tokens": False, **common,
+                "how": "text = tokenizer.apply_chat_template([{'role': 'user', 'content': question}, {'role': "
+                       "'assistant', 'content': answer}], tokenize=False); ids = tokenizer(text, "
+                       "add_special_tokens=False)"}
+    if model_input == "text-pair":
+        return {"input": "text-pair", "add_special_tokens": True, **common, "how": "ids = tokenizer(question, answer)"}
+    how = ("text = template with each {field} replaced by the record's field; ids = tokenizer(text)")
+    if chat_template:
+        how += ("; equivalently (one answer): text = tokenizer.apply_chat_template([{'role': 'user', 'content': "
+                "question}, {'role': 'assistant', 'content': answer}], tokenize=False); ids = tokenizer(text, "
+                "add_special_tokens=False)")
+    return {"input": "scheme", "scheme": card.scheme, "template": text_template(card.scheme),
+            "add_special_tokens": True, "chat_template": chat_template, **common, "how": how}
+
+
+def _postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+    cal = card.calibration
+    if card.head in ("reward", "reward-binary"):
+        positive = card.label_map.get("positive", 1)
+        reward = (f"logits[:, {positive}] - logits[:, {1 - positive}] (log-odds of {columns[positive]!r})"
+                  if card.head == "reward-binary" else "logits[:, 0]")
+        return {"sequences_per_comparison": 2, "score": f"reward r(question, answer) = {reward}"
+                + (f" + {cal.get('length_coef', 0.0)} * log(1 + characters of the answer)"
+                   if cal.get("length_coef") else ""),
+                "compare": "score each answer alone; d = r_A - r_B; P(A) : P(TIE) : P(B) = exp(scale * d / 2) : nu "
+                           ": exp(-scale * d / 2) (Davidson; nu = 0: Bradley-Terry, P(A) = sigmoid(scale * d))",
+                "scale": cal.get("scale", 1.0), "nu": cal.get("nu", 0.0)}
+    if card.head == "cls3":
+        return {"sequences_per_comparison": 1,
+                "compare": f"p = softmax(logits / temperature) over the columns {columns}; verdict = argmax"
+                           + (" (TIE also when |P(A) - P(B)| <= tie_margin)" if cal.get("tie_margin") else ""),
+                "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin")}
+    if card.head == "regression":
+        lo, hi = card.score_scale or (0.0, 1.0)
+        return {"score": f"clip({lo:g} + logits[:, 0] * {hi - lo:g}, {lo:g}, {hi:g})", "score_scale": [lo, hi]}
+    return {"label_map": card.label_map, "calibration": cal}
+
+
+def sequence_classification(card: JudgeCard, config: Any, tokenizer: Any, directory: Path,
+                            files: Mapping[str, Mapping[str, Any]], primary: str) -> dict[str, Any]:
+    """The signature of a sequence-classification export (``export.onnx.export_judge``)."""
+    from ..models.backbones import family_of
+
+    columns = [str(config.id2label[i]) for i in range(config.num_labels)]
+    graphs = {name: {**graph_io(directory / name), "precision": meta.get("precision")} for name, meta in files.items()}
+    for graph in graphs.values():
+        for output in graph["outputs"]:
+            output["columns"] = columns
+    return {"signature_version": SIGNATURE_VERSION, "task": "sequence-classification", "judge": card.head,
+            "kind": card.kind, "primary": primary, "graphs": graphs,
+            "layout": "optimum ORTModelForSequenceClassification: model.onnx + config.json + tokenizer files",
+            "pooling": _POOLING[family_of(config.to_dict())],
+            "preprocessing": _preprocessing(card, tokenizer, bool(getattr(tokenizer, "chat_template", None))),
+            "postprocessing": {"columns": columns, **_postprocessing(card, columns)}}
+
+
+def write(directory: Path, signature: Mapping[str, Any]) -> Path:
+    path = directory / SIGNATURE_NAME
+    path.write_text(json.dumps(signature, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def publish(directory: Path) -> None:
+    """Give an export directory and its files the modes a plain write gets under the process's umask (files
+    0644 and folders 0755 under the usual 022); temporary directories and some writers (safetensors) use 0700 /
+    0600, which would hide an export from a service user other than its writer."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for root, dirs, names in os.walk(directory):
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+    os.chmod(directory, 0o777 & ~umask)
+
+
+def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
+    """The signature of an embedding judge's decoder-reader export (``export.embedding``): the graphs read answers
+    into feature vectors; the judge's head (``head.safetensors``: arrays applied in NumPy) turns those into
+    probabilities."""
+    reader = card.runtime["reader"]
+    names = [*reader["files"], reader["shared_prefix"]["prefix"], reader["shared_prefix"]["continuation"]]
+    graphs = {name: graph_io(directory / name) for name in names if (directory / name).is_file()}
+    before, after = reader["template"]
+    return {
+        "signature_version": SIGNATURE_VERSION, "task": "decoder-reader", "judge": card.head, "kind": card.kind,
+        "primary": card.runtime["onnx"]["primary"], "graphs": graphs,
+        "shared_weights": reader.get("shared_weights"),
+        "embedder": card.runtime.get("embedder"),  # layer, max_prompt_tokens, max_answer_tokens, stats_tokens
+        "pooling": "pooled = sum over t of pool[b, t] * (hidden state of the embedder's layer at t); pool holds "
+                   "1 / (answer tokens) over the answer's positions, 0 elsewhere",
+        "preprocessing": {
+            "prompt_ids": "tokenizer(template[0] + question + template[1], add_special_tokens=False); a prompt longer "
+                          "than max_prompt_tokens keeps its head and tail",
+            "template": [before, after],
+            "answer_ids": "tokenizer(answer, add_special_tokens=False)[:max_answer_tokens] + [eos_token_id]",
+            "eos_token_id": reader["eos_token_id"],
+            "input_ids": "prompt_ids + answer_ids, right-padded with eos_token_id; attention_mask 1 over them",
+            "positions / targets": "for each of the first stats_tokens answer tokens: the position whose state "
+                                   "predicts it (one before it) and its id",
+            "shared prefix": "prefix.onnx reads a prompt once (batch 1) into its key/value cache "
+                             "(present.{i}.key / .value); continuation.onnx reads a batch of answers after it "
+                             "(past_key_values.{i}.*, attention_mask over cache + answer)",
+        },
+        "postprocessing": {
+            "outputs": "pooled: (batch, hidden) feature vector of each answer; log_probs: (batch, span) "
+                       "log-probability of each scored answer token",
+            "features": "the card's feature groups (judge_card.json runtime) over both answers' readings, in "
+                        "clfjudge.judges.features",
+            "head": "head.safetensors: x = (features - mean) / scale * weights; logits = x @ coef.T + intercept; "
+                    "row j of coef is the class metadata 'classes'[j] in the coding {0: TIE, 1: A, 2: B} (one row: "
+                    "binary, P(classes[1]) = sigmoid(logit)); the judge averages both answer orders",
+            "columns": card.label_map.get("proba_columns"),
+        },
+    }

@@ -1,0 +1,96 @@
+"""A judge's prompt as its tokenizer's chat template, so that tools that only know transformers score the text
+clfjudge scores: ``tokenizer.apply_chat_template([user: question, assistant: answer])`` then
+``tokenizer(text, add_special_tokens=False)`` (TRL's ``GRPOTrainer(reward_funcs=["judge_dir"])`` path; a reward
+model card's usage) gives the token ids ``Encoder.encode`` gives, for inputs within the judge's ``max_length``
+(clfjudge cuts a longer one field by field; the template does not cut).
+
+The template is the scheme rendered with the conversation's last user turn as the question and its last assistant
+turn as the answer, between the special tokens the tokenizer adds itself (e.g. ``[CLS]`` ... ``[SEP]``, ``<s>``),
+written as literals because the caller tokenizes with ``add_special_tokens=False``. Only schemes that show one
+answer (the reward and regression heads') can be written so; a length hint (computed from the answer's length)
+cannot be and is refused.
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from ..data.records import Loc, PointRecord
+from .schemes import SCHEMES, render
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_MARK = {"question": "\ue000clfjudge-question\ue000", "answer": "\ue000clfjudge-answer\ue000"}
+_PICK_TURNS = ("{%- set turn = namespace(question='', answer='') -%}"
+               "{%- for message in messages -%}"
+               "{%- if message['role'] == 'user' -%}{%- set turn.question = message['content'] -%}"
+               "{%- elif message['role'] == 'assistant' -%}{%- set turn.answer = message['content'] -%}"
+               "{%- endif -%}{%- endfor -%}")
+
+
+def text_template(scheme_name: str) -> str:
+    """The scheme's text with ``{question}`` / ``{answer}`` (``{answer_a}`` / ``{answer_b}``) where the record's
+    fields go, as another program fills it with ``str.replace`` (a record without rubric or reference)."""
+    from ..data.records import PairRecord
+
+    scheme = SCHEMES.get(scheme_name)
+    marks = {name: f"\ue000clfjudge-{name}\ue000" for name in ("question", "answer", "answer_a", "answer_b")}
+    if scheme.kind == "point":
+        record = PointRecord.build(Loc(), question=marks["question"], answer=marks["answer"], unlabelled=True)
+    else:
+        record = PairRecord.build(Loc(), question=marks["question"], answer_a=marks["answer_a"],
+                                  answer_b=marks["answer_b"], unlabelled=True)
+    text = render(record, scheme)
+    for name, mark in marks.items():
+        text = text.replace(mark, "{" + name + "}")
+    return text
+
+
+def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
+    """The special tokens the tokenizer puts before and after one text, as text."""
+    bare = tokenizer("x", add_special_tokens=False)["input_ids"]
+    full = tokenizer("x")["input_ids"]
+    start = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), None)
+    if start is None:
+        raise ValueError(f"{type(tokenizer).__name__}: its special tokens change the text's own tokens; no chat "
+                         "template can reproduce them")
+    added = full[:start] + full[start + len(bare):]
+    if any(i not in tokenizer.all_special_ids for i in added):
+        raise ValueError(f"{type(tokenizer).__name__}: it adds tokens that are not special tokens ({added})")
+    prefix, suffix = full[:start], full[start + len(bare):]
+    return "".join(tokenizer.convert_ids_to_tokens(prefix)), "".join(tokenizer.convert_ids_to_tokens(suffix))
+
+
+def _literal(text: str) -> str:
+    return "{{ " + json.dumps(text) + " }}" if text else ""
+
+
+def judge_chat_template(scheme_name: str, tokenizer: PreTrainedTokenizerBase, length_hint: bool = False) -> str:
+    """The Jinja chat template that renders a conversation as ``scheme_name`` renders (question, answer)."""
+    scheme = SCHEMES.get(scheme_name)
+    if scheme.kind != "point":
+        raise ValueError(f"scheme {scheme_name!r} shows {scheme.kind} records (two answers in one input): a chat "
+                         "template renders one conversation, so only one-answer schemes can be written as one")
+    if length_hint:
+        raise ValueError("a judge trained with length hints prefixes each answer with its length bucket, which a chat "
+                         "template cannot compute; clfjudge.reward_function scores it as trained")
+    record = PointRecord.build(Loc(), question=_MARK["question"], answer=_MARK["answer"], unlabelled=True)
+    text = render(record, scheme)
+    before_question, _, rest = text.partition(_MARK["question"])
+    between, _, after_answer = rest.partition(_MARK["answer"])
+    if _MARK["question"] in after_answer or _MARK["answer"] in before_question:
+        raise ValueError(f"scheme {scheme_name!r} shows the answer before the question or a field twice")
+    prefix, suffix = _special_tokens(tokenizer)
+    return (_PICK_TURNS + _literal(prefix + before_question) + "{{ turn.question }}" + _literal(between)
+            + "{{ turn.answer }}" + _literal(after_answer + suffix))
+
+
+def carry_prompt(tokenizer: PreTrainedTokenizerBase, scheme_name: str, length_hint: bool = False) -> bool:
+    """Give a judge's tokenizer its prompt as chat template where one can express it (a one-answer scheme without
+    length hints; what the backbone's tokenizer had is replaced: the judge reads its scheme, not the backbone's
+    chat format); True when it did. A pairwise judge's tokenizer is left as it is."""
+    if SCHEMES.get(scheme_name).kind != "point" or length_hint:
+        return False
+    tokenizer.chat_template = judge_chat_template(scheme_name, tokenizer)
+    return True

@@ -1,0 +1,109 @@
+"""A model's own input format, for a judge clfjudge did not train: a reward model saved by transformers or TRL reads
+(question, answer) the way it was trained, not in a clfjudge scheme.
+
+- ``chat-template``: the tokenizer's chat template over ``[user: question, assistant: answer]``, tokenized as
+  ``tokenizer.apply_chat_template(messages, tokenize=True)`` does (the template writes every special token, so
+  the tokenizer adds none); what decoder reward models (Llama, Qwen, Gemma, TRL's RewardTrainer on
+  conversational data) read;
+- ``text-pair``: ``tokenizer(question, answer)``, the encoder reward models' convention (OpenAssistant's
+  DeBERTa RMs, cross-encoders).
+
+A judge card names the format in ``truncation.input``; ``Encoder.from_card`` then builds a ``ModelInputEncoder``
+(``INPUTS``), with the same interface as ``Encoder``. A too-long input is cut field by field as a scheme's is
+(``truncation.truncate`` through the format's ``View``). Only the question and the answer are shown: rubric and
+reference are not part of such a model's input.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..data.records import PointRecord, Record
+from ..registry import Registry
+from .truncation import TruncationPolicy, TruncationReport, View, truncate
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..card import JudgeCard
+
+_FIELDS = ("question", "answer")
+# The tokenizer outputs a sequence-classification backbone consumes (others, e.g. offsets, are dropped).
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def messages(record: PointRecord) -> list[dict[str, str]]:
+    """The conversation a chat reward model scores: the question as the user's turn, the answer as the reply."""
+    return [{"role": "user", "content": record.question}, {"role": "assistant", "content": record.answer}]
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """``text``: the input as one string (what a log or ``clfjudge score --text`` shows); ``tokens``: its token ids,
+    as the model's own tokenizer call makes them."""
+
+    name: str
+    text: Callable[[PreTrainedTokenizerBase, PointRecord], str]
+    tokens: Callable[[PreTrainedTokenizerBase, PointRecord], Any]
+
+
+def _chat_text(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> str:
+    return tokenizer.apply_chat_template(messages(record), tokenize=False)
+
+
+def _chat_tokens(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> Any:
+    return tokenizer(_chat_text(tokenizer, record), add_special_tokens=False, verbose=False)
+
+
+def _pair_text(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> str:
+    return tokenizer.decode(_pair_tokens(tokenizer, record)["input_ids"])
+
+
+def _pair_tokens(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> Any:
+    return tokenizer(record.question, record.answer, verbose=False)
+
+
+INPUTS: Registry[InputFormat] = Registry("model input format")
+INPUTS.register("chat-template", InputFormat("chat-template", _chat_text, _chat_tokens))
+INPUTS.register("text-pair", InputFormat("text-pair", _pair_text, _pair_tokens))
+
+
+@dataclass
+class ModelInputEncoder:
+    """``Encoder``'s interface over a model's own input format (``INPUTS``)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    input: str
+    policy: TruncationPolicy
+    report: TruncationReport = field(default_factory=TruncationReport)
+
+    def __post_init__(self) -> None:
+        self.format = INPUTS.get(self.input)
+        if self.input == "chat-template" and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("input 'chat-template': the model's tokenizer has no chat template "
+                             "(tokenizer_config.json / chat_template.jinja); use input 'text-pair'")
+
+    @classmethod
+    def from_card(cls, card: JudgeCard, tokenizer: PreTrainedTokenizerBase) -> ModelInputEncoder:
+        return cls(tokenizer, card.truncation["input"], TruncationPolicy(**card.truncation["policy"]))
+
+    def card_entry(self) -> dict[str, Any]:
+        return {"policy": asdict(self.policy), "input": self.input}
+
+    def _fit(self, record: Record, count: bool) -> PointRecord:
+        if not isinstance(record, PointRecord):
+            raise ValueError(f"record {record.id!r}: a model read in its own input format ({self.input}) scores one "
+                             f"answer at a time, got a {record.kind} record")
+        view = View(self.input, _FIELDS, lambda r: len(self.format.tokens(self.tokenizer, r)["input_ids"]))
+        record, info = truncate(record, view, self.tokenizer, self.policy)
+        if count:
+            self.report.add(info)
+        return record
+
+    def text(self, record: Record, count: bool = True) -> str:
+        return self.format.text(self.tokenizer, self._fit(record, count))
+
+    def encode(self, record: Record, count: bool = True) -> dict[str, list[int]]:
+        enc = self.format.tokens(self.tokenizer, self._fit(record, count))
+        return {k: list(enc[k])[: self.policy.max_length] for k in MODEL_INPUTS if k in enc}
