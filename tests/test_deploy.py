@@ -97,7 +97,7 @@ def test_clfjudge_export_takes_a_preset_and_options_given_override_it(monkeypatc
 # with them unimportable, as in the image. The rest of pyproject's list comes in as dependencies of what it installs.
 LEFT_OUT = {"torch": "torch", "accelerate": "accelerate", "datasets": "datasets", "deepspeed": "deepspeed",
             "sentence-transformers": "sentence_transformers", "scikit-learn": "sklearn", "scipy": "scipy",
-            "onnx": "onnx", "onnxscript": "onnxscript", "sentencepiece": "sentencepiece", "gguf": "gguf",
+            "onnxscript": "onnxscript", "sentencepiece": "sentencepiece", "gguf": "gguf",
             "matplotlib": "matplotlib", "skops": "skops"}
 
 BLOCKER = """\

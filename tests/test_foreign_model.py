@@ -30,7 +30,7 @@ CONVERSATIONS = [("What is the capital of France?", "  Paris is the capital city
                  ("Two?", "three four five code python function returns list sorted order summary " * 3)]
 # clfjudge pads a batch to its longest member; transformers here reads each input alone. Padding changes the
 # float summation order only: rewards agree to float32 rounding.
-TOLERANCE = 1e-5
+TOLERANCE = 1e-4  # float32 sums in another order (thread count, batch padding): ~1e-5 seen
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,8 @@ def test_a_two_class_model_is_read_as_the_log_odds_of_its_class_1(arch, tmp_path
     want = native_rewards(model, CONVERSATIONS, chat=arch not in ENCODERS)  # logit[1] - logit[0]
     assert got == pytest.approx(want, abs=TOLERANCE)
     c = judge.compare(CONVERSATIONS[0][0], CONVERSATIONS[0][1], CONVERSATIONS[1][1])
-    assert c.margin == pytest.approx(got[0] - judge.score(CONVERSATIONS[0][0], CONVERSATIONS[1][1]).value, abs=1e-6)
+    other = judge.score(CONVERSATIONS[0][0], CONVERSATIONS[1][1]).value
+    assert c.margin == pytest.approx(got[0] - other, abs=TOLERANCE)
     exported = export_judge(model, tmp_path / "onnx", n_records=16).out_dir
     assert Judge.load(exported).score(*CONVERSATIONS[2]).value == pytest.approx(got[2], abs=1e-4)
     signature = json.loads((exported / "signature.json").read_text())
