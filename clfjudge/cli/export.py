@@ -10,8 +10,8 @@ from .common import add_model_input
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("export", help="export a fine-tuned judge to ONNX (fp32 / optimized / int8), "
-                                             "refused unless it matches PyTorch on real records")
+    p = subparsers.add_parser("export", help="export a judge or a reward model to ONNX (fp32 / optimized / "
+                                             "int8), refused unless it decides as PyTorch on real records")
     p.add_argument("judge_dir", metavar="JUDGE_DIR",
                    help="a trained judge directory (HF model + judge_card.json), or a reward model without a card "
                         "(a sequence-classification model's directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")

@@ -31,7 +31,8 @@ PROGRESS_VERSION = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("score", help="score a JSONL file of pairs (compare) or answers (score) with a judge",
+    p = subparsers.add_parser("score", help="score a file of pairs (compare) or answers (score) with a judge or a "
+                                           "reward model (JSONL, Parquet, CSV, a datasets directory)",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error")
     p.add_argument("model", metavar="JUDGE_DIR",
