@@ -226,7 +226,9 @@ def main() -> None:
     if args.results:
         common.RESULTS = Path(args.results)
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    pairs = random.Random(0).sample(common.load(args.source), args.pairs)
+    from clfjudge.data import sources
+
+    pairs = random.Random(0).sample(list(sources.load(args.source).records), args.pairs)
     items = [item for p in pairs for item in ((p.question, p.answer_a), (p.question, p.answer_b))]
     models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads)
                           for a in args.models)]
