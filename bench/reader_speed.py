@@ -6,13 +6,13 @@
 For any decoder (an alias such as ``smollm2``, ``qwen-coder-0.5b``, ``qwen-coder-1.5b``, a directory or a hub id)
 and the layer an embedding judge would read, the paths the library has: PyTorch fp32 running every layer (the
 model as loaded, the same layer pooled), PyTorch fp32 cut at the layer (``DecoderEmbedder``: the layers above it
-are dropped),
-PyTorch bf16 cut (autocast; on a CPU without bf16 the library reads fp32 and the row says so), and the exported
-reader (``reader.onnx``, the library's export of the cut model) run by onnxruntime in fp32, the same graph with
-dynamic int8 weights (``quantize_onnx``, this CPU's int8 settings), and compiled by OpenVINO in bf16 where it
-runs. Each path runs in its own process with ``--threads`` threads; inputs are real PandaLM test answers read
-after their questions, cold (no cache), in the library's token limits and batches. Reported: answers/s (median
-of ``--repeats`` reads), peak RSS, and each path's pooled vectors against PyTorch fp32 cut (min and mean cosine).
+are dropped), PyTorch bf16 cut (autocast; on a CPU without bf16 the library reads fp32 and the row says so), and
+the exported reader (``reader.onnx``, the library's export of the cut model) run by onnxruntime in fp32, the same
+graph with dynamic int8 weights (``quantize_onnx``, this CPU's int8 settings) and with weight-only int4
+(``MatMulNBits``), and compiled by OpenVINO in bf16 where it runs. Each path runs in its own process with
+``--threads`` threads; inputs are real PandaLM test answers read after their questions, cold (no cache), in the
+library's token limits and batches. Reported: answers/s (median of ``--repeats`` reads), peak RSS, and each
+path's pooled vectors against PyTorch fp32 cut (min and mean cosine).
 Writes bench/results/reader_speed_<reader>_<date>.{json,md}.
 """
 from __future__ import annotations
@@ -33,9 +33,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write  # noqa: E402
 
-PATHS = ("pytorch fp32 all", "pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8", "openvino bf16")
+PATHS = ("pytorch fp32 all", "pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8", "onnx int4", "openvino bf16")
 REFERENCE = "pytorch fp32"
 ONNX = {"onnx fp32": ("reader.onnx", "cpu"), "onnx int8": ("reader_quantized.onnx", "cpu"),
+        "onnx int4": ("reader_int4.onnx", "cpu"),
         "openvino bf16": ("reader.onnx", "openvino-bf16")}
 
 
@@ -73,13 +74,28 @@ def export(reader: str, layer: int, directory: Path, questions: list[str], answe
     start = time.monotonic()
     quantize_onnx(directory / "reader.onnx", directory / "reader_quantized.onnx", int8_settings(), external=True)
     quantized = time.monotonic() - start
+    start = time.monotonic()
+    quantize_int4(directory / "reader.onnx", directory / "reader_int4.onnx")
+    int4 = time.monotonic() - start
     e._tokenizer.save_pretrained(directory)
     before, after = e.template_parts()
     entry = {"encoder": reader, "depth": e._depth, "hidden_size": e._model.config.hidden_size,
              "eos_token_id": e._eos, "template": [before, after], "primary": "fp32"}
     (directory / "reader.json").write_text(json.dumps(entry))
-    return {"export_s": round(exported, 1), "int8_s": round(quantized, 1),
+    return {"export_s": round(exported, 1), "int8_s": round(quantized, 1), "int4_s": round(int4, 1),
             "bytes": {f.name: f.stat().st_size for f in directory.iterdir() if f.suffix in (".onnx", ".data")}}
+
+
+def quantize_int4(src: Path, dst: Path, block_size: int = 32) -> None:
+    """Weight-only int4 (onnxruntime's MatMulNBits, symmetric blocks of ``block_size``; accuracy level 4: the
+    activations meet the weights in int8, as the CPU kernels are fastest)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, accuracy_level=4)
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=config)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
 
 
 def run_path(path: str, reader: str, layer: int, n: int, repeats: int, threads: int, onnx_dir: str,
@@ -204,7 +220,7 @@ def markdown(d: dict[str, Any]) -> str:
              "cut at the same layer.", ""]
     if d["export"]:
         e = d["export"]
-        lines += [f"Export: reader graph in {e['export_s']} s, int8 in {e['int8_s']} s; "
+        lines += [f"Export: reader graph in {e['export_s']} s, int8 in {e['int8_s']} s, int4 in {e['int4_s']} s; "
                   + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in e["bytes"].items()), ""]
     lines += ["| path | answers/s | x PyTorch fp32 all layers | min cosine | mean cosine | peak RSS MB |",
               "|---|---|---|---|---|---|"]

@@ -29,7 +29,7 @@ def study():
 
 
 def test_every_reading_path_reads_the_same_layer(tiny_llama_dir, tmp_path):
-    paths = ["pytorch fp32 all", "pytorch fp32", "onnx fp32", "onnx int8"]
+    paths = ["pytorch fp32 all", "pytorch fp32", "onnx fp32", "onnx int8", "onnx int4"]
     done = subprocess.run([sys.executable, str(REPO / "bench" / "reader_speed.py"), "--reader", str(tiny_llama_dir),
                            "--layer", "1", "--answers", "4", "--repeats", "1", "--threads", "1",
                            "--results", str(tmp_path), "--paths", *paths],
@@ -41,7 +41,7 @@ def test_every_reading_path_reads_the_same_layer(tiny_llama_dir, tmp_path):
     # a causal model's layer-1 states do not depend on the layers above: running them changes nothing
     assert rows["pytorch fp32 all"]["min_cosine"] > 0.99999
     assert rows["onnx fp32"]["min_cosine"] > 0.9999
-    assert 0 < rows["onnx int8"]["min_cosine"] <= 1.00001
+    assert all(0 < rows[p]["min_cosine"] <= 1.00001 for p in ("onnx int8", "onnx int4"))
     assert "| onnx int8 |" in next(tmp_path.glob("reader_speed_*.md")).read_text()
 
 
