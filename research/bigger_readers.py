@@ -14,9 +14,10 @@ instruct model: a verdict prompt, log-probability of "A" against "B" for the nex
 on ``--pairs`` non-tie pairs drawn (seeded) from each named set (the evaluation sets included: nothing is fitted).
 
 ``fit``: the table. Heads as the reader probe's (logistic regression over the standardized difference of two
-answers' features, both orders, sources weighted equally, C = 0.03), each reader at ~1/4, 1/2 and 3/4 depth, with
-and without information length, length-balanced and not; a paired bootstrap over the selection pairs (each set
-resampled within itself, the selection mean recomputed) of each row against the SmolLM2 layer-8 row.
+answers' features, both orders, sources weighted equally, C = 0.03, and 0.3 / 3 beside it), each reader at ~1/4,
+1/2 and 3/4 depth, with and without information length, length-balanced and not; a paired bootstrap over the
+selection pairs (each set resampled within itself, the selection mean recomputed) of each row against the SmolLM2
+layer-8 row.
 
     OMP_NUM_THREADS=2 .venv/bin/python research/bigger_readers.py read --reader smollm2:8,15,22 --per-source 500
     OMP_NUM_THREADS=2 .venv/bin/python research/bigger_readers.py read --reader qwen-coder-1.5b:7,14,21 \
@@ -220,7 +221,7 @@ def features(named: dict, readers: list[str], cache: Path) -> tuple[dict[str, Pa
     return data, names
 
 
-def fitted(train: list[Pairs], groups: tuple[str, ...], balanced: bool):
+def fitted(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = C):
     """The head fitted on ``train`` as a function: a set's Pairs -> which of its pairs it decides right."""
     from sklearn.linear_model import LogisticRegression
 
@@ -236,16 +237,16 @@ def fitted(train: list[Pairs], groups: tuple[str, ...], balanced: bool):
     y = np.concatenate([p.y for p in train])
     w = np.concatenate([_weights(p, balanced) for p in train])
     w *= len(w) / w.sum()
-    model = LogisticRegression(C=C, fit_intercept=False, max_iter=5000)
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
     model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
     return lambda p: (x_of(p) @ model.coef_[0] > 0) == (p.y == 1)
 
 
-def row(data: dict[str, Pairs], groups: tuple[str, ...], balanced: bool) -> dict:
+def row(data: dict[str, Pairs], groups: tuple[str, ...], balanced: bool, c: float = C) -> dict:
     """Per selection set (LOSO over the pool, dev with the all-pool head): which pairs the head decides right."""
     pool = [n for n in data if n.startswith("pool:")]
-    right = {n: fitted([data[m] for m in pool if m != n], groups, balanced)(data[n]) for n in pool}
-    judge = fitted([data[n] for n in pool], groups, balanced)
+    right = {n: fitted([data[m] for m in pool if m != n], groups, balanced, c)(data[n]) for n in pool}
+    judge = fitted([data[n] for n in pool], groups, balanced, c)
     right |= {n: judge(data[n]) for n in DEV}
     if OBVIOUS in data:
         right[OBVIOUS] = judge(data[OBVIOUS])
@@ -275,16 +276,20 @@ def bootstrap(data: dict[str, Pairs], a: dict, b: dict, n: int = 2000, seed: int
     return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
 
 
-def variants(names: list[str]) -> dict[str, tuple[tuple[str, ...], bool]]:
-    rows = {"information length only": (("info",), False)}
+def variants(names: list[str]) -> dict[str, tuple[tuple[str, ...], bool, float]]:
+    """Rows: (feature groups, length-balanced, C)."""
+    rows = {"information length only": (("info",), False, C)}
     for f in names:
         label = f.replace("_L", " L").replace("gemma_emb", "embeddinggemma answer").replace(
             "gemma_rel", "embeddinggemma relevance")
-        rows[f"{label} + info"] = ((f, "info"), False)
-        rows[f"{label} alone"] = ((f,), False)
-        rows[f"{label} + info, length-balanced"] = ((f, "info"), True)
+        rows[f"{label} + info"] = ((f, "info"), False, C)
+        rows[f"{label} alone"] = ((f,), False, C)
+        rows[f"{label} + info, length-balanced"] = ((f, "info"), True, C)
+        if f != "gemma_rel":  # a scalar needs no regularisation sweep
+            for c in (0.3, 3.0):  # weaker regularisation: a bigger reader's features may need more weight
+                rows[f"{label} + info, C={c:g}"] = ((f, "info"), False, c)
     if "gemma_rel" in names and "smollm2_L8" in names:
-        rows["smollm2 L8 + embeddinggemma relevance + info"] = (("smollm2_L8", "gemma_rel", "info"), False)
+        rows["smollm2 L8 + embeddinggemma relevance + info"] = (("smollm2_L8", "gemma_rel", "info"), False, C)
     return rows
 
 
@@ -293,7 +298,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     named = with_floor(probe_sets(args.per_source, test=False))
     data, names = features(named, args.readers, args.cache)
     worse_longer = np.array([r.meta["worse_is_longer"] for r in records_of(OBVIOUS)])
-    rights = {label: row(data, groups, balanced) for label, (groups, balanced) in variants(names).items()}
+    rights = {label: row(data, groups, balanced, c) for label, (groups, balanced, c) in variants(names).items()}
     floors = {label: right.pop(OBVIOUS) for label, right in rights.items()}
     base = rights.get(BASELINE)
     rows = {}
@@ -355,9 +360,9 @@ def markdown(result: dict) -> str:
              f"Readers: {', '.join(result['readers'])}; the first {result['per_source']} pairs of each pool source "
              "(the reader probe's seeded, decontaminated sample) and the five LLMBar case-study sets, the same pairs "
              "for every reader. Accuracy on non-tie pairs minus longer-answer-wins (points). LOSO: trained on the "
-             "other five pool sources; dev: trained on all six; selection mean over the eleven. C = 0.03. "
-             f"vs {BASELINE}: the selection-mean difference with its 95% paired bootstrap interval (pairs resampled "
-             "within each set). The evaluation sets were not read.", "",
+             "other five pool sources; dev: trained on all six; selection mean over the eleven. "
+             f"C = 0.03 unless a row says. vs {BASELINE}: the selection-mean difference with its 95% paired "
+             "bootstrap interval (pairs resampled within each set). The evaluation sets were not read.", "",
              "Pairs: " + ", ".join(f"{n.removeprefix('pool:')} {k}" for n, k in result["pairs"].items()), "",
              "Obvious pairs (the floor, 60 hand-written pairs, `obvious_pairs.py`): the all-pool head's accuracy "
              "overall / where the worse answer is longer / where it is shorter (longer-answer-wins: 50 / 0 / 100).",
