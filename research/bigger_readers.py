@@ -342,7 +342,10 @@ def generative_rows(cache: Path) -> dict:
             judge = np.array([(r["ab"] - r["ba"] > 0) == g for r, g in zip(rs, gold_a)], float)
             longer = np.array([0.5 if r["len_a"] == r["len_b"] else float((r["len_a"] > r["len_b"]) == g)
                                for r, g in zip(rs, gold_a)])
+            worse_longer = np.array([(r["len_b"] > r["len_a"]) == g for r, g in zip(rs, gold_a)])
             model[name] = {"pairs": len(rs), "accuracy": 100 * judge.mean(), "longer": 100 * longer.mean(),
+                           "worse_longer": 100 * judge[worse_longer].mean() if worse_longer.any() else None,
+                           "worse_shorter": 100 * judge[~worse_longer].mean() if (~worse_longer).any() else None,
                            "shorter": 100 * (1 - longer).mean(),
                            "vs_longer": paired_difference(judge, longer),
                            "says_a_first_order": 100 * np.mean([r["ab"] > 0 for r in rs]),
@@ -380,12 +383,14 @@ def markdown(result: dict) -> str:
         lines += ["", f"## {model} as a zero-shot generative judge", "",
                   "Verdict prompt, log P(\"A\") - log P(\"B\") of the next token, both orders averaged; a seeded "
                   "sample of each set's non-tie pairs (nothing is fitted, so the evaluation sets are fair here).", "",
-                  "| set | pairs | accuracy | longer wins | shorter wins | vs longer [95% CI] "
-                  "| says A (A first / swapped) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| set | pairs | accuracy | where the worse answer is longer / shorter | longer wins | shorter wins "
+                  "| vs longer [95% CI] | says A (A first / swapped) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, r in per_set.items():
             d = r["vs_longer"]
-            lines.append(f"| {name} | {r['pairs']} | {r['accuracy']:.1f} | {r['longer']:.1f} | {r['shorter']:.1f} | "
+            halves = " / ".join("-" if r[h] is None else f"{r[h]:.1f}" for h in ("worse_longer", "worse_shorter"))
+            lines.append(f"| {name} | {r['pairs']} | {r['accuracy']:.1f} | {halves} | {r['longer']:.1f} | "
+                         f"{r['shorter']:.1f} | "
                          f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] | "
                          f"{r['says_a_first_order']:.0f}% / {r['says_a_swapped_order']:.0f}% |")
     return "\n".join(lines) + "\n"
