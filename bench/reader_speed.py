@@ -152,6 +152,30 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
+def markdown(d: dict[str, Any]) -> str:
+    m = d["machine"]
+    setting = (f"{m['cpu']}, {d['threads']} threads; commit {m['commit']}. {d['answers']} real PandaLM test answers "
+               f"(mean {d['answer_chars_mean']:.0f} characters) read after their questions, cold, each path in its "
+               f"own process; median of {d['repeats']} reads. Cosine: each path's pooled vectors against PyTorch "
+               "fp32 cut at the same layer.")
+    lines = [f"# Reading speed: {d['reader']} at layer {d['layer']} ({m['date'][:10]})", "", setting, ""]
+    if d["export"]:
+        e = d["export"]
+        lines += [f"Export: reader graph in {e['export_s']} s, int8 in {e['int8_s']} s, int4 in {e['int4_s']} s; "
+                  + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in e["bytes"].items()), ""]
+    lines += ["| path | answers/s | x PyTorch fp32 all layers | min cosine | mean cosine | peak RSS MB |",
+              "|---|---|---|---|---|---|"]
+    base = d["rows"].get("pytorch fp32 all", {}).get("answers_per_s")
+    for path, r in d["rows"].items():
+        if "answers_per_s" not in r:
+            lines.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} | | | | |")
+            continue
+        ratio = f"{r['answers_per_s'] / base:.2f}x" if base else "-"
+        cos = (f"{r['min_cosine']:.5f} | {r['mean_cosine']:.5f}" if "min_cosine" in r else "- | -")
+        lines.append(f"| {path} | {r['answers_per_s']:.2f} | {ratio} | {cos} | {r['peak_rss_mb']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reader", required=True)
@@ -209,30 +233,6 @@ def main() -> int:
     extra = {"results": args.results} if args.results else {}
     print(f"wrote {write(name, result, markdown(result), **extra)}")
     return 0
-
-
-def markdown(d: dict[str, Any]) -> str:
-    m = d["machine"]
-    lines = [f"# Reading speed: {d['reader']} at layer {d['layer']} ({m['date'][:10]})", "",
-             f"{m['cpu']}, {d['threads']} threads; commit {m['commit']}. {d['answers']} real PandaLM test answers "
-             f"(mean {d['answer_chars_mean']:.0f} characters) read after their questions, cold, each path in its "
-             f"own process; median of {d['repeats']} reads. Cosine: each path's pooled vectors against PyTorch fp32 "
-             "cut at the same layer.", ""]
-    if d["export"]:
-        e = d["export"]
-        lines += [f"Export: reader graph in {e['export_s']} s, int8 in {e['int8_s']} s, int4 in {e['int4_s']} s; "
-                  + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in e["bytes"].items()), ""]
-    lines += ["| path | answers/s | x PyTorch fp32 all layers | min cosine | mean cosine | peak RSS MB |",
-              "|---|---|---|---|---|---|"]
-    base = d["rows"].get("pytorch fp32 all", {}).get("answers_per_s")
-    for path, r in d["rows"].items():
-        if "answers_per_s" not in r:
-            lines.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} | | | | |")
-            continue
-        ratio = f"{r['answers_per_s'] / base:.2f}x" if base else "-"
-        cos = (f"{r['min_cosine']:.5f} | {r['mean_cosine']:.5f}" if "min_cosine" in r else "- | -")
-        lines.append(f"| {path} | {r['answers_per_s']:.2f} | {ratio} | {cos} | {r['peak_rss_mb']:.0f} |")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
