@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write  # noqa: E402
-from reader_probe import DEV, Pairs, _weights, probe_sets, read, text_key  # noqa: E402
+from reader_probe import DEV, Pairs, group_right, probe_sets, read, text_key  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "clfjudge" / "probe"
 GEMMA = "embeddinggemma"
@@ -221,32 +221,11 @@ def features(named: dict, readers: list[str], cache: Path) -> tuple[dict[str, Pa
     return data, names
 
 
-def fitted(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = C):
-    """The head fitted on ``train`` as a function: a set's Pairs -> which of its pairs it decides right."""
-    from sklearn.linear_model import LogisticRegression
-
-    def block(p: Pairs, g: str) -> np.ndarray:
-        return getattr(p, g).reshape(len(p.y), -1)
-
-    scale = {g: np.vstack([block(p, g) for p in train]).std(0) + 1e-6 for g in groups}
-
-    def x_of(p: Pairs) -> np.ndarray:
-        return np.hstack([block(p, g) / scale[g] / np.sqrt(block(p, g).shape[1]) for g in groups])
-
-    x = np.vstack([x_of(p) for p in train])
-    y = np.concatenate([p.y for p in train])
-    w = np.concatenate([_weights(p, balanced) for p in train])
-    w *= len(w) / w.sum()
-    model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
-    model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
-    return lambda p: (x_of(p) @ model.coef_[0] > 0) == (p.y == 1)
-
-
 def row(data: dict[str, Pairs], groups: tuple[str, ...], balanced: bool, c: float = C) -> dict:
     """Per selection set (LOSO over the pool, dev with the all-pool head): which pairs the head decides right."""
     pool = [n for n in data if n.startswith("pool:")]
-    right = {n: fitted([data[m] for m in pool if m != n], groups, balanced, c)(data[n]) for n in pool}
-    judge = fitted([data[n] for n in pool], groups, balanced, c)
+    right = {n: group_right([data[m] for m in pool if m != n], groups, balanced, c)(data[n]) for n in pool}
+    judge = group_right([data[n] for n in pool], groups, balanced, c)
     right |= {n: judge(data[n]) for n in DEV}
     if OBVIOUS in data:
         right[OBVIOUS] = judge(data[OBVIOUS])

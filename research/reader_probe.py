@@ -288,8 +288,8 @@ def group_design(p: Pairs, groups: tuple[str, ...], scale: dict) -> np.ndarray:
     return np.hstack([_group(p, g) / scale[g] / np.sqrt(_group(p, g).shape[1]) for g in groups])
 
 
-def group_fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = 0.03):
-    """Points above longer-answer-wins of the head fitted on ``train``, as a function of a set."""
+def group_right(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = 0.03):
+    """The head fitted on ``train`` as a function: a set's Pairs -> which of its pairs it decides right."""
     from sklearn.linear_model import LogisticRegression
 
     scale = {g: np.vstack([_group(p, g) for p in train]).std(0) + 1e-6 for g in groups}
@@ -299,7 +299,13 @@ def group_fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: fl
     w *= len(w) / w.sum()
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
     model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
-    return lambda p: 100 * np.mean((group_design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)) - p.longer
+    return lambda p: (group_design(p, groups, scale) @ model.coef_[0] > 0) == (p.y == 1)
+
+
+def group_fit(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: float = 0.03):
+    """Points above longer-answer-wins of the head fitted on ``train``, as a function of a set."""
+    right = group_right(train, groups, balanced, c)
+    return lambda p: 100 * np.mean(right(p)) - p.longer
 
 
 def group_probe(data: dict[str, Pairs], groups: tuple[str, ...] | None, balanced: bool, rule=None,
