@@ -70,3 +70,7 @@ register_kind("generative", JudgeKind(
     loaders={"generate": "clfjudge.judges.generative:_load_generate"},
     trainer="clfjudge.training.generative:train_generative",
     help="a causal LM that writes its judgement (no ONNX form)"))
+register_kind("verdict", JudgeKind(
+    loaders={"verdict": "clfjudge.judges.verdict:_load_verdict"},
+    trainer="clfjudge.training.verdict:train_verdict",
+    help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass"))

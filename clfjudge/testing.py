@@ -110,8 +110,14 @@ def _wrap(tokenizer_object, out: Path, **special_tokens) -> PreTrainedTokenizerF
     return tokenizer
 
 
-def tiny_llama(out_dir: str | Path) -> Path:
-    """LLaMA causal LM (random init) + a byte-level BPE tokenizer; pad ``<|endoftext|>`` (id 0) != eos."""
+# A ChatML-style template (what Qwen and SmolLM2 use), for tests of judges that ask a chat model.
+CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+
+
+def tiny_llama(out_dir: str | Path, chat: bool = False) -> Path:
+    """LLaMA causal LM (random init) + a byte-level BPE tokenizer; pad ``<|endoftext|>`` (id 0) != eos. ``chat``: a
+    chat template (``CHAT_TEMPLATE``) and room for 1024 positions, for judges that prompt a chat model."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -128,6 +134,9 @@ def tiny_llama(out_dir: str | Path) -> Path:
         single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", bpe.token_to_id("<s>"))]
     )
     tokenizer = _wrap(bpe, out, pad_token="<|endoftext|>", bos_token="<s>", eos_token="</s>")
+    if chat:
+        tokenizer.chat_template, tokenizer.model_max_length = CHAT_TEMPLATE, 1024
+        tokenizer.save_pretrained(out)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
@@ -135,7 +144,7 @@ def tiny_llama(out_dir: str | Path) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=1024 if chat else 128,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

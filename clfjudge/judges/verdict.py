@@ -1,0 +1,351 @@
+"""The verdict judge: a chat model's own verdict, read as the log-odds of its verdict tokens in one forward pass.
+
+A fine-tuned or frozen reader with a linear head learns answer length first; a model asked whether an answer is
+right brings what it knows. Here the model is asked a question from the card (``configs/verdict.yaml`` holds the
+shipped ones) in its own chat template, and the logits of the first token of its reply are read: pointwise,
+``log P(yes) - log P(no)`` is the answer's reward (the judge then scores, ranks and compares by the difference of
+two rewards: no answer order to lean on); pairwise, ``log P(A) - log P(B)`` for the answer shown first (the pair
+judged in both orders where ``symmetric``). No sampling, no parsing: one padded forward pass per prompt, only the
+verdict tokens' rows of the output layer, so the same graph exports to ONNX (``export.verdict``).
+
+Both forms give the judge's raw outputs as two rewards per pair (pairwise: +-margin / 2), so calibration, ties and
+the audit treat it as a reward head (Davidson's tie model fitted by ``clfjudge calibrate``).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..batching import token_batches
+from ..card import JudgeCard
+from ..data.records import PairRecord, PointRecord
+from ..models.heads import PairOutputs, RewardHead
+from .base import DEFAULT_BATCH_SIZE, Judge
+
+VERDICT = "verdict"  # the judge card's head name
+PRESETS = "verdict.yaml"  # the shipped questions, package data (clfjudge/configs)
+DEFAULT_QUESTION = "correct"
+DEFAULT_MAX_QUESTION_TOKENS, DEFAULT_MAX_ANSWER_TOKENS = 384, 512
+_POINT_FIELDS, _PAIR_FIELDS = {"question", "answer"}, {"question", "answer_a", "answer_b"}
+
+
+@dataclass(frozen=True)
+class VerdictQuestion:
+    """One question put to the model: its user turn (``{question}`` + ``{answer}``, or ``{answer_a}`` +
+    ``{answer_b}`` for a pairwise one), an optional system turn, and the verdict texts whose first tokens are read
+    (``positive``: the answer is right / answer A wins; ``negative``: the other way)."""
+
+    name: str
+    user: str
+    positive: tuple[str, ...]
+    negative: tuple[str, ...]
+    system: str | None = None
+    description: str = ""
+
+    @property
+    def pairwise(self) -> bool:
+        return "{answer_a}" in self.user
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any], where: str) -> VerdictQuestion:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: question {name!r} must be a mapping with user / positive / negative, got "
+                             f"{data!r:.80}")
+        unknown = set(data) - {"user", "positive", "negative", "system", "description", "name"}
+        if unknown:
+            raise ValueError(f"{where}: question {name!r} has unknown keys {sorted(unknown)}")
+        for key in ("user", "positive", "negative"):
+            if not data.get(key):
+                raise ValueError(f"{where}: question {name!r} field {key!r} is missing or empty")
+        texts = {k: tuple([data[k]] if isinstance(data[k], str) else data[k]) for k in ("positive", "negative")}
+        if not all(isinstance(t, str) and t for k in texts for t in texts[k]):
+            raise ValueError(f"{where}: question {name!r}: positive / negative are non-empty strings")
+        question = cls(name, str(data["user"]), texts["positive"], texts["negative"], data.get("system"),
+                       str(data.get("description", "")))
+        fields = _PAIR_FIELDS if question.pairwise else _POINT_FIELDS
+        missing = [f for f in sorted(fields) if "{" + f + "}" not in question.user]
+        if missing:
+            raise ValueError(f"{where}: question {name!r} field 'user' lacks the placeholders "
+                             f"{', '.join('{' + f + '}' for f in missing)}")
+        return question
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
+
+    def messages(self, record: PairRecord | PointRecord, clip) -> list[dict[str, str]]:
+        """The chat turns asking this question about ``record``, question and answers cut by ``clip``."""
+        fields = {"question": clip(record.question, "question")}
+        if self.pairwise:
+            fields |= {"answer_a": clip(record.answer_a, "answer"), "answer_b": clip(record.answer_b, "answer")}
+        else:
+            fields["answer"] = clip(record.answer, "answer")
+        user = self.user
+        for key, value in fields.items():  # not str.format: answers hold braces
+            user = user.replace("{" + key + "}", value)
+        return ([{"role": "system", "content": self.system}] if self.system else []) + [{"role": "user",
+                                                                                          "content": user}]
+
+
+def presets() -> dict[str, VerdictQuestion]:
+    """The shipped questions (``clfjudge/configs/verdict.yaml``)."""
+    import yaml
+
+    from ..configs import config_path
+
+    path = config_path(PRESETS)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return {name: VerdictQuestion.from_dict(name, spec, str(path)) for name, spec in data.items()}
+
+
+def questions_from(spec: Sequence[str | Mapping[str, Any]], where: str) -> list[VerdictQuestion]:
+    """Questions from a recipe or card: a preset's name, or a mapping with ``name`` and the preset keys."""
+    shipped, out = None, []
+    for item in spec:
+        if isinstance(item, str):
+            shipped = shipped or presets()
+            if item not in shipped:
+                raise ValueError(f"{where}: unknown verdict question {item!r}; shipped: {', '.join(shipped)}")
+            out.append(shipped[item])
+        elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            out.append(VerdictQuestion.from_dict(item["name"], item, where))
+        else:
+            raise ValueError(f"{where}: a verdict question is a preset name or a mapping with 'name', got "
+                             f"{item!r:.80}")
+    if not out:
+        raise ValueError(f"{where}: no verdict question given")
+    if len({q.pairwise for q in out}) > 1:
+        raise ValueError(f"{where}: the questions mix pointwise and pairwise ones; a judge asks one kind")
+    return out
+
+
+# -- the forward pass -------------------------------------------------------------------------------------------
+
+def verdict_token_ids(tokenizer, question: VerdictQuestion) -> tuple[list[int], list[int]]:
+    """The first token of each verdict text, deduplicated; a first token both sides share says nothing and is left
+    out (a side left with none is an error)."""
+    def ids(texts: Sequence[str]) -> list[int]:
+        return list(dict.fromkeys(tokenizer.encode(t, add_special_tokens=False)[0] for t in texts))
+
+    yes, no = ids(question.positive), ids(question.negative)
+    shared = set(yes) & set(no)
+    yes, no = [t for t in yes if t not in shared], [t for t in no if t not in shared]
+    if not yes or not no:
+        raise ValueError(f"verdict question {question.name!r}: positive {question.positive} and negative "
+                         f"{question.negative} begin with the same tokens in this tokenizer")
+    return yes, no
+
+
+def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
+    """A torch module ``(input_ids, attention_mask) -> log-odds`` (batch,): the decoder's state at each row's last
+    real token (right padding) through the yes / no rows of the output layer, log-sum-exp per side. The softmax's
+    normaliser cancels in the difference, so the full vocabulary is never computed. Shared by the PyTorch judge
+    and the ONNX export, so both compute the same graph."""
+    import torch
+
+    class VerdictLogOdds(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.decoder = model.get_decoder()
+            head = model.get_output_embeddings()
+            rows = torch.tensor(list(yes) + list(no))
+            self.register_buffer("weight", head.weight.detach()[rows].float().clone(), persistent=False)
+            bias = head.bias.detach()[rows].float().clone() if getattr(head, "bias", None) is not None else None
+            self.register_buffer("bias", bias if bias is not None else torch.zeros(len(rows)), persistent=False)
+            self.n_yes = len(yes)
+            self.softcap = getattr(model.config, "final_logit_softcapping", None)
+
+        def forward(self, input_ids, attention_mask):
+            states = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            last = attention_mask.long().sum(dim=1) - 1
+            final = states[torch.arange(states.shape[0]), last].float()
+            with torch.autocast(final.device.type, enabled=False):  # fp32 logits: bf16 rounds the log-odds
+                logits = final @ self.weight.T + self.bias
+                if self.softcap:
+                    logits = torch.tanh(logits / self.softcap) * self.softcap
+                return (torch.logsumexp(logits[:, :self.n_yes], dim=1)
+                        - torch.logsumexp(logits[:, self.n_yes:], dim=1))
+
+    return VerdictLogOdds().eval()
+
+
+class VerdictReader:
+    """A chat model asked ``questions``: ``log_odds(records)`` -> (records, questions) array. Prompts are rendered in
+    the model's chat template with the question and answers cut to their token budgets (first and last tokens kept),
+    run in token-budget batches (``batching.token_batches``), and remembered per prompt (least recently used
+    forgotten beyond ``memory_items``), so an answer compared twice is read once."""
+
+    def __init__(self, model, tokenizer, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
+                 max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
+                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
+                 max_batch_tokens: int | None = 4096, memory_items: int | None = 65_536) -> None:
+        from ..embedders.cache import MemoryCache
+        from ..machine import decoder_precision
+
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'the model')}: a verdict judge asks a chat model, "
+                             "and this tokenizer has no chat template")
+        self.tokenizer, self.questions = tokenizer, list(questions)
+        self.precision, self.precision_why = decoder_precision(precision)
+        self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
+        self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
+        self.modules = [verdict_module(model, *verdict_token_ids(tokenizer, q)) for q in self.questions]
+        self.memory = MemoryCache(memory_items)
+        self.truncated = 0  # texts cut to their budget so far
+
+    def clip(self, text: str, field: str) -> str:
+        from ..embedders.decoder import truncate_middle
+
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) <= self.budgets[field]:
+            return text
+        self.truncated += 1
+        return self.tokenizer.decode(truncate_middle(ids, self.budgets[field]))
+
+    def prompt_ids(self, question: VerdictQuestion, record: PairRecord | PointRecord) -> list[int]:
+        """The token ids the model reads for one question about one record (its reply's first token is next)."""
+        text = self.tokenizer.apply_chat_template(question.messages(record, self.clip), add_generation_prompt=True,
+                                                  tokenize=False)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def log_odds(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        out = np.zeros((len(records), len(self.questions)))
+        for k, (question, module) in enumerate(zip(self.questions, self.modules)):
+            prompts = [self.prompt_ids(question, r) for r in records]
+            keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p in prompts]
+            todo = list(dict.fromkeys(key for key in keys if key not in self.memory))
+            where = {key: keys.index(key) for key in todo}
+            for key, value in zip(todo, self._run(module, [prompts[where[key]] for key in todo])):
+                self.memory[key] = value
+            out[:, k] = [self.memory[key] for key in keys]
+        return out
+
+    def _run(self, module, prompts: list[list[int]]) -> list[float]:
+        import torch
+
+        from ..embedders.decoder import autocast
+
+        values = [math.nan] * len(prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        with torch.inference_mode(), autocast(self.precision):
+            for chunk in token_batches([len(p) for p in prompts], self.batch_size, self.max_batch_tokens):
+                width = max(len(prompts[i]) for i in chunk)
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, i in enumerate(chunk):
+                    ids[row, :len(prompts[i])] = torch.tensor(prompts[i])
+                    mask[row, :len(prompts[i])] = 1
+                for i, value in zip(chunk, module(ids, mask).float().tolist()):
+                    values[i] = value
+        return values
+
+
+# -- the judge ---------------------------------------------------------------------------------------------------
+
+class VerdictJudge(Judge):
+    """A verdict judge (``head: verdict``). Pointwise: scores, ranks and compares (r_A - r_B; position-invariant).
+    Pairwise: compares, from log P(A) - log P(B) as the margin of two rewards +-margin / 2. Raw outputs are those two
+    rewards per pair (one per answer scored), so calibration fits Davidson's tie model as for reward heads; with
+    several questions (a stacked judge's features) the first one decides."""
+
+    backend_name = "torch"
+
+    def __init__(self, card: JudgeCard, reader: VerdictReader, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        self.pairwise = reader.questions[0].pairwise
+        super().__init__(card, ("compare",) if self.pairwise else ("compare", "score"), batch_size)
+        self.reader = reader
+        self.position_invariant = not self.pairwise
+        cal = card.calibration or {}
+        self.head = RewardHead(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)))
+
+    @property
+    def truncation(self) -> dict[str, Any]:
+        return {"truncated_texts": self.reader.truncated, **{f"max_{k}_tokens": v
+                                                              for k, v in self.reader.budgets.items()}}
+
+    def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
+        if self.pairwise:
+            margin = self.reader.log_odds(records)[:, 0]
+            return np.stack([margin / 2, -margin / 2], axis=1)
+        points = [p for r in records for p in self._points(r)]
+        values = self.reader.log_odds(points)[:, 0]
+        return values.reshape(len(records), -1)
+
+    @staticmethod
+    def _points(record: PairRecord | PointRecord) -> list[PointRecord]:
+        from ..prompts.schemes import pair_to_points
+
+        return list(pair_to_points(record)) if isinstance(record, PairRecord) else [record]
+
+    def sequence_lengths(self, records: Sequence[PairRecord | PointRecord]) -> list[list[int]]:
+        question = self.reader.questions[0]
+        if self.pairwise:
+            return [[len(self.reader.prompt_ids(question, r))] for r in records]
+        return [[len(self.reader.prompt_ids(question, p)) for p in self._points(r)] for r in records]
+
+    def pair_outputs(self, raw: np.ndarray) -> PairOutputs:
+        return self.head.outputs(raw)
+
+    def point_scores(self, raw: np.ndarray) -> np.ndarray:
+        return RewardHead.rewards(raw)
+
+
+def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
+                 max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
+                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, training: dict[str, Any] | None = None
+                 ) -> JudgeCard:
+    """The card of a verdict judge on ``backbone`` (an alias, hub id or directory): its questions and verdict
+    tokens are in the card, so the judge needs no code to say what it asks."""
+    kind = "pair" if questions[0].pairwise else "point"
+    return JudgeCard(head=VERDICT, kind=kind, backbone=backbone, scheme=f"verdict-{kind}",
+                     max_length=max_question_tokens + max_answer_tokens * (2 if kind == "pair" else 1),
+                     template=questions[0].user,
+                     label_map={"raw": "log P(yes) - log P(no) of the reply's first token" if kind == "point"
+                                else "log P(A) - log P(B) of the reply's first token, as rewards +-margin / 2"},
+                     truncation={"max_question_tokens": max_question_tokens, "max_answer_tokens": max_answer_tokens,
+                                 "keep": "first and last tokens"},
+                     training=training or {},
+                     calibration={"model": "davidson", "scale": 1.0, "nu": 0.0},
+                     runtime={"backend": VERDICT, "precision": precision,
+                              "questions": [q.to_dict() for q in questions]})
+
+
+def open_reader(card: JudgeCard, directory: Path | None = None, batch_size: int = 8, **kw: Any) -> VerdictReader:
+    """The reader a verdict card describes: its backbone (an offline alias, a hub id, or a directory; relative to
+    the judge directory where one is given) and its questions."""
+    from ..models.backbones import load_causal_lm, load_tokenizer, resolve_backbone
+
+    backbone = card.backbone
+    if directory is not None and (directory / backbone).is_dir():
+        backbone = str(directory / backbone)
+    info = resolve_backbone(backbone)
+    tokenizer = load_tokenizer(info, padding_side="right")
+    questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], f"{directory or 'card'}")
+    return VerdictReader(load_causal_lm(info, tokenizer=tokenizer), tokenizer, questions,
+                         precision=card.runtime.get("precision", "auto"),
+                         max_question_tokens=int(card.truncation.get("max_question_tokens",
+                                                                     DEFAULT_MAX_QUESTION_TOKENS)),
+                         max_answer_tokens=int(card.truncation.get("max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS)),
+                         batch_size=batch_size, **kw)
+
+
+def _load_verdict(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+                  batch_size: int, trust_pickle: bool = False) -> Judge:
+    if variant is not None:
+        raise ValueError(f"variant {variant!r} applies to ONNX judges; this verdict judge runs in PyTorch "
+                         "(clfjudge export writes its ONNX form)")
+    if provider != "cpu":
+        raise ValueError(f"provider {provider!r}: a verdict judge in PyTorch runs on the CPU here")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    judge = VerdictJudge(card, open_reader(card, directory, batch_size), batch_size)
+    judge.runtime_choice = {"provider": "cpu", "file": card.backbone,
+                            "why": f"{judge.reader.precision}: {judge.reader.precision_why}"}
+    return judge
