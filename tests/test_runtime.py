@@ -268,7 +268,10 @@ def test_fit_calibration_per_head():
     with pytest.raises(ValueError, match="nothing to calibrate"):
         fit_calibration("regression", logits, logits, gold)
     with pytest.raises(ValueError, match="two distinct verdicts"):
-        fit_calibration("cls3", logits[:5], logits[:5], [Verdict.A] * 5)
+        fit_calibration("cls3", logits[:5], logits[:5], [Verdict.TIE] * 5)
+    # a preference file lists the chosen answer first: one verdict per order is enough, both orders are fitted
+    first = fit_calibration("reward", rewards[:50], rewards[:50, ::-1], [Verdict.A] * 50)
+    assert first["n_pairs"] == 50 and np.isfinite(first["scale"])
 
 
 def test_runtime_applies_the_card_calibration(cls3_dir, tmp_path):

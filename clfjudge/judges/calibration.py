@@ -148,6 +148,7 @@ CALIBRATORS.register("cls3", _softmax_fit)
 CALIBRATORS.register("embedding", _softmax_fit)  # raw outputs are log-probabilities in class order
 CALIBRATORS.register("reward", _davidson_fit)
 CALIBRATORS.register("reward-binary", _davidson_fit)  # its raw outputs are rewards (log-odds) as well
+CALIBRATORS.register("verdict", _davidson_fit)  # two rewards per pair: verdict log-odds (pairwise: +-margin / 2)
 
 
 def fit_calibration(head: str, raw_forward: np.ndarray, raw_reversed: np.ndarray, gold: Sequence[Verdict],
@@ -160,9 +161,10 @@ def fit_calibration(head: str, raw_forward: np.ndarray, raw_reversed: np.ndarray
     if head not in CALIBRATORS:
         raise ValueError(f"a {head!r} judge has nothing to calibrate (calibration applies to pair judges: "
                          f"{', '.join(CALIBRATORS.names())})")
-    if len(gold) < 2 or len(set(gold)) < 2:
-        raise ValueError(f"calibration needs labelled pairs with at least two distinct verdicts, got {len(gold)} "
-                         f"pairs with verdicts {sorted({v.value for v in gold})}")
+    # fitted on both answer orders: a preference file that lists the chosen answer first has one verdict per order
+    if len(gold) < 2 or len(set(gold) | {v.swapped() for v in gold}) < 2:
+        raise ValueError(f"calibration needs labelled pairs with at least two distinct verdicts in either answer "
+                         f"order, got {len(gold)} pairs with verdicts {sorted({v.value for v in gold})}")
     entry, fwd, rev = CALIBRATORS.get(head)(np.asarray(raw_forward), np.asarray(raw_reversed), gold,
                                           current or {})
     return {**entry, **search_tie_margin(fwd, rev, gold), "n_pairs": len(gold)}

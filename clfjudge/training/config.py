@@ -40,8 +40,9 @@ class TrainConfig:
     backbone: str = field(default="minilm", metadata={"help": "offline alias (minilm, mpnet, smollm2), hub id or "
                                                               "local model directory (models/backbones.py)"})
     head: str = field(default="cls3", metadata={"help": "a name in models.heads.HEADS, 'generative' (the LM-head "
-                                                        "baseline, training/generative.py) or 'embedding' (frozen "
-                                                        "encoder + scikit-learn head, training/embedding.py)"})
+                                                        "baseline, training/generative.py), 'embedding' (frozen "
+                                                        "encoder + scikit-learn head, training/embedding.py) or "
+                                                        "'verdict' (a chat model's own verdict, training/verdict.py)"})
     scheme: str | None = field(default=None, metadata={"help": "input scheme; None: '<backbone family>-<head's "
                                                                  "suffix>', e.g. encoder-pair"})
     sources: list[str] = field(default_factory=list, metadata={"help": "train sources: 'name' or 'name:N' (N "
@@ -96,6 +97,8 @@ class TrainConfig:
                                                                       "reward (models/heads.py)"})
     embedding: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'embedding' options: "
                                                                                 "training.embedding.OPTIONS"})
+    verdict: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'verdict' options: "
+                                                                              "training.verdict.OPTIONS"})
     budgets: dict[str, float] = field(default_factory=dict, metadata={"help": "truncation budgets per field "
                                                                                 "(prompts/truncation.py)"})
     head_fraction: float = field(default=0.5, metadata={"help": "share of a cut field kept from its head (the rest "

@@ -1,0 +1,180 @@
+"""The verdict judge on a tiny random chat model: its log-odds against transformers' own forward pass, both question
+forms, the card-held prompt, batching, and every door a judge goes through (score, compare, rank, reward function,
+HTTP, audit, calibration, training)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from starlette.testclient import TestClient
+
+from clfjudge import best_of_n, reward_function, testing
+from clfjudge.card import JudgeCard
+from clfjudge.judges.base import Judge
+from clfjudge.judges.verdict import (VerdictQuestion, presets, questions_from, verdict_card, verdict_token_ids)
+from clfjudge.serving.server import create_app
+
+QUESTION = "Name a prime."
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    return testing.tiny_llama(tmp_path_factory.mktemp("chat-llama"), chat=True)
+
+
+def make(directory, model, questions=("correct",), **kw):
+    card = verdict_card(str(model), questions_from(list(questions), "test"), precision="fp32", **kw)
+    directory.mkdir(parents=True, exist_ok=True)
+    card.save(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def point_dir(chat_model, tmp_path_factory):
+    return make(tmp_path_factory.mktemp("verdict-point"), chat_model)
+
+
+@pytest.fixture(scope="module")
+def pair_dir(chat_model, tmp_path_factory):
+    return make(tmp_path_factory.mktemp("verdict-pair"), chat_model, ("better",))
+
+
+def reference_log_odds(model_dir, question: VerdictQuestion, fields: dict) -> float:
+    """What transformers computes: the chat template, a full forward pass, log-softmax of the last position."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    user = question.user
+    for key, value in fields.items():
+        user = user.replace("{" + key + "}", value)
+    messages = ([{"role": "system", "content": question.system}] if question.system else []) + [
+        {"role": "user", "content": user}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(**ids).logits[0, -1].double(), -1)
+    yes, no = verdict_token_ids(tok, question)
+    return float(torch.logsumexp(logp[yes], 0) - torch.logsumexp(logp[no], 0))
+
+
+def test_shipped_questions_load_and_bad_ones_are_refused():
+    shipped = presets()
+    assert {"correct", "on-topic", "harmless", "better"} <= set(shipped)
+    assert shipped["better"].pairwise and not shipped["correct"].pairwise
+    with pytest.raises(ValueError, match="placeholders"):
+        VerdictQuestion.from_dict("x", {"user": "Is it right?", "positive": "Yes", "negative": "No"}, "f.yaml")
+    with pytest.raises(ValueError, match="unknown keys"):
+        VerdictQuestion.from_dict("x", {"user": "{question}{answer}", "positive": "Y", "negative": "N", "yes": 1},
+                                  "f.yaml")
+    with pytest.raises(ValueError, match="unknown verdict question 'nope'"):
+        questions_from(["nope"], "recipe.yaml")
+    with pytest.raises(ValueError, match="mix pointwise and pairwise"):
+        questions_from(["correct", "better"], "recipe.yaml")
+
+
+def test_pointwise_log_odds_match_transformers(point_dir, chat_model):
+    judge = Judge.load(point_dir)
+    assert judge.tasks == {"score", "compare"} and judge.position_invariant
+    for answer in ("7", "9 is a prime number, since it has no divisors."):
+        want = reference_log_odds(chat_model, presets()["correct"], {"question": QUESTION, "answer": answer})
+        assert judge.score(QUESTION, answer).value == pytest.approx(want, abs=1e-5)
+
+
+def test_pairwise_reads_both_orders(pair_dir, chat_model):
+    judge = Judge.load(pair_dir)
+    assert judge.tasks == {"compare"} and not judge.position_invariant
+    better = presets()["better"]
+    ab = reference_log_odds(chat_model, better, {"question": QUESTION, "answer_a": "7", "answer_b": "9"})
+    ba = reference_log_odds(chat_model, better, {"question": QUESTION, "answer_a": "9", "answer_b": "7"})
+    one = judge.compare(QUESTION, "7", "9")
+    assert one.margin == pytest.approx(ab, abs=1e-5)
+    both = judge.compare(QUESTION, "7", "9", symmetric=True)
+    assert both.margin == pytest.approx((ab - ba) / 2, abs=1e-5)
+    assert both.p_a == pytest.approx(1 - judge.compare(QUESTION, "9", "7", symmetric=True).p_a, abs=1e-6)
+
+
+def test_the_card_holds_the_prompt(chat_model, tmp_path):
+    """A question written in the card (not a shipped one) is what the model is asked."""
+    own = {"name": "polite", "user": "Q: {question}\nA: {answer}\nIs that polite?", "positive": ["Yes"],
+           "negative": ["No"]}
+    make(tmp_path, chat_model, (own,))
+    assert JudgeCard.load(tmp_path).runtime["questions"][0]["user"] == own["user"]
+    want = reference_log_odds(chat_model, VerdictQuestion.from_dict("polite", own, "t"),
+                              {"question": QUESTION, "answer": "7"})
+    assert Judge.load(tmp_path).score(QUESTION, "7").value == pytest.approx(want, abs=1e-5)
+
+
+def test_batches_and_truncation_change_nothing_they_should_not(point_dir, tmp_path):
+    judge = Judge.load(point_dir, batch_size=3)
+    items = [{"question": f"Question {i}?", "answer": "word " * (5 * i + 1)} for i in range(9)]
+    batched = [s.value for s in judge.score_batch(items)]
+    judge.reader.memory.clear()
+    single = [judge.score_batch([item])[0].value for item in items]
+    assert np.max(np.abs(np.array(batched) - single)) < 1e-5
+    short = Judge.load(make(tmp_path, JudgeCard.load(point_dir).backbone, max_answer_tokens=8))
+    long_answer = "word " * 200
+    assert short.score(QUESTION, long_answer).value != pytest.approx(judge.score(QUESTION, long_answer).value)
+    assert short.truncation["truncated_texts"] == 1
+
+
+def test_compare_rank_reward_function_and_best_of_n_agree(point_dir):
+    judge = Judge.load(point_dir)
+    scores = judge.rank(QUESTION, ["7", "9", "12"])
+    c = judge.compare(QUESTION, "7", "9")
+    assert c.margin == pytest.approx(scores[0] - scores[1], abs=1e-6)
+    rewards = reward_function(str(point_dir))(prompts=[QUESTION] * 3, completions=["7", "9", "12"])
+    assert rewards == pytest.approx(scores, abs=1e-6)
+    best, got = best_of_n(str(point_dir), QUESTION, ["7", "9", "12"])
+    assert best == int(np.argmax(scores)) and got == pytest.approx(scores, abs=1e-6)
+
+
+def test_served_over_http(point_dir):
+    judge = Judge.load(point_dir)
+    with TestClient(create_app(judge)) as client:
+        got = client.post("/score", json={"question": QUESTION, "answer": "7"})
+        assert got.status_code == 200
+        assert got.json()["score"] == pytest.approx(judge.score(QUESTION, "7").value, abs=1e-6)
+        pair = client.post("/compare", json={"question": QUESTION, "answer_a": "7", "answer_b": "9"}).json()
+        assert pair["p_a"] == pytest.approx(judge.compare(QUESTION, "7", "9").p_a, abs=1e-6)
+
+
+FACTS = [("France", "Paris", "Lyon"), ("Japan", "Tokyo", "Osaka"), ("Italy", "Rome", "Milan"),
+         ("Spain", "Madrid", "Seville"), ("Canada", "Ottawa", "Toronto"), ("Egypt", "Cairo", "Luxor"),
+         ("Kenya", "Nairobi", "Mombasa"), ("Peru", "Lima", "Cusco"), ("Norway", "Oslo", "Bergen"),
+         ("Chile", "Santiago", "Valparaiso"), ("Greece", "Athens", "Patras"), ("Poland", "Warsaw", "Krakow")]
+PAIRS = [{"prompt": f"Which city is the capital of {country}?", "chosen": f"{right}.",
+          "rejected": f"The capital is {wrong}, without a doubt."} for country, right, wrong in FACTS]
+
+
+def clfjudge(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clfjudge.cli", *args], capture_output=True, text=True)
+
+
+def test_train_calibrate_and_audit_from_the_command_line(chat_model, tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    recipe = tmp_path / "verdict.yaml"
+    recipe.write_text(yaml.safe_dump({"backbone": str(chat_model), "head": "verdict", "sources": [str(data)],
+                                      "dev_fraction": 0.25, "output_dir": str(tmp_path / "judge"),
+                                      "verdict": {"questions": ["correct"], "precision": "fp32"}}))
+    done = clfjudge("train", "--config", str(recipe))
+    assert done.returncode == 0, done.stderr
+    card = JudgeCard.load(tmp_path / "judge")
+    assert card.head == "verdict" and card.calibration["method"] == "davidson"
+    assert "training pairs" in card.training["fitted"] and "dev" in card.validation
+    done = clfjudge("calibrate", str(tmp_path / "judge"), "--source", str(data))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "audit"
+    done = clfjudge("audit", str(tmp_path / "judge"), "--sets", str(data), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "pairs" in json.dumps(metrics)
+    recipe.write_text(yaml.safe_dump({"backbone": str(chat_model), "head": "verdict",
+                                      "output_dir": str(tmp_path / "j2"), "verdict": {"question": "correct"}}))
+    done = clfjudge("train", "--config", str(recipe))
+    assert done.returncode == 2 and "unknown option(s) ['question']" in done.stderr
