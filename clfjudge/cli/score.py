@@ -26,8 +26,6 @@ from .common import (
 )
 
 TASKS = ("auto", "compare", "score")
-SHOWN_REJECTIONS = 10
-PROGRESS_VERSION = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare pairs or score answers (auto: from the judge; a reward judge can do both)")
     p.add_argument("--symmetric", action="store_true", help="judge both answer orders and average (compare)")
     p.add_argument("--chunk-size", type=int, default=512, help="lines held in memory at a time")
+    p.add_argument("--encoding", default=None,
+                   help="the encoding of a JSONL input (default utf-8; e.g. latin-1, cp1252): a line not in it is "
+                        "rejected with its line and byte offset, never read with stand-in characters")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
@@ -76,7 +77,7 @@ def run_local(args: argparse.Namespace) -> int:
         symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, backend=args.backend,
         provider=args.provider, variant=args.variant, threads=args.threads, batch_size=args.batch_size,
         trust_pickle=args.trust_pickle, model_input=args.model_input, options=read_options(args), format=args.format,
-        columns=args.columns))
+        columns=args.columns, encoding=args.encoding))
 
 
 def run_ray(args: argparse.Namespace) -> int:
