@@ -42,8 +42,7 @@ def check_apart(inputs: Mapping[str, PathLike | None] | Iterable[tuple[str, Path
             if kind == "output":
                 for other_role, other, other_ident in seen:
                     if ident == other_ident:
-                        same = "" if Path(path) == Path(other) else f" ({other})"
-                        raise SamePathError(f"{role} {path} is the same file as {other_role}{same}: refused, "
+                        raise SamePathError(f"{role} {path} is the same file as {other_role} {other}: refused, "
                                             "nothing written (name another file)")
             seen.append((role, path, ident))
 
@@ -53,7 +52,7 @@ def files_of(directory: PathLike, role: str) -> list[tuple[str, Path]]:
     root = Path(directory)
     if not root.is_dir():
         return []
-    return [(f"{role} {root}'s file {p.relative_to(root)}", p) for p in sorted(root.rglob("*")) if p.is_file()]
+    return [(role, p) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
 def check_writable(path: PathLike) -> None:
