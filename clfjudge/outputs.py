@@ -42,7 +42,7 @@ def check_apart(inputs: Mapping[str, PathLike | None] | Iterable[tuple[str, Path
             if kind == "output":
                 for other_role, other, other_ident in seen:
                     if ident == other_ident:
-                        raise SamePathError(f"{role} {path} is the same file as {other_role} {other}: refused, "
+                        raise SamePathError(f"{role} {path} is the same file as {other_role} ({other}): refused, "
                                             "nothing written (name another file)")
             seen.append((role, path, ident))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,28 @@ def test_a_directory_as_output_is_one_line_and_the_os_exit_status(judge_dir, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "outdir"]
 
 
+def test_every_writing_command_refuses_an_output_that_is_an_input(judge_dir, tmp_path, capsys):
+    """export, calibrate, audit and train check their outputs with the same rule before reading anything."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(_pairs())
+    (tmp_path / "link").symlink_to(judge_dir)
+    (tmp_path / "audit").mkdir()
+    (tmp_path / "audit" / "metrics.json").symlink_to(data)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"backbone: {judge_dir}\nhead: cls3\nsources: [{data}]\n")
+    before = _snapshot(tmp_path, judge_dir)
+    for argv, role in [
+        (["export", str(judge_dir), "--out", str(tmp_path / "link")], "--out"),
+        (["calibrate", str(judge_dir), "--source", str(judge_dir / "judge_card.json")], "the judge card"),
+        (["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "audit")], "the metrics"),
+        (["train", "--config", str(recipe), "--set", f"output_dir={tmp_path / 'link'}"], "output_dir"),
+    ]:
+        assert main(argv) == EXIT_USAGE, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"clfjudge: error: {role} ") and "is the same file as" in err, err
+        assert _snapshot(tmp_path, judge_dir) == before
+
+
 @pytest.mark.parametrize("argv, words", [
     (["score", "j", "--input", "i", "--output", "o", "--threads", "-3"], "argument --threads: -3 is out of range"),
     (["serve", "j", "--threads", "0"], "argument --threads: 0 is out of range"),
@@ -168,7 +191,7 @@ def test_check_apart_compares_files_not_names(tmp_path):
     a.write_text("a")
     check_apart({"--input": a}, {"--output": b, "--report": tmp_path / "c", "--unset": None})
     os.link(a, b)
-    with pytest.raises(SamePathError, match=f"--output {b} is the same file as --input {a}"):
+    with pytest.raises(SamePathError, match=re.escape(f"--output {b} is the same file as --input ({a})")):
         check_apart({"--input": a}, {"--output": b})
     with pytest.raises(SamePathError, match="--second .* is the same file as --first"):
         check_apart({}, {"--first": tmp_path / "new", "--second": tmp_path / "x" / ".." / "new"})

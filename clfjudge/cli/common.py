@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +34,25 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 THREADS = int_in(1)
+
+
+def local_inputs(specs: Sequence[str], role: str) -> list[tuple[str, Path]]:
+    """The local files a command reads from its data or judge specs (``"name"``, ``"name:N"``, a path, hf:...):
+    each file, and each file of a directory, as inputs of ``outputs.check_apart``."""
+    from ..data.sources import parse_source
+    from ..outputs import files_of
+
+    found: list[tuple[str, Path]] = []
+    for spec in specs:
+        path = Path(spec)
+        if not path.exists():
+            with contextlib.suppress(ValueError):
+                path = Path(parse_source(spec)[0])
+        if path.is_dir():
+            found += files_of(path, f"a file of {role} {spec}")
+        elif path.is_file():
+            found.append((role, path))
+    return found
 
 
 def add_trust_pickle(parser) -> None:
