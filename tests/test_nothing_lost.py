@@ -184,6 +184,31 @@ def test_out_of_range_numbers_are_argparse_errors(capsys, argv, words):
     assert exited.value.code == EXIT_USAGE and words in capsys.readouterr().err
 
 
+def test_a_judge_with_sharded_pickled_weights_loads(judge_dir, tmp_path):
+    """pytorch_model.bin.index.json (shards read as tensors only) is a judge's weights too, not "no model found"."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from clfjudge.judges.base import Judge
+
+    sharded = tmp_path / "judge"
+    shutil.copytree(judge_dir, sharded)
+    (sharded / "model.safetensors").unlink()
+    state = AutoModelForSequenceClassification.from_pretrained(judge_dir).state_dict()
+    names = sorted(state)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        shard = f"pytorch_model-0000{i + 1}-of-00002.bin"
+        torch.save({k: state[k].clone() for k in part}, sharded / shard)
+        weight_map.update(dict.fromkeys(part, shard))
+    (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    pair = {"question": Q, "answer_a": "Paris.", "answer_b": "Lyon."}
+    assert Judge.load(sharded).compare_batch([pair])[0].p_a == pytest.approx(
+        Judge.load(judge_dir).compare_batch([pair])[0].p_a, abs=1e-6)
+
+
 # -- the helpers every writing command uses -----------------------------------------------------------------
 
 def test_check_apart_compares_files_not_names(tmp_path):
