@@ -88,6 +88,8 @@ def run_ray(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
                              "each output shard, and a re-run skips finished shards)")
+    if args.encoding:
+        raise ValueError("--encoding applies to --engine local (--engine ray reads UTF-8 JSONL and Parquet)")
     if args.format or args.columns or args.scale:
         raise ValueError("--format, --columns and --scale apply to --engine local (--engine ray reads each line's "
                          "format from its fields)")
@@ -97,6 +99,7 @@ def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()
     shards = engine.find_shards(args.input)
+    engine.check_layout(args.input, shards, Path(args.output))
     card = open_card(args.model, args.model_input)[1]
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
