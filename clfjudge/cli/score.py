@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score", help="score a file of pairs (compare) or answers (score) with a judge or a "
                                            "reward model (JSONL, Parquet, CSV, a datasets directory)",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
-                                     "file), 2 a usage or input error")
+                                     "file), 2 a usage or input error (an output that is an input included), 3 "
+                                     "the judge cannot be loaded, 4 a file cannot be read or written "
+                                     "(docs/scoring.md)")
     p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "
                         "model without a card (a directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
