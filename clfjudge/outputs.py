@@ -55,15 +55,20 @@ def files_of(directory: PathLike, role: str) -> list[tuple[str, Path]]:
     return [(role, p) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
-def check_writable(path: PathLike) -> None:
-    """Refuse, before any work, an output that cannot be written: a directory, a read-only file, or a file in a
-    read-only directory (an ``OSError`` naming it; a missing directory is created by the writer)."""
+def check_writable(path: PathLike, directory: bool = False) -> None:
+    """Refuse, before any work, an output file (``directory``: an output directory, made beside it and renamed)
+    that cannot be written: a directory where a file goes or the reverse, a read-only file, a read-only directory to
+    write in (an ``OSError`` naming it; missing directories are made by the writer)."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not directory:
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
-    if path.exists() and not os.access(path, os.W_OK):
+    if path.exists() and not path.is_dir() and directory:
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a directory", str(path))
+    if path.exists() and not directory and not os.access(path, os.W_OK):
         raise PermissionError(errno.EACCES, "is read-only", str(path))
     parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a directory", str(path))
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, f"cannot write in {parent}", str(path))
 

@@ -13,7 +13,8 @@ import pytest
 from tiny_judges import make_judge
 
 from clfjudge.cli import EXIT_OS, EXIT_USAGE, main
-from clfjudge.outputs import SamePathError, check_apart, replace_whole, write_whole
+from clfjudge.cli import os_error_line as main_line
+from clfjudge.outputs import SamePathError, check_apart, check_writable, replace_whole, write_whole
 
 Q = "What is the capital of France?"
 
@@ -220,6 +221,29 @@ def test_check_apart_compares_files_not_names(tmp_path):
         check_apart({"--input": a}, {"--output": b})
     with pytest.raises(SamePathError, match="--second .* is the same file as --first"):
         check_apart({}, {"--first": tmp_path / "new", "--second": tmp_path / "x" / ".." / "new"})
+
+
+def test_check_writable_names_the_file_and_the_reason(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        check_writable(tmp_path / "file" / "out.jsonl")
+    with pytest.raises(NotADirectoryError):
+        check_writable(tmp_path / "file", directory=True)
+    check_writable(tmp_path, directory=True)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only file system answers (not root)
+    with pytest.raises(PermissionError) as refused:
+        check_writable(tmp_path / "file")
+    assert main_line(refused.value) == f"{tmp_path / 'file'}: is read-only"
+    with pytest.raises(PermissionError) as refused:
+        check_writable(tmp_path / "new" / "out.jsonl")
+    assert main_line(refused.value) == f"{tmp_path / 'new' / 'out.jsonl'}: cannot write in {tmp_path}"
+
+
+def test_an_export_that_cannot_be_written_fails_before_its_work(judge_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only directory (the tests run as root)
+    assert main(["export", str(judge_dir), "--out", str(tmp_path / "onnx")]) == EXIT_OS
+    assert capsys.readouterr().err == f"clfjudge: error: {tmp_path / 'onnx'}: cannot write in {tmp_path}\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_replace_whole_leaves_the_old_file_when_the_write_fails(tmp_path):
