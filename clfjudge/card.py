@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.records import RecordError
+from .outputs import write_whole
 from .untrusted import read_json
 
 CARD_NAME = "judge_card.json"
@@ -55,10 +56,11 @@ class JudgeCard:
     schema_version: int = SCHEMA_VERSION  # the card's layout; a loaded older card is upgraded to this one
 
     def save(self, directory: str | Path) -> Path:
-        """Write judge_card.json in the current layout (``SCHEMA_VERSION``)."""
+        """Write judge_card.json in the current layout (``SCHEMA_VERSION``), whole (a failed write leaves the old
+        card)."""
         path = Path(directory) / CARD_NAME
         data = {**asdict(self), "schema_version": SCHEMA_VERSION}
-        path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        write_whole(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         return path
 
     @classmethod

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .configs import config_path
+from .outputs import write_whole
 from .registry import Registry
 
 _log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def check_data(state: RunState) -> dict[str, Any]:
     from .data.sources.stats import source_stats
 
     rows = [row.as_dict() for _, source in SOURCES.items() for row in source_stats(source)]
-    state.path("data_stats.json").write_text(json.dumps(rows, indent=2) + "\n")
+    write_whole(state.path("data_stats.json"), json.dumps(rows, indent=2) + "\n")
     totals = [r for r in rows if r["split"] == "all"]
     return {"file": "data_stats.json", "sources_available": sum(r["available"] for r in totals),
             "sources_missing": [r["source"] for r in totals if not r["available"]],
@@ -257,4 +258,4 @@ def _previous_steps(state: RunState, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _write_record(state: RunState, record: dict[str, Any]) -> None:
-    state.path("run.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_whole(state.path("run.json"), json.dumps(record, indent=2, default=str) + "\n")

@@ -55,6 +55,9 @@ def shards(tmp_path_factory) -> Path:
     (root / "in" / "more").mkdir(parents=True)
     for name, n in (("a", 14), ("b", 11), ("more/c", 12)):
         (root / "in" / f"{name}.jsonl").write_text("\n".join(_shard_lines(name[-1], n)) + "\n")
+    with (root / "in" / "b.jsonl").open("ab") as f:  # a Latin-1 line: rejected with its byte offset, as locally
+        f.write(json.dumps({"id": "b-fr", "question": "Où ?", "answer_a": "Là.", "answer_b": "Ici."},
+                           ensure_ascii=False).encode("latin-1") + b"\n" + json.dumps(_pair(11, "b")).encode())
     rows = [_pair(i, "pq") for i in range(7)]
     rows[3] = {**rows[3], "answer_b": None}  # a null field: rejected, as a JSON null would be
     pq.write_table(pa.Table.from_pylist(rows), root / "in" / "d.parquet", row_group_size=3)
@@ -114,6 +117,7 @@ def test_ray_engine_writes_what_the_single_process_scorer_writes(ray_cluster, ju
     _check_output(out, shards, single_process)
     assert stdout.splitlines()[0].startswith(_summary(single_process) + ", duplicate ids 3")
     assert f"rejected {(shards / 'in' / 'a.jsonl').resolve()}:3: invalid JSON" in stderr
+    assert f"rejected {(shards / 'in' / 'b.jsonl').resolve()}:12: not valid utf-8: byte 0xf9" in stderr
     # the same command again finds every shard done and scores nothing
     code, stdout_again, stderr = _score(str(judge_dir), "--input", str(shards / "in"), "--output", str(out),
                                         "--engine", "ray", "--actors", "2", *OPTIONS)
@@ -199,6 +203,21 @@ def test_bad_ray_inputs_and_options_are_named(judge_dir, tmp_path):
     code, _, err = _score(str(judge_dir), "--input", str(tmp_path / "bad.parquet"), "--output",
                           str(tmp_path / "o"), "--actors", "2")
     assert code == 2 and "--actors applies to --engine ray" in err
+
+
+def test_an_output_that_is_or_is_inside_the_input_is_refused(judge_dir, shards, tmp_path):
+    """Before Ray starts: a shard's output would be the shard itself, or the outputs would be read as shards."""
+    before = {p: p.read_bytes() for p in (shards / "in").rglob("*") if p.is_file()}
+    code, _, err = _score(str(judge_dir), "--input", str(shards / "in"), "--output", str(shards / "in"),
+                          "--engine", "ray")
+    assert code == 2 and "is the same file as an input shard" in err
+    code, _, err = _score(str(judge_dir), "--input", str(shards / "in"), "--output", str(shards / "in" / "out"),
+                          "--engine", "ray")
+    assert code == 2 and "is inside --input" in err
+    code, _, err = _score(str(judge_dir), "--input", str(shards / "in"), "--output", str(tmp_path / "o"),
+                          "--engine", "ray", "--encoding", "latin-1")
+    assert code == 2 and "--encoding applies to --engine local" in err
+    assert {p: p.read_bytes() for p in (shards / "in").rglob("*") if p.is_file()} == before
 
 
 def test_a_ray_client_address_is_refused_before_anything_is_written(judge_dir, shards, tmp_path, monkeypatch):

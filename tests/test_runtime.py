@@ -412,6 +412,11 @@ def _resumable_input(path: Path) -> Path:
     return path
 
 
+def _partial(path: Path) -> Path:
+    """Where a run writes ``path`` until it completes."""
+    return path.with_name(path.name + ".partial")
+
+
 def _score(judge_dir: Path, src: Path, out: Path, *extra: str) -> int:
     return main(["score", str(judge_dir), "--input", str(src), "--output", str(out), "--chunk-size", "3", *extra])
 
@@ -438,6 +443,7 @@ def _check_resumed(tmp_path: Path, cls3_dir: Path, uninterrupted, capsys) -> Non
     assert out.read_bytes() == want_out and (tmp_path / "out.jsonl.rejected.jsonl").read_bytes() == want_rejected
     assert capsys.readouterr().out.splitlines()[0] == want_summary  # counts (duplicates too) span the two runs
     assert not (tmp_path / "out.jsonl.progress.json").exists()
+    assert not _partial(out).exists() and not _partial(tmp_path / "out.jsonl.rejected.jsonl").exists()
 
 
 @pytest.mark.parametrize("crash_at, accounted", [(1, 0), (2, 5), (4, 12)])
@@ -462,7 +468,8 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
     assert progress["line"] == accounted
     assert f"lines 1-{accounted} of {src} are accounted for" in capsys.readouterr().err
-    written = out.read_bytes()
+    assert not out.exists()  # written under its partial name until the run completes
+    written = _partial(out).read_bytes()
     assert uninterrupted[0].startswith(written) and written.endswith(b"\n") == bool(written)
     assert progress["files"]["output"]["bytes"] == len(written)
     _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
@@ -470,26 +477,29 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
 
 def test_score_disk_failure_mid_write_is_cut_back_and_resumed(cls3_dir, tmp_path, monkeypatch, capsys,
                                                               uninterrupted):
-    """The disk fills up halfway through writing the third chunk's lines: the half-written lines are cut off."""
+    """The disk fills up halfway through writing the third chunk's lines: the half-written lines are cut off, the
+    error is one line naming the file, and the output of an earlier run is left as it was."""
     from clfjudge.scoring.files import Sink
 
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    out.write_bytes(b"an earlier run's output\n")
     original, calls = Sink.write, [0]
 
     def disk_full(self, data):
-        if self.path == out:
+        if self.path == _partial(out):
             calls[0] += 1
             if calls[0] == 3:
                 original(self, data[: len(data) // 2])
                 self.file.flush()
-                raise OSError(28, "No space left on device")
+                raise OSError(28, "No space left on device", str(self.path))
         original(self, data)
 
     monkeypatch.setattr(Sink, "write", disk_full)
-    with pytest.raises(OSError, match="No space left"):
-        _score(cls3_dir, src, out)
+    assert _score(cls3_dir, src, out) == 4
+    assert capsys.readouterr().err.splitlines()[-1] == f"clfjudge: error: {_partial(out)}: No space left on device"
     monkeypatch.setattr(Sink, "write", original)
-    written = out.read_bytes()
+    assert out.read_bytes() == b"an earlier run's output\n"
+    written = _partial(out).read_bytes()
     assert written and uninterrupted[0].startswith(written) and written.endswith(b"\n")
     assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 8
     _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
@@ -505,7 +515,7 @@ from clfjudge.cli import main
 from clfjudge.scoring import files
 commit, calls = files.Sink.commit, [0]
 def dying(self):
-    if self.path.name == "out.jsonl":
+    if self.path.name == "out.jsonl.partial":
         calls[0] += 1
         if calls[0] == 3:  # 1: the start, 2: after chunk 1, 3: after chunk 2
             self.file.flush()
@@ -519,7 +529,7 @@ sys.exit(main(["score", {str(cls3_dir)!r}, "--input", {str(src)!r}, "--output", 
                           capture_output=True, timeout=300)
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
-    assert progress["line"] == 5 and out.stat().st_size > progress["files"]["output"]["bytes"]
+    assert progress["line"] == 5 and _partial(out).stat().st_size > progress["files"]["output"]["bytes"]
     _check_resumed(tmp_path, cls3_dir, uninterrupted, capsys)
 
 
@@ -542,14 +552,15 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
     capsys.readouterr()
     assert _score(cls3_dir, src, out, "--resume", "--symmetric") == 2
     assert "symmetric was False, now True" in capsys.readouterr().err
-    written = out.read_bytes()
-    out.write_bytes(written.replace(b'"p0"', b'"P0"', 1))  # the accounted-for output was edited
+    part = _partial(out)
+    written = part.read_bytes()
+    part.write_bytes(written.replace(b'"p0"', b'"P0"', 1))  # the accounted-for output was edited
     assert _score(cls3_dir, src, out, "--resume") == 2
-    assert f"{out} differs from what the interrupted run recorded" in capsys.readouterr().err
-    out.write_bytes(written[:-5])
+    assert f"{part} differs from what the interrupted run recorded" in capsys.readouterr().err
+    part.write_bytes(written[:-5])
     assert _score(cls3_dir, src, out, "--resume") == 2
-    assert f"{out} is shorter than what the interrupted run recorded" in capsys.readouterr().err
-    out.write_bytes(written)
+    assert f"{part} is shorter than what the interrupted run recorded" in capsys.readouterr().err
+    part.write_bytes(written)
     src.write_text(src.read_text().replace("p0", "q0", 1))  # the input read so far changed
     assert _score(cls3_dir, src, out, "--resume") == 2
     assert "the input changed" in capsys.readouterr().err

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.formats import ReadOptions
 from ..data.records import PairRecord
 from ..models.onnx_session import AUTO
+from ..outputs import write_whole
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
@@ -158,7 +159,7 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 payload = {"na": result} if isinstance(result, str) else {"predictions": result.to_json()}
                 cache = _cache_path(out, spec, s.name)
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                cache.write_text(json.dumps({"spec": spec, "ids": _ids(records, s), **payload}))
+                write_whole(cache, json.dumps({"spec": spec, "ids": _ids(records, s), **payload}))
                 preds[name][s.name] = result
                 bar.update(1)
             missing = [set_name for set_name, result in preds[name].items() if result is None]
@@ -235,6 +236,6 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         "sets_not_available": missing, "limit": limit, "set_limits": dict(set_limits or {}), "bootstrap": bootstrap,
         "suites": {name: SUITES[name](data) for name in chosen},
     }
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    write_whole(out_dir / "metrics.json", json.dumps(metrics, indent=2, default=float) + "\n")
     write_report(metrics, out_dir)
     return metrics

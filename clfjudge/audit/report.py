@@ -5,6 +5,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..outputs import replace_whole, write_whole
 from .paper import AGREEMENT, CROSS_SCHEME, LLMBAR, POINTWISE_EVAL, SEMSCORE_SYSTEM
 
 
@@ -164,7 +165,8 @@ def _length_plot(length: Mapping[str, Any], out_dir: Path) -> Path:
     axes[0][0].legend()
     fig.tight_layout()
     path = out_dir / "length_bias.png"
-    fig.savefig(path, dpi=110)
+    with replace_whole(path, "wb") as f:
+        fig.savefig(f, dpi=110, format="png")
     plt.close(fig)
     return path
 
@@ -200,7 +202,8 @@ def _heatmap(set_name: str, mat: Mapping[str, Any], out_dir: Path) -> Path:
     fig.colorbar(im)
     fig.tight_layout()
     path = out_dir / f"agreement_{set_name}.png"
-    fig.savefig(path, dpi=110)
+    with replace_whole(path, "wb") as f:
+        fig.savefig(f, dpi=110, format="png")
     plt.close(fig)
     return path
 
@@ -251,5 +254,5 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
         if name in m["suites"]:
             lines += section()
     path = out_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_whole(path, "\n".join(lines) + "\n")
     return path

@@ -42,6 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one clear line, non-zero exit
 
+# The exit statuses every command shares (docs/scoring.md lists them); 1 is a command's own partial failure
+# (clfjudge score: some lines rejected; clfjudge run: a step failed).
+EXIT_USAGE = 2  # a usage or input error: argparse's, a missing file, a bad line or option, an output that is an input
+EXIT_OS = 4  # a file could not be read or written: a directory where a file goes, permissions, a full disk
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OS error as one line: the file(s) it names, then the system's reason."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    cause = exc.strerror or str(exc)
+    return f"{where}: {cause}" if where else cause
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -50,8 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:  # user errors: one clear line, non-zero exit
         # str(KeyError) is the repr of its message (quoted); the message itself reads better
         message = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else exc
+        if isinstance(exc, FileNotFoundError) and exc.strerror:
+            message = os_error_line(exc)
         print(f"clfjudge: error: {message}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"clfjudge: error: {os_error_line(exc)}", file=sys.stderr)
+        return EXIT_OS
 
 
 if __name__ == "__main__":

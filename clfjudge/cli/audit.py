@@ -9,6 +9,7 @@ from .common import (
     add_engine_options,
     add_trust_pickle,
     check_local_options,
+    local_inputs,
     ray_options,
     read_options,
 )
@@ -44,7 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..audit import run_audit
+    from ..outputs import check_apart
 
+    check_apart([*local_inputs(args.judges, "JUDGE"), *local_inputs(args.sets or (), "--sets")],
+                [("the report", args.out / "report.md"), ("the metrics", args.out / "metrics.json")])
     if args.engine == "ray":
         options = ray_options(args)  # one CPU (one thread) per actor
     else:

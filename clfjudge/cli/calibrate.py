@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.records import PairRecord, Record
-from .common import add_data_options, judge_options, read_options
+from .common import add_data_options, judge_options, local_inputs, read_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +46,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..export.onnx import card_sources
     from ..judges.base import Judge, open_card
     from ..judges.calibration import fit_calibration
+    from ..outputs import check_apart
 
+    card_path = Path(args.judge_dir) / "judge_card.json"
+    check_apart(local_inputs([args.source], "--source"), [("the judge card", card_path)])
     judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
                        threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
                        model_input=args.model_input)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,6 +15,44 @@ if TYPE_CHECKING:
 
 TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickle (head.joblib): unpickling runs "
                      "whatever code the file holds, so only for directories you trust; re-save to drop the pickle")
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high`` (None: no bound), else argparse's usage error."""
+
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: it must be {bound}")
+        return value
+
+    return integer
+
+
+THREADS = int_in(1)
+
+
+def local_inputs(specs: Sequence[str], role: str) -> list[tuple[str, Path]]:
+    """The local files a command reads from its data or judge specs (``"name"``, ``"name:N"``, a path, hf:...):
+    each file, and each file of a directory, as inputs of ``outputs.check_apart``."""
+    from ..data.sources import parse_source
+    from ..outputs import files_of
+
+    found: list[tuple[str, Path]] = []
+    for spec in specs:
+        path = Path(spec)
+        if not path.exists():
+            with contextlib.suppress(ValueError):
+                path = Path(parse_source(spec)[0])
+        if path.is_dir():
+            found += files_of(path, f"a file of {role} {spec}")
+        elif path.is_file():
+            found.append((role, path))
+    return found
 
 
 def add_trust_pickle(parser) -> None:
@@ -128,7 +168,7 @@ def judge_options(p: argparse.ArgumentParser) -> None:
     add_provider(p)
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads of the backend")
+    p.add_argument("--threads", type=THREADS, default=None, help="intra-op threads of the backend")
     add_batch_size(p, 16, "records per judge call (and forward pass)")
     add_trust_pickle(p)
     add_model_input(p)

@@ -55,6 +55,9 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
     from ..export.presets import apply_preset, load_preset
+    from ..outputs import check_apart
+
+    check_apart({"JUDGE_DIR": args.judge_dir}, {"--out": args.out})
 
     if args.preset:
         taken = apply_preset(args, load_preset(args.preset), args.option_defaults)

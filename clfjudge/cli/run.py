@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
                                         profile=args.profile, steps=args.steps, judges=args.judges))
     except StepFailed as failed:
-        if not isinstance(failed.__cause__, USER_ERRORS):  # a user's mistake reads best as one line
+        # a user's mistake, or a file the system cannot write (its name and reason), reads best as one line
+        if not isinstance(failed.__cause__, (*USER_ERRORS, OSError)):
             traceback.print_exception(failed.__cause__, file=sys.stderr)
         print(f"[clfjudge run] {failed}", file=sys.stderr)
         return 1

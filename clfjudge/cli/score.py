@@ -26,15 +26,15 @@ from .common import (
 )
 
 TASKS = ("auto", "compare", "score")
-SHOWN_REJECTIONS = 10
-PROGRESS_VERSION = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score", help="score a file of pairs (compare) or answers (score) with a judge or a "
                                            "reward model (JSONL, Parquet, CSV, a datasets directory)",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
-                                     "file), 2 a usage or input error")
+                                     "file), 2 a usage or input error (an output that is an input included), 3 "
+                                     "the judge cannot be loaded, 4 a file cannot be read or written "
+                                     "(docs/scoring.md)")
     p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "
                         "model without a card (a directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare pairs or score answers (auto: from the judge; a reward judge can do both)")
     p.add_argument("--symmetric", action="store_true", help="judge both answer orders and average (compare)")
     p.add_argument("--chunk-size", type=int, default=512, help="lines held in memory at a time")
+    p.add_argument("--encoding", default=None,
+                   help="the encoding of a JSONL input (default utf-8; e.g. latin-1, cp1252): a line not in it is "
+                        "rejected with its line and byte offset, never read with stand-in characters")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
@@ -76,7 +79,7 @@ def run_local(args: argparse.Namespace) -> int:
         symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, backend=args.backend,
         provider=args.provider, variant=args.variant, threads=args.threads, batch_size=args.batch_size,
         trust_pickle=args.trust_pickle, model_input=args.model_input, options=read_options(args), format=args.format,
-        columns=args.columns))
+        columns=args.columns, encoding=args.encoding))
 
 
 def run_ray(args: argparse.Namespace) -> int:
@@ -87,6 +90,8 @@ def run_ray(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
                              "each output shard, and a re-run skips finished shards)")
+    if args.encoding:
+        raise ValueError("--encoding applies to --engine local (--engine ray reads UTF-8 JSONL and Parquet)")
     if args.format or args.columns or args.scale:
         raise ValueError("--format, --columns and --scale apply to --engine local (--engine ray reads each line's "
                          "format from its fields)")
@@ -96,6 +101,7 @@ def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()
     shards = engine.find_shards(args.input)
+    engine.check_layout(args.input, shards, Path(args.output))
     card = open_card(args.model, args.model_input)[1]
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import add_batch_size, add_model_input, add_provider, add_trust_pickle
+from .common import THREADS, add_batch_size, add_model_input, add_provider, add_trust_pickle, int_in
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -20,12 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="JUDGE_DIR", help="judge directory (PyTorch, ONNX, embedding or generative), or a "
                    "reward model without a card (docs/your-model.md)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int_in(0, 65535), default=8000, help="TCP port (0: one the system picks)")
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
                         "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
     add_provider(p)
-    p.add_argument("--threads", type=int, help="intra-op threads of the judge")
+    p.add_argument("--threads", type=THREADS, help="intra-op threads of the judge")
     add_trust_pickle(p)
     add_model_input(p)
     add_batch_size(p, d.max_batch_size, "items per judge call", alias="--max-batch-size")

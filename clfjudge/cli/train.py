@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..training.config import TrainConfig
 
 
 class _HelpWithRecipeKeys(argparse.Action):
@@ -40,6 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_output_dir(config: TrainConfig) -> None:
+    """The judge directory training writes is none it reads: the backbone's (a local directory), a data file or
+    directory, the recipe."""
+    from ..outputs import check_apart
+
+    sources = [*config.sources, *config.eval_sources, *config.extra_train_sources, *config.decontaminate_against]
+    inputs = [("backbone", config.backbone), *((f"source {s}", s) for s in sources if Path(s).exists())]
+    check_apart(inputs, [("output_dir", config.output_dir)])
+
+
 def run(args: argparse.Namespace) -> int:
     from ..training.config import TrainConfig
     from ..training.trainer import train
@@ -47,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
     config = TrainConfig.from_yaml(args.config, args.overrides)
+    check_output_dir(config)
     out = train(config)
     print(out)
     return 0

@@ -49,6 +49,7 @@ from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, lo
 from ..kinds import EXPORTERS  # kinds exported by another module (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
+from ..outputs import check_writable
 from ..prompts.chat_template import carry_prompt
 from ..prompts.encoding import MODEL_INPUTS
 from ..registry import Registry, resolve
@@ -490,6 +491,7 @@ class ExportResult:
 def _check_out_dir(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"output {out} already exists and is not an empty directory; remove it or pick another --out")
+    check_writable(out, directory=True)  # before the export's work, not after it
     out.parent.mkdir(parents=True, exist_ok=True)
 
 

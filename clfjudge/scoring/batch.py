@@ -111,16 +111,30 @@ class Chunk:
     blank: int = 0
 
 
-def chunk_lines(lines: Iterable[tuple[int, str]], source: str, task: str, chunk_size: int,
+def decode_line(raw: bytes, loc: Loc, offset: int, encoding: str = "utf-8") -> str | RecordError:
+    """A line's bytes as text, or (never replaced by a stand-in character) the rejection of a line that is not in
+    ``encoding``, naming the line and the byte offset (in the line and, ``offset`` being the line's, the file)."""
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        return loc.error(None, f"not valid {encoding}: byte {raw[exc.start]:#04x} at byte offset {exc.start} of the "
+                               f"line ({offset + exc.start} of the file); --encoding names another encoding")
+
+
+def chunk_lines(lines: Iterable[tuple[int, str | RecordError]], source: str, task: str, chunk_size: int,
                 options: ReadOptions = ReadOptions()) -> Iterator[Chunk]:
     """Numbered lines of ``source`` -> chunks: a chunk ends at the line that brings its records to
-    ``chunk_size``; the last chunk holds what follows the last full one (lines, if not records). Lazy: when a
-    chunk is yielded, exactly its lines have been read from ``lines``."""
+    ``chunk_size``; the last chunk holds what follows the last full one (lines, if not records). A line that
+    could not be read as text comes as its rejection (``decode_line``). Lazy: when a chunk is yielded, exactly its
+    lines have been read from ``lines``."""
     chunk: Chunk | None = None
     for number, text in lines:
         if chunk is None:
             chunk = Chunk(first=number, last=number)
         chunk.last = number
+        if isinstance(text, RecordError):
+            chunk.rejections.append(text)
+            continue
         if not text.strip():
             chunk.blank += 1
             continue

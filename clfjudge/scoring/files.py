@@ -5,6 +5,7 @@ fully accounted for with the size and SHA-256 of what was read and written, so t
 exactly where an interrupted one stopped."""
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import itertools
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-PROGRESS_VERSION = 1
+from ..data.records import Loc, RecordError
+from .batch import decode_line
+
+PROGRESS_VERSION = 2  # 2: the output is written to OUTPUT.partial until the run completes
 
 
 class Sink:
@@ -75,6 +79,11 @@ def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> hashlib.
     return digest
 
 
+def progress_temporary(path: Path) -> Path:
+    """Where the progress file is written before it is renamed over the last one."""
+    return path.with_name(path.name + ".tmp")
+
+
 @dataclass
 class Progress:
     """The resumable state of a run, written to OUTPUT.progress.json after each chunk (atomically)."""
@@ -92,7 +101,7 @@ class Progress:
         """Record a new checkpoint: on disk first (atomically), then in memory, so both always agree."""
         data = {"version": PROGRESS_VERSION, "settings": self.settings, "line": line, "input_bytes": input_bytes,
                 "input_sha256": input_sha256, "files": files, "tally": tally}
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp = progress_temporary(self.path)
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(tmp, self.path)
         self.line, self.input_bytes, self.input_sha256, self.files, self.tally = (line, input_bytes, input_sha256,
@@ -119,12 +128,15 @@ class Progress:
         return progress
 
 
-def _lines(path: Path, start: int = 0, line: int = 0) -> Iterator[tuple[int, str, bytes]]:
-    """(line number, text, raw bytes) of each line from byte offset ``start`` (line ``line`` + 1 on)."""
+def _lines(path: Path, start: int = 0, line: int = 0,
+           encoding: str = "utf-8") -> Iterator[tuple[int, str | RecordError, bytes]]:
+    """(line number, text, raw bytes) of each line from byte offset ``start`` (line ``line`` + 1 on); a line not
+    in ``encoding`` comes as its rejection."""
     with open(path, "rb") as f:
         f.seek(start)
         for number, raw in enumerate(f, start=line + 1):
-            yield number, raw.decode("utf-8", errors="replace"), raw
+            yield number, decode_line(raw, Loc(str(path), number), start, encoding), raw
+            start += len(raw)
 
 
 def _input_prefix_hash(path: Path, progress: Progress) -> hashlib._Hash:
@@ -142,6 +154,7 @@ class LineInput:
     """A JSONL file, read line by line; a run resumes at a byte offset."""
 
     path: Path
+    encoding: str = "utf-8"
 
     @property
     def identity(self) -> str:
@@ -153,8 +166,8 @@ class LineInput:
     def total(self) -> int:
         return self.path.stat().st_size
 
-    def lines(self, start: int, line: int) -> Iterator[tuple[int, str, bytes]]:
-        return _lines(self.path, start, line)
+    def lines(self, start: int, line: int) -> Iterator[tuple[int, str | RecordError, bytes]]:
+        return _lines(self.path, start, line, self.encoding)
 
     def prefix_hash(self, progress: Progress) -> hashlib._Hash:
         return _input_prefix_hash(self.path, progress)
@@ -203,11 +216,27 @@ class TableInput:
 TABLE_SUFFIXES = (".parquet", ".csv", ".json", ".gz", ".bz2", ".xz", ".zst")
 
 
-def open_input(text: str) -> LineInput | TableInput:
-    """What ``--input`` names: a JSONL file (read by lines), else a table that datasets reads."""
+def check_encoding(encoding: str) -> str:
+    """``--encoding``: a codec Python knows that keeps ASCII as it is (the lines are split at the byte \\n and
+    read as JSON), else a ValueError."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise ValueError(f"--encoding {encoding}: no such encoding (e.g. utf-8, latin-1, cp1252)") from None
+    if '{"\n'.encode(name, errors="replace") != b'{"\n':
+        raise ValueError(f"--encoding {encoding}: lines are split at the byte \\n, so only an encoding that writes "
+                         "ASCII as ASCII can be read (utf-8, latin-1, cp1252, ...; convert the file first)")
+    return name
+
+
+def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput:
+    """What ``--input`` names: a JSONL file (read by lines, in ``encoding``; default UTF-8), else a table that
+    datasets reads."""
     path = Path(text)
     if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
-        return LineInput(path)
+        return LineInput(path, check_encoding(encoding or "utf-8"))
+    if encoding is not None:
+        raise ValueError(f"--encoding applies to a JSONL input, not to {text} (read by datasets)")
     if not path.exists() and not text.startswith("hf:"):
         raise FileNotFoundError(f"input {path} does not exist")
     return TableInput(text)

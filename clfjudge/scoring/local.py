@@ -2,22 +2,30 @@
 
 A bad line (invalid JSON, a missing or mistyped field, an input the judge cannot encode) is reported with its
 line number and field, written to the rejected file, and scoring goes on; the summary accounts for every line.
-After each chunk the output and rejected files are flushed and the progress file records the last line fully
-accounted for (``scoring.files``); ``resume`` cuts anything written after it and goes on from the next line, so
-the output equals an uninterrupted run's. A run that finishes removes the progress file.
+The output and rejected files are written as OUTPUT.partial and REJECTED.partial, renamed into place when the run
+completes, so a run that stops leaves earlier files of those names as they were. After each chunk the partial
+files are flushed and the progress file records the last line fully accounted for (``scoring.files``);
+``resume`` cuts anything written after it and goes on from the next line, so the output equals an uninterrupted
+run's. A run that finishes removes the progress file. No file the run writes may be one it reads (``outputs``).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..data.formats import ReadOptions
 from ..data.records import RecordError
+from ..outputs import check_apart, check_writable, files_of
 from .batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .files import Progress, Sink, open_input, seen_ids
+from .files import LineInput, Progress, Sink, TableInput, open_input, progress_temporary, seen_ids
+
+if TYPE_CHECKING:
+    from ..judges.base import Judge
 
 SHOWN_REJECTIONS = 10
 
@@ -44,29 +52,76 @@ class ScoreJob:
     options: ReadOptions = field(default_factory=ReadOptions)
     format: str | None = None  # as given (recorded in the progress file: a resumed run must read alike)
     columns: str | None = None
+    encoding: str | None = None  # of a JSONL input (default UTF-8)
+
+
+PARTIAL = ".partial"
+
+
+def partial(path: Path) -> Path:
+    """Where a file of the run is written until the run completes, then renamed into place."""
+    return path.with_name(path.name + PARTIAL)
+
+
+@dataclass
+class RunFiles:
+    """What a run writes: the output and rejected files (under their ``partial`` names until the run completes)
+    and the progress file."""
+
+    output: Path
+    rejected: Path
+    progress: Path
+
+    @classmethod
+    def of(cls, job: ScoreJob) -> RunFiles:
+        out = Path(job.output)
+        rejected = Path(job.rejected) if job.rejected else out.with_name(out.name + ".rejected.jsonl")
+        return cls(out, rejected, out.with_name(out.name + ".progress.json"))
+
+    def check(self, job: ScoreJob) -> None:
+        """Before anything is read or written: no file the run writes is one it reads or another it writes, and
+        the output and rejected files can be written."""
+        inputs = [("--input", None if job.input.startswith("hf:") else job.input),
+                  *files_of(job.model, "a file of JUDGE_DIR")]
+        outputs = [("--output", self.output), ("--rejected", self.rejected), ("the progress file", self.progress),
+                   ("the progress file's temporary", progress_temporary(self.progress)),
+                   ("the partial output", partial(self.output)),
+                   ("the partial rejected file", partial(self.rejected))]
+        check_apart(inputs, outputs)
+        for path in (self.output, self.rejected):
+            check_writable(path)
+
+    def finish(self, rejected: int) -> None:
+        """The run is complete: the partial files become the output and rejected files (a run without
+        rejections leaves no rejected file, not even an earlier run's), then the progress file goes."""
+        os.replace(partial(self.output), self.output)
+        if rejected:
+            os.replace(partial(self.rejected), self.rejected)
+        else:
+            partial(self.rejected).unlink()
+            self.rejected.unlink(missing_ok=True)
+        self.progress.unlink()
 
 
 def score_file(job: ScoreJob) -> int:
     """Score ``job.input`` into ``job.output`` in this process (the module doc); the exit status: 0 every line
     scored, 1 some lines rejected."""
-    from tqdm import tqdm
-
     from ..judges.base import Judge
 
-    src, out = open_input(job.input), Path(job.output)
     if job.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
-    rejected_path = Path(job.rejected) if job.rejected else out.with_name(out.name + ".rejected.jsonl")
-    progress_path = out.with_name(out.name + ".progress.json")
+    files = RunFiles.of(job)
+    files.check(job)
+    src = open_input(job.input, job.encoding)
     # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
-                "symmetric": job.symmetric, "rejected": str(rejected_path.resolve()), "backend": job.backend,
-                "variant": job.variant, "format": job.format, "columns": job.columns}
-    options = job.options
-    progress = Progress.load(progress_path, settings) if job.resume else Progress(progress_path, settings)
-    if not job.resume and progress_path.exists():
-        print(f"starting over: {progress_path} of an interrupted run is replaced (--resume continues it)",
+                "symmetric": job.symmetric, "rejected": str(files.rejected.resolve()), "backend": job.backend,
+                "variant": job.variant, "format": job.format, "columns": job.columns,
+                "encoding": getattr(src, "encoding", None)}
+    progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
+    if not job.resume and files.progress.exists():
+        print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     judge = Judge.load(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
                        threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
@@ -75,77 +130,93 @@ def score_file(job: ScoreJob) -> int:
     judge.require(task)
     if job.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if job.resume:
-        input_hash = src.prefix_hash(progress)
-        sink, rejected = Sink(out, progress.files["output"]), Sink(rejected_path, progress.files["rejected"])
-        tally, seen = Tally.from_dict(progress.tally), seen_ids(out, sink.size)
-        print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
-    else:
-        input_hash, sink, rejected, tally, seen = hashlib.sha256(), Sink(out), Sink(rejected_path), Tally(), set()
-    shown = [0]
+    files.output.parent.mkdir(parents=True, exist_ok=True)
+    files.rejected.parent.mkdir(parents=True, exist_ok=True)
+    run = _Run(judge, task, job, src, files, progress)
+    run.score()
+    files.finish(run.tally.rejected)
 
-    def checkpoint(line: int, offset: int) -> None:
-        """Everything up to ``line`` is on disk: record it (the files first, then the progress that names them)."""
-        files = {"output": sink.commit(), "rejected": rejected.commit()}
-        progress.advance(line, offset, input_hash.hexdigest(), files, tally.to_dict())
-
-    def flush(chunk: Chunk) -> None:
-        for err in chunk.rejections:
-            _reject(err, tally, rejected, shown)
-        tally.blank += chunk.blank
-        if not chunk.records:
-            return
-        results, errors = score_chunk(judge, task, chunk.records, job.symmetric, str(src))
-        for line, row in results:
-            tally.count_id(seen, row["id"], line)
-        sink.write("".join(map(row_text, (row for _, row in results))).encode())
-        tally.scored += len(results)
-        for err in errors:
-            _reject(err, tally, rejected, shown)
-
-    start_line, offset = progress.line, progress.input_bytes
-    line = start_line  # the last line accounted for, also when nothing is left to read
-
-    def numbered(bar) -> Iterator[tuple[int, str]]:
-        """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
-        nonlocal line, offset
-        for line, text, raw in src.lines(offset, start_line):
-            tally.read += 1
-            offset += len(raw)
-            input_hash.update(raw)
-            bar.update(len(raw))
-            yield line, text
-
-    try:
-        checkpoint(start_line, offset)
-        with tqdm(total=src.total(), initial=offset, unit="B", unit_scale=True, desc="scoring",
-                  file=sys.stderr) as bar:
-            for chunk in chunk_lines(numbered(bar), str(src), task, job.chunk_size, options):
-                flush(chunk)
-                checkpoint(chunk.last, offset)
-            checkpoint(line, offset)
-    except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
-        sink.rollback()
-        rejected.rollback()
-        print(f"clfjudge score: interrupted; lines 1-{progress.line} of {src} are accounted for in {out} and "
-              f"{rejected_path} (progress: {progress_path}); run the same command with --resume to go on",
-              file=sys.stderr)
-        raise
-    finally:
-        sink.close()
-        rejected.close()
-    progress_path.unlink()
-
+    tally = run.tally
     if tally.rejected > SHOWN_REJECTIONS:
-        print(f"... {tally.rejected - SHOWN_REJECTIONS} more rejections in {rejected_path}", file=sys.stderr)
-    if not tally.rejected:
-        rejected_path.unlink()
+        print(f"... {tally.rejected - SHOWN_REJECTIONS} more rejections in {files.rejected}", file=sys.stderr)
     if tally.duplicate_warning():
         print(tally.duplicate_warning(), file=sys.stderr)
     print(tally.summary())
-    print(f"results: {out}" + (f"; rejected lines: {rejected_path}" if tally.rejected else ""))
+    print(f"results: {files.output}" + (f"; rejected lines: {files.rejected}" if tally.rejected else ""))
     return 1 if tally.rejected else 0
+
+
+class _Run:
+    """One run's state: the sinks (new, or an interrupted run's cut back to its checkpoint), the tally, the ids
+    seen and the input's offset and hash up to the last line read."""
+
+    def __init__(self, judge: Judge, task: str, job: ScoreJob, src: LineInput | TableInput, files: RunFiles,
+                 progress: Progress) -> None:
+        self.judge, self.task, self.job, self.src, self.files, self.progress = judge, task, job, src, files, progress
+        out, rejected = partial(files.output), partial(files.rejected)
+        if job.resume:
+            self.input_hash = src.prefix_hash(progress)
+            self.sink, self.rejected = Sink(out, progress.files["output"]), Sink(rejected, progress.files["rejected"])
+            self.tally, self.seen = Tally.from_dict(progress.tally), seen_ids(out, self.sink.size)
+            print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
+        else:
+            self.input_hash, self.sink, self.rejected = hashlib.sha256(), Sink(out), Sink(rejected)
+            self.tally, self.seen = Tally(), set()
+        self.shown = [0]
+        self.line, self.offset = progress.line, progress.input_bytes  # the last line accounted for, and its end
+
+    def checkpoint(self, line: int) -> None:
+        """Everything up to ``line`` is on disk: record it (the files first, then the progress that names them)."""
+        files = {"output": self.sink.commit(), "rejected": self.rejected.commit()}
+        self.progress.advance(line, self.offset, self.input_hash.hexdigest(), files, self.tally.to_dict())
+
+    def flush(self, chunk: Chunk) -> None:
+        for err in chunk.rejections:
+            _reject(err, self.tally, self.rejected, self.shown)
+        self.tally.blank += chunk.blank
+        if not chunk.records:
+            return
+        results, errors = score_chunk(self.judge, self.task, chunk.records, self.job.symmetric, str(self.src))
+        for line, row in results:
+            self.tally.count_id(self.seen, row["id"], line)
+        self.sink.write("".join(map(row_text, (row for _, row in results))).encode())
+        self.tally.scored += len(results)
+        for err in errors:
+            _reject(err, self.tally, self.rejected, self.shown)
+
+    def numbered(self, bar) -> Iterator[tuple[int, str | RecordError]]:
+        """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
+        for line, text, raw in self.src.lines(self.offset, self.progress.line):
+            self.line = line
+            self.tally.read += 1
+            self.offset += len(raw)
+            self.input_hash.update(raw)
+            bar.update(len(raw))
+            yield line, text
+
+    def score(self) -> None:
+        from tqdm import tqdm
+
+        try:
+            self.checkpoint(self.line)
+            with tqdm(total=self.src.total(), initial=self.offset, unit="B", unit_scale=True, desc="scoring",
+                      file=sys.stderr) as bar:
+                for chunk in chunk_lines(self.numbered(bar), str(self.src), self.task, self.job.chunk_size,
+                                         self.job.options):
+                    self.flush(chunk)
+                    self.checkpoint(chunk.last)
+                self.checkpoint(self.line)
+        except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
+            self.sink.rollback()
+            self.rejected.rollback()
+            print(f"clfjudge score: interrupted; lines 1-{self.progress.line} of {self.src} are accounted for in "
+                  f"{self.sink.path} and {self.rejected.path} (progress: {self.files.progress}; "
+                  f"{self.files.output} is left as it was); run the same command with --resume to go on",
+                  file=sys.stderr)
+            raise
+        finally:
+            self.sink.close()
+            self.rejected.close()
 
 
 def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int]) -> None:

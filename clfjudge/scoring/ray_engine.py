@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,9 @@ import pyarrow as pa
 import ray
 from ray.data.datasource import FileBasedDatasource
 
-from ..data.records import RecordError
-from .batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
+from ..data.records import Loc, RecordError
+from ..outputs import SamePathError, check_apart
+from .batch import Chunk, Tally, chunk_lines, decode_line, reason, rejected_text, row_text, score_chunk
 
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
 STATE_DIR = ".clfjudge"  # in the output directory: the run's settings and each finished shard's tally
@@ -104,21 +105,21 @@ def _check_parquet_schema(path: str) -> None:
 
 # -- reading: shards -> chunks ----------------------------------------------------------------------------
 
-def _jsonl_lines(f: pa.NativeFile) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a byte stream split at b"\\n" only, as the single-process scorer reads a file."""
+def _jsonl_lines(f: pa.NativeFile) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of a byte stream split at b"\\n" only, as the single-process scorer reads a file."""
     rest, number = b"", 0
     while block := f.read(1 << 20):
         parts = (rest + block).split(b"\n")
         rest = parts.pop()
         for raw in parts:
             number += 1
-            yield number, (raw + b"\n").decode("utf-8", errors="replace")
+            yield number, raw + b"\n"
     if rest:
-        yield number + 1, rest.decode("utf-8", errors="replace")
+        yield number + 1, rest
 
 
-def _parquet_lines(f: pa.NativeFile) -> Iterator[tuple[int, str]]:
-    """(row number, the row as a JSON object) of a Parquet file, row group by row group."""
+def _parquet_lines(f: pa.NativeFile) -> Iterator[tuple[int, bytes]]:
+    """(row number, the row as a JSON object, in UTF-8) of a Parquet file, row group by row group."""
     import pyarrow.parquet as pq
 
     number = 0
@@ -126,12 +127,20 @@ def _parquet_lines(f: pa.NativeFile) -> Iterator[tuple[int, str]]:
     for group in range(pf.num_row_groups):
         for row in pf.read_row_group(group).to_pylist():
             number += 1
-            yield number, json.dumps(row)
+            yield number, json.dumps(row).encode()
 
 
 _LINES = {"jsonl": _jsonl_lines, "parquet": _parquet_lines}
 CHUNK_SCHEMA = pa.schema([("file", pa.string()), ("first", pa.int64()), ("last", pa.int64()),
-                          ("final", pa.bool_()), ("lines", pa.list_(pa.string()))])
+                          ("final", pa.bool_()), ("offset", pa.int64()), ("lines", pa.list_(pa.binary()))])
+
+
+def _decoded(path: str, first: int, offset: int, lines: Iterable[bytes]) -> Iterator[tuple[int, str | RecordError]]:
+    """Numbered lines of ``path`` from line ``first`` (at byte ``offset``) as text, or as the rejection of a line
+    that is not UTF-8 (``batch.decode_line``), on the reader's side and the actors' alike."""
+    for number, raw in enumerate(lines, start=first):
+        yield number, decode_line(raw, Loc(path, number), offset)
+        offset += len(raw)
 
 
 class ChunkSource(FileBasedDatasource):
@@ -150,27 +159,30 @@ class ChunkSource(FileBasedDatasource):
         return super()._open_input_source(filesystem, path, **open_args)
 
     def _read_stream(self, f: pa.NativeFile, path: str) -> Iterator[pa.Table]:
-        texts: list[str] = []
+        texts: list[bytes] = []
+        offset = [0, 0]  # where the current chunk starts, where the next line starts
 
-        def numbered() -> Iterator[tuple[int, str]]:
-            for number, text in _LINES[self.formats[path]](f):
-                texts.append(text)
-                yield number, text
+        def numbered() -> Iterator[tuple[int, str | RecordError]]:
+            for number, raw in _LINES[self.formats[path]](f):
+                texts.append(raw)
+                offset[1] += len(raw)  # before the yield: a chunk is cut while its last line's yield is pending
+                yield from _decoded(path, number, offset[1] - len(raw), [raw])
 
         # One chunk per block, so that the chunks of one shard spread over the actors. A chunk is yielded once
         # the next one is cut (or the shard ends): only then is it known whether it is the shard's last.
-        previous: tuple[Chunk, list[str]] | None = None
+        previous: tuple[Chunk, int, list[bytes]] | None = None
         for chunk in chunk_lines(numbered(), path, self.task, self.chunk_size):
             if previous is not None:
                 yield self._block(path, *previous, final=False)
-            previous = chunk, texts[:]
+            previous = chunk, offset[0], texts[:]
+            offset[0] = offset[1]
             texts.clear()
-        yield self._block(path, *(previous or (Chunk(first=1, last=0), [])), final=True)
+        yield self._block(path, *(previous or (Chunk(first=1, last=0), 0, [])), final=True)
 
     @staticmethod
-    def _block(path: str, chunk: Chunk, texts: list[str], final: bool) -> pa.Table:
+    def _block(path: str, chunk: Chunk, offset: int, texts: list[bytes], final: bool) -> pa.Table:
         return pa.Table.from_pylist([{"file": path, "first": chunk.first, "last": chunk.last, "final": final,
-                                      "lines": texts}], schema=CHUNK_SCHEMA)
+                                      "offset": offset, "lines": texts}], schema=CHUNK_SCHEMA)
 
 
 # -- scoring: chunks -> rows ------------------------------------------------------------------------------
@@ -196,7 +208,7 @@ class JudgeActor:
 
     def score(self, row: dict[str, Any]) -> dict[str, Any]:
         path, texts = row["file"], row["lines"]
-        chunks = list(chunk_lines(zip(range(row["first"], row["last"] + 1), texts), path, self.task,
+        chunks = list(chunk_lines(_decoded(path, row["first"], row["offset"], texts), path, self.task,
                                   self.chunk_size))
         if len(chunks) > 1:  # the reader cut it with the same rule; two chunks here would be a bug
             raise RuntimeError(f"{path}: lines {row['first']}-{row['last']} hold more than one chunk")
@@ -235,6 +247,19 @@ class Layout:
     @staticmethod
     def temporary(path: Path) -> Path:
         return path.with_name(f".{path.name}.tmp")
+
+
+def check_layout(spec: str, shards: Sequence[Shard], out: Path) -> None:
+    """Before anything is written: no shard's output or rejected file is an input shard (``outputs.check_apart``),
+    and the output directory is not inside the input directory, where a re-run would read the outputs as shards."""
+    layout = Layout(out)
+    check_apart([("an input shard", s.path) for s in shards],
+                [(role, path) for s in shards
+                 for role, path in (("an output file", layout.output(s)), ("a rejected file", layout.rejected(s)))])
+    root, where = Path(spec).resolve(), out.resolve()
+    if Path(spec).is_dir() and (where == root or root in where.parents):
+        raise SamePathError(f"--output {out} is inside --input {spec}: a re-run would read the outputs as input "
+                            "shards; name a directory outside it")
 
 
 def _write_atomically(path: Path, text: str) -> None:
