@@ -2,8 +2,8 @@
 
 One graph per question of the card: ``judges.verdict.verdict_module`` (token ids + attention mask -> the log-odds of
 the question's verdict tokens at each row's last real token, right padding), with dynamic batch and sequence axes,
-written by the TorchScript exporter at opset 17 with eager attention as the decoder reader's graphs are
-(``export.embedding``). Beside each, the same graph with weight-only int4 matrices (``onnx.quantize_int4``; the
+written by the TorchScript exporter with eager attention as the decoder reader's graphs are (``export.embedding``;
+opset 18: ``OPSET``). Beside each, the same graph with weight-only int4 matrices (``onnx.quantize_int4``; the
 verdict tokens' rows of the output layer stay fp32). The questions' graphs hold the same decoder, so the weights of
 every graph kept are written once (``shared_weights``: ``weights.data``; a model past protobuf's 2 GB is read from
 side files by the same route).
@@ -34,7 +34,7 @@ from . import quiet, signature
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
-OPSET = 17
+OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
 
 
@@ -114,7 +114,8 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
     for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
-                                        reader.questions, provider=run.provider, batch_size=parity.batch_size,
+                                        reader.questions, variant=run.file, provider=run.provider,
+                                        batch_size=parity.batch_size,
                                         max_question_tokens=reader.budgets["question"],
                                         max_answer_tokens=reader.budgets["answer"])
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)

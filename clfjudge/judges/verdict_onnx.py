@@ -63,13 +63,14 @@ class OnnxVerdictReader(VerdictReader):
     """A ``VerdictReader`` whose forward pass is ``files`` (one exported graph per question) run by ``provider``."""
 
     def __init__(self, files: Sequence[Path], tokenizer, questions: Sequence[VerdictQuestion], *,
-                 provider: str = "cpu", threads: int | None = None, **kw: Any) -> None:
+                 variant: str = "fp32", provider: str = "cpu", threads: int | None = None, **kw: Any) -> None:
         if len(files) != len(questions):
             raise ValueError(f"{len(files)} graph files for {len(questions)} verdict questions")
         self._provider, self._threads = provider, threads
         super().__init__(list(files), tokenizer, questions, precision="fp32", **kw)
         arithmetic = provider_info(provider).precision
-        self.precision_why = f"ONNX on {provider} ({arithmetic})"
+        self.precision = f"onnx-{variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
+        self.precision_why = f"the {variant} graphs run by {provider} ({arithmetic})"
 
     def _modules(self, files: list[Path]) -> list[_Graph]:
         return [_Graph(path, self._provider, self._threads) for path in files]
@@ -98,7 +99,8 @@ def open_onnx_reader(directory: Path, card: JudgeCard, variant: str, provider: s
     where = f"{directory / 'judge_card.json'} field 'runtime.onnx.files.{variant}'"
     paths = [inside(directory, name, where) for name in files[variant]]
     questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], str(directory))
-    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, provider=provider, threads=threads,
+    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, variant=variant, provider=provider,
+                             threads=threads,
                              max_question_tokens=int(card.truncation.get("max_question_tokens",
                                                                          DEFAULT_MAX_QUESTION_TOKENS)),
                              max_answer_tokens=int(card.truncation.get("max_answer_tokens",
