@@ -141,6 +141,21 @@ def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):
         export_judge(judge_dir, tmp_path / "c", int8=True)
 
 
+def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):
+    with pytest.raises(ValueError, match="exported verdict judge already"):
+        export_judge(exported.out_dir, tmp_path / "again")
+    (tmp_path / "judge").mkdir()
+    verdict_card(str(judge_dir.parent / "model"), questions_from(["better"], "test"), precision="fp32").save(
+        tmp_path / "judge")
+    result = export_judge(tmp_path / "judge", tmp_path / "onnx", n_records=4)
+    assert result.report["variants"]["fp32"]["passed"]
+    pairs = [{"question": q, "answer_a": a, "answer_b": b} for (q, a), (_, b) in zip(ITEMS, ITEMS[::-1])]
+    want = Judge.load(tmp_path / "judge").compare_batch(pairs, symmetric=True)
+    got = Judge.load(result.out_dir, provider="cpu").compare_batch(pairs, symmetric=True)
+    assert np.allclose([c.p_a for c in got], [c.p_a for c in want], atol=1e-5)
+    assert json.loads((result.out_dir / "signature.json").read_text())["questions"][0]["pairwise"]
+
+
 SIGNATURE_ONLY = r"""
 import json, sys
 from pathlib import Path

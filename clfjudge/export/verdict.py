@@ -160,6 +160,9 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         raise ValueError(f"{judge_dir}: a verdict judge exports weight-only int4 beside fp32, each gated; dynamic "
                          "int8 (--int8) is for fine-tuned and embedding judges")
     card = JudgeCard.load(judge_dir)
+    if card.runtime.get("backend") == BACKEND:
+        raise ValueError(f"{judge_dir} is an exported verdict judge already; export the judge it came from "
+                         f"({card.runtime.get('onnx', {}).get('exported_from')})")
     _check_out_dir(out)
     parity = parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
