@@ -63,7 +63,7 @@ def export(reader: str, layer: int, directory: Path, questions: list[str], answe
     """The library's reader graph of ``reader`` cut at ``layer`` (fp32) and its dynamic int8 copy, in ``directory``;
     the card-like ``runtime.reader`` entry an ``OnnxDecoderReader`` needs."""
     from clfjudge.export.embedding import export_reader
-    from clfjudge.export.onnx import int8_settings, quantize_onnx
+    from clfjudge.export.onnx import int8_settings, quantize_int4, quantize_onnx
 
     e = embedder(reader, layer, "fp32")
     e._load()
@@ -84,18 +84,6 @@ def export(reader: str, layer: int, directory: Path, questions: list[str], answe
     (directory / "reader.json").write_text(json.dumps(entry))
     return {"export_s": round(exported, 1), "int8_s": round(quantized, 1), "int4_s": round(int4, 1),
             "bytes": {f.name: f.stat().st_size for f in directory.iterdir() if f.suffix in (".onnx", ".data")}}
-
-
-def quantize_int4(src: Path, dst: Path, block_size: int = 32) -> None:
-    """Weight-only int4 (onnxruntime's MatMulNBits, symmetric blocks of ``block_size``; accuracy level 4: the
-    activations meet the weights in int8, as the CPU kernels are fastest)."""
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
-
-    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, accuracy_level=4)
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=config)
-    quantizer.process()
-    quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
 
 
 def run_path(path: str, reader: str, layer: int, n: int, repeats: int, threads: int, onnx_dir: str,

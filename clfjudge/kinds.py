@@ -71,6 +71,9 @@ register_kind("generative", JudgeKind(
     trainer="clfjudge.training.generative:train_generative",
     help="a causal LM that writes its judgement (no ONNX form)"))
 register_kind("verdict", JudgeKind(
-    loaders={"verdict": "clfjudge.judges.verdict:_load_verdict"},
+    loaders={"verdict": "clfjudge.judges.verdict:_load_verdict",
+             "verdict-onnx": "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
     trainer="clfjudge.training.verdict:train_verdict",
-    help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass"))
+    exporter="clfjudge.export.verdict:export_verdict_judge",
+    help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass; PyTorch "
+         "or ONNX"))

@@ -16,7 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a trained judge directory (HF model + judge_card.json), or a reward model without a card "
                         "(a sequence-classification model's directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
-    p.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (dynamic int8) as the primary")
+    p.add_argument("--int8", action="store_true",
+                   help="also write model_quantized.onnx (dynamic int8) as the primary (a verdict judge writes a "
+                        "weight-only int4 copy instead, always)")
     p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",
                    help="if the gate refuses only lossy runs (int8, a bf16 --provider) but passes fp32, write what "
                         "passed and say why (as make main)")

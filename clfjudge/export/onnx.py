@@ -213,9 +213,9 @@ def card_read_options(card: JudgeCard, name: str):
 
 
 def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source: str | None = None,
-                       n_records: int | None = None) -> tuple[list[Record], dict[str, Any]]:
+                       n_records: int | None = None, kind: str | None = None) -> tuple[list[Record], dict[str, Any]]:
     """A seeded sample of labelled records the head can judge: from ``source`` ("name" or "name:N"), else
-    from the card's sources, else from the parity config's defaults for the judge's kind."""
+    from the card's sources, else from the parity config's defaults for ``kind`` (default: the judge's kind)."""
     from ..data import sources
 
     n = n_records or config.n_records
@@ -223,7 +223,7 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
         name, limit = sources.parse_source(source)
         candidates, n = [name], limit or n
     else:
-        candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(card.kind, [])]))
+        candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(kind or card.kind, [])]))
     skipped: dict[str, str] = {}
     for name in candidates:
         try:
@@ -448,6 +448,23 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
         for leftover in dst.parent.glob(prepared.name + "*"):
             leftover.unlink()
     return {"quantization": "dynamic", **asdict(settings), "fp32_nodes": len(excluded)}
+
+
+def quantize_int4(src: Path, dst: Path, block_size: int = 32, nodes_to_exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """Weight-only int4 (onnxruntime's MatMulNBits, symmetric blocks of ``block_size`` along each weight's input
+    axis; accuracy level 4: the activations meet the weights in int8, as the CPU kernels are fastest). ``dst`` keeps
+    its tensors in ``dst.name + ".data"``."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, accuracy_level=4)
+    with quiet.quantization():
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), nodes_to_exclude=list(nodes_to_exclude),
+                                         algo_config=config)
+        quantizer.process()
+    quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
+    return {"quantization": "weight-only int4 (MatMulNBits)", "block_size": block_size, "symmetric": True,
+            "accuracy_level": 4, "fp32_nodes": len(nodes_to_exclude)}
 
 
 # -- the whole export -------------------------------------------------------------------------------------

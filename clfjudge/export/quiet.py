@@ -9,7 +9,8 @@ helper is a context manager around one library call, and every other warning sti
   are not registered (clfjudge exports none).
 - ``quantization``: around ``onnxruntime.quantization.quantize_dynamic``, which logs on the root logger a hint to
   run its pre-processing script first; the export prepares the graph as its quantizer needs
-  (``export.onnx.quantize_onnx``) and the parity gate judges what quantization gives.
+  (``export.onnx.quantize_onnx``) and the parity gate judges what quantization gives. The int4 quantizer
+  (``MatMulNBitsQuantizer``) logs a line at INFO for every node of the graph it leaves alone.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 
 TORCH_ONNX_LOGGERS = ("torch.onnx._internal.exporter._registration",)
+QUANTIZATION_LOGGERS = ("onnxruntime.quantization.matmul_nbits_quantizer",)
 PREPROCESSING_HINT = "Please consider"  # both spellings of onnxruntime's hint start so
 
 
@@ -53,8 +55,14 @@ class _DropHint(logging.Filter):
 @contextlib.contextmanager
 def quantization() -> Iterator[None]:
     root, hint = logging.getLogger(), _DropHint()
+    loggers = [logging.getLogger(name) for name in QUANTIZATION_LOGGERS]
+    levels = [logger.level for logger in loggers]
     root.addFilter(hint)
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
         root.removeFilter(hint)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

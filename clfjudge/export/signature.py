@@ -171,3 +171,54 @@ def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
             "columns": card.label_map.get("proba_columns"),
         },
     }
+
+
+def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
+    """The signature of a verdict judge's export (``export.verdict``): one graph per question, token ids -> the
+    log-odds of the verdict tokens; ``reader`` (the judge's ``VerdictReader``) gives the verdict token ids."""
+    from ..judges.verdict import verdict_token_ids
+
+    runtime = card.runtime["onnx"]
+    questions = []
+    for k, question in enumerate(reader.questions):
+        yes, no = verdict_token_ids(reader.tokenizer, question)
+        questions.append({"name": question.name, "pairwise": question.pairwise,
+                          "graphs": {variant: files[k] for variant, files in runtime["files"].items()},
+                          "messages": ([{"role": "system", "content": question.system}] if question.system else [])
+                          + [{"role": "user", "content": question.user}],
+                          "positive": list(question.positive), "negative": list(question.negative),
+                          "positive_token_ids": yes, "negative_token_ids": no})
+    graphs = {name: graph_io(directory / name) for files in runtime["files"].values() for name in files}
+    pointwise = card.kind == "point"
+    cal = card.calibration
+    return {
+        "signature_version": SIGNATURE_VERSION, "task": "verdict", "judge": card.head, "kind": card.kind,
+        "primary": runtime["primary"], "variants": runtime["files"], "graphs": graphs,
+        "shared_weights": runtime.get("shared_weights"), "questions": questions,
+        "pooling": "each graph reads the decoder's final state at each row's last real token (index "
+                   "attention_mask.sum(1) - 1: right padding) through the output layer's rows of the question's "
+                   "verdict tokens only: log_odds = logsumexp(logits[positive_token_ids]) - "
+                   "logsumexp(logits[negative_token_ids]) (the softmax's normaliser cancels), in fp32",
+        "preprocessing": {
+            "how": "messages = the question's messages with '{question}' and '{answer}' (pairwise: '{answer_a}', "
+                   "'{answer_b}') replaced by the record's texts (plain replacement, not str.format: answers hold "
+                   "braces); text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
+                   "tokenize=False); input_ids = tokenizer.encode(text, add_special_tokens=False), the tokenizer "
+                   "of this directory",
+            "truncation": {"max_question_tokens": reader.budgets["question"],
+                           "max_answer_tokens": reader.budgets["answer"],
+                           "how": "a question or answer longer than its budget (tokenizer.encode(text, "
+                                  "add_special_tokens=False)) keeps its first budget // 2 and last budget - "
+                                  "budget // 2 tokens and is decoded back to text before it is put in the prompt"},
+            "padding_side": "right", "pad_token_id": reader.tokenizer.pad_token_id,
+            "batch": "rows of any length padded on the right; attention_mask 1 over each row's tokens, 0 after",
+        },
+        "postprocessing": {
+            "score": "reward r(question, answer) = log_odds of the pointwise question (the first one decides)"
+            if pointwise else "pairwise: margin = log_odds with answer A shown first; rewards (+margin / 2, "
+                              "-margin / 2); both orders combined when the judge compares symmetrically",
+            "compare": "d = r_A - r_B; P(A) : P(TIE) : P(B) = exp(scale * d / 2) : nu : exp(-scale * d / 2) "
+                       "(Davidson; nu = 0: Bradley-Terry, P(A) = sigmoid(scale * d))",
+            "scale": cal.get("scale", 1.0), "nu": cal.get("nu", 0.0),
+        },
+    }

@@ -171,7 +171,8 @@ class Judge:
         check_budget(batch_size, max_batch_tokens, max_padding)
         directory, card = open_card(directory, model_input)
         name = detect_backend(directory, card) if backend == "auto" else backend
-        if provider == AUTO and name != "onnx":  # the ONNX loader resolves it from the card
+        exported = name == "onnx" or (name == card.runtime.get("backend") and "onnx" in card.runtime)
+        if provider == AUTO and not exported:  # an ONNX loader resolves it from the card
             provider = "cpu"
         loader = LOADERS.get(name)
         loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target

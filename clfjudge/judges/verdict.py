@@ -194,9 +194,13 @@ class VerdictReader:
         self.precision, self.precision_why = decoder_precision(precision)
         self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
         self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
-        self.modules = [verdict_module(model, *verdict_token_ids(tokenizer, q)) for q in self.questions]
+        self.modules = self._modules(model)
         self.memory = MemoryCache(memory_items)
         self.truncated = 0  # texts cut to their budget so far
+
+    def _modules(self, model) -> list:
+        """One ``(input_ids, attention_mask) -> log-odds`` runner per question (an exported judge runs graphs)."""
+        return [verdict_module(model, *verdict_token_ids(self.tokenizer, q)) for q in self.questions]
 
     def clip(self, text: str, field: str) -> str:
         from ..embedders.decoder import truncate_middle

@@ -1,0 +1,220 @@
+"""A verdict judge exported to ONNX (``clfjudge export``, ``export.verdict``) on a tiny random chat LLaMA: the export
+scores and compares as PyTorch within the parity gate's fp32 tolerance, loads with the ONNX providers, serves; a
+variant that decides otherwise is refused with its gap reported (int4 left out, fp32 failing the export); and
+signature.json alone, with onnxruntime and the tokenizer, gives the same log-odds without clfjudge."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clfjudge import testing
+from clfjudge.card import JudgeCard
+from clfjudge.data.records import PointRecord
+from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.judges.base import Judge
+from clfjudge.judges.verdict import questions_from, verdict_card
+
+ITEMS = [("What is the capital of France?", "Paris is the capital."),
+         ("Name a prime.", "Nine, because {braces} are odd."),
+         ("Name a prime.", "7"),
+         ("How do I boil an egg?", "Put it in boiling water for eight minutes, then cool it in cold water.")]
+N_RECORDS = 8
+LENIENT_INT4 = ["int4.min_agreement=0", "int4.max_metric_delta=1"]  # int4 kept whatever it decides
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verdict")
+    model = testing.tiny_llama(root / "model", chat=True)
+    (root / "judge").mkdir()
+    verdict_card(str(model), questions_from(["correct", "on-topic"], "test"), precision="fp32").save(root / "judge")
+    return root / "judge"
+
+
+@pytest.fixture(scope="module")
+def exported(judge_dir):
+    parity = ParityConfig.load(overrides=LENIENT_INT4)
+    # openvino: gated where this machine runs it (left out with a warning elsewhere)
+    return export_judge(judge_dir, judge_dir.parent / "onnx", n_records=N_RECORDS, parity=parity,
+                        providers=["openvino"])
+
+
+def _scores(judge: Judge) -> np.ndarray:
+    return np.array([s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in ITEMS])])
+
+
+def test_the_export_scores_and_compares_as_pytorch(judge_dir, exported):
+    report = exported.report
+    assert report["passed"] and {"fp32", "int4"} <= set(report["variants"])
+    assert report["validation"]["n"] == N_RECORDS and report["export"]["opset"] == 18
+    torch_judge, onnx_judge = Judge.load(judge_dir), Judge.load(exported.out_dir, provider="cpu")
+    assert onnx_judge.backend_name == "onnx (fp32)" and onnx_judge.runtime_choice["file"] == "fp32"
+    tolerance = ParityConfig.load().for_precision("fp32").max_abs_diff
+    assert np.abs(_scores(onnx_judge) - _scores(torch_judge)).max() <= tolerance
+    pairs = [{"question": q, "answer_a": a, "answer_b": b} for (q, a), (_, b) in zip(ITEMS, ITEMS[1:])]
+    got, want = onnx_judge.compare_batch(pairs), torch_judge.compare_batch(pairs)
+    assert [c.verdict for c in got] == [c.verdict for c in want]
+    assert np.allclose([c.p_a for c in got], [c.p_a for c in want], atol=1e-5)
+    # two questions: two graphs, one copy of the decoder's weights
+    card = JudgeCard.load(exported.out_dir)
+    assert card.runtime["backend"] == "verdict-onnx" and card.runtime["questions"][1]["name"] == "on-topic"
+    assert card.runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"],
+                                             "int4": ["verdict-0_int4.onnx", "verdict-1_int4.onnx"]}
+    shared = card.runtime["onnx"]["shared_weights"]
+    assert shared["shared_tensors"] > 0 and shared["bytes_after"] < shared["bytes_before"]
+    assert not list(exported.out_dir.glob("*.onnx.data")), "every graph reads weights.data"
+
+
+def test_the_int4_variant_and_the_providers_load(exported):
+    int4 = Judge.load(exported.out_dir, variant="int4", provider="cpu")
+    assert int4.backend_name == "onnx (int4)" and np.isfinite(_scores(int4)).all()
+    assert int4.reader.precision == "onnx-int4"
+    if "fp32 @ openvino" in exported.report["variants"]:
+        assert exported.report["variants"]["fp32 @ openvino"]["passed"]
+        fp32 = _scores(Judge.load(exported.out_dir, provider="cpu"))
+        assert np.abs(_scores(Judge.load(exported.out_dir, provider="openvino")) - fp32).max() < 1e-4
+    auto = Judge.load(exported.out_dir)  # the fastest run the gate passed
+    assert auto.runtime_choice["file"] in ("fp32", "int4")
+    with pytest.raises(ValueError, match="variant 'int8' is not in this export"):
+        Judge.load(exported.out_dir, variant="int8", provider="cpu")
+    with pytest.raises(ValueError, match="parity gate has not measured"):
+        Judge.load(exported.out_dir, provider="openvino-bf16")  # not gated (or not on this machine)
+
+
+def test_the_export_serves(exported):
+    from starlette.testclient import TestClient
+
+    from clfjudge.serving.server import create_app
+
+    judge = Judge.load(exported.out_dir, provider="cpu")
+    question, answer = ITEMS[0]
+    with TestClient(create_app(judge)) as client:
+        got = client.post("/score", json={"question": question, "answer": answer})
+        assert got.status_code == 200
+        assert got.json()["score"] == pytest.approx(judge.score(question, answer).value, abs=1e-6)
+
+
+def _negated_int4(src: Path, dst: Path, **_) -> dict:
+    """A planted int4 that answers the other way: the fp32 graph with its log-odds negated."""
+    import onnx
+
+    model = onnx.load(str(src))
+    output = model.graph.output[0].name
+    for node in model.graph.node:
+        node.output[:] = [f"{o}_planted" if o == output else o for o in node.output]
+    model.graph.node.append(onnx.helper.make_node("Neg", [f"{output}_planted"], [output]))
+    onnx.save(model, str(dst), save_as_external_data=True, location=dst.name + ".data")
+    return {"quantization": "planted"}
+
+
+def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, monkeypatch):
+    import clfjudge.export.onnx as onnx_export
+
+    monkeypatch.setattr(onnx_export, "quantize_int4", _negated_int4)
+    result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS)
+    refused = result.report["refused"]
+    gap = refused["variants"]["int4"]
+    assert gap["agreement"] < 0.99 and not gap["passed"]
+    assert f"decision agreement {gap['agreement']:.2%} < min_agreement 99.00%" in refused["reason"]
+    assert set(result.report["variants"]) == {"fp32"}
+    assert JudgeCard.load(result.out_dir).runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"]}
+    assert not list(result.out_dir.glob("*int4*"))
+    on_disk = json.loads((result.out_dir / "parity_report.json").read_text())
+    assert on_disk["refused"]["variants"]["int4"]["agreement"] == gap["agreement"]
+
+
+def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):
+    from clfjudge.cli import main
+
+    assert main(["export", str(judge_dir), "--out", str(tmp_path / "a"), "--n", "4", "--threshold",
+                 "fp32.max_abs_diff=-1"]) != 0
+    assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())
+    with pytest.raises(ParityError, match=r"fp32 \(fp32\): max \|logit diff\|"):
+        export_judge(judge_dir, tmp_path / "b", n_records=4, parity=ParityConfig.load(overrides=[
+            "fp32.max_abs_diff=-1"]))
+    with pytest.raises(ValueError, match="weight-only int4"):
+        export_judge(judge_dir, tmp_path / "c", int8=True)
+
+
+def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):
+    with pytest.raises(ValueError, match="exported verdict judge already"):
+        export_judge(exported.out_dir, tmp_path / "again")
+    (tmp_path / "judge").mkdir()
+    verdict_card(str(judge_dir.parent / "model"), questions_from(["better"], "test"), precision="fp32").save(
+        tmp_path / "judge")
+    result = export_judge(tmp_path / "judge", tmp_path / "onnx", n_records=4)
+    assert result.report["variants"]["fp32"]["passed"]
+    pairs = [{"question": q, "answer_a": a, "answer_b": b} for (q, a), (_, b) in zip(ITEMS, ITEMS[::-1])]
+    want = Judge.load(tmp_path / "judge").compare_batch(pairs, symmetric=True)
+    got = Judge.load(result.out_dir, provider="cpu").compare_batch(pairs, symmetric=True)
+    assert np.allclose([c.p_a for c in got], [c.p_a for c in want], atol=1e-5)
+    assert json.loads((result.out_dir / "signature.json").read_text())["questions"][0]["pairwise"]
+
+
+SIGNATURE_ONLY = r"""
+import json, sys
+from pathlib import Path
+import numpy as np
+import onnxruntime as ort
+from transformers import AutoTokenizer
+
+directory, items = Path(sys.argv[1]), json.loads(sys.argv[2])
+signature = json.loads((directory / "signature.json").read_text())
+tokenizer = AutoTokenizer.from_pretrained(str(directory))
+out = []
+for question in signature["questions"]:
+    session = ort.InferenceSession(str(directory / question["graphs"][signature["primary"]]),
+                                   providers=["CPUExecutionProvider"])
+    rows = []
+    for q, a in items:
+        messages = [{**m, "content": m["content"].replace("{question}", q).replace("{answer}", a)}
+                    for m in question["messages"]]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        rows.append(tokenizer.encode(text, add_special_tokens=False))
+    width = max(map(len, rows))
+    ids = np.full((len(rows), width), signature["preprocessing"]["pad_token_id"], dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)], mask[i, :len(row)] = row, 1
+    out.append(session.run(["log_odds"], {"input_ids": ids, "attention_mask": mask})[0].tolist())
+assert not any(name.startswith("clfjudge") for name in sys.modules)
+print(json.dumps(out))
+"""
+
+
+def test_signature_alone_reproduces_the_scores(exported):
+    done = subprocess.run([sys.executable, "-c", SIGNATURE_ONLY, str(exported.out_dir), json.dumps(ITEMS)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log_odds = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    judge = Judge.load(exported.out_dir, provider="cpu")
+
+    records = [PointRecord(id=str(i), question=q, answer=a, score=None) for i, (q, a) in enumerate(ITEMS)]
+    assert np.allclose(log_odds.T, judge.reader.log_odds(records), atol=1e-5)
+    assert np.allclose(log_odds[0], _scores(judge), atol=1e-5)  # the first question decides
+    signature = json.loads((exported.out_dir / "signature.json").read_text())
+    assert signature["task"] == "verdict" and signature["questions"][0]["positive_token_ids"]
+    assert set(signature["graphs"]) == {f for files in signature["variants"].values() for f in files}
+
+
+def test_the_speed_bench_runs_every_path_and_compares_its_log_odds(judge_dir, tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    paths = ["pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int4"]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "verdict_speed.py"), "--backbone",
+                           str(judge_dir.parent / "model"), "--answers", "4", "--repeats", "1", "--threads", "1",
+                           "--results", str(tmp_path), "--paths", *paths],
+                          capture_output=True, text=True, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(next(tmp_path.glob("verdict_speed_model_*.json")).read_text())
+    rows = result["rows"]
+    assert set(rows) == set(paths) and all(r["answers_per_s"] > 0 for r in rows.values())
+    assert result["machine"]["commit"] and result["answers"] == 4
+    assert rows["pytorch fp32"]["max_abs_diff"] == 0 and rows["onnx fp32"]["max_abs_diff"] < 1e-4
+    assert rows["onnx fp32"]["sign_agreement"] == 1.0
+    assert all(0 <= rows[p]["sign_agreement"] <= 1 for p in ("pytorch bf16", "onnx int4"))
+    assert "| onnx int4 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
