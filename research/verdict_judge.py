@@ -158,9 +158,84 @@ def cmd_stage_a(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stage_b(args: argparse.Namespace) -> int:
+    """The stacked judge on the selection protocol beside the default's features and the verdict alone."""
+    from bigger_readers import bootstrap, features, longer_right, row, selection_mean
+
+    values = cached(args.cache, args.model, args.question)
+    named = stage_sets("stage-b", args.per_source)
+    missing = {n: sum(text_key(r.question, a) not in values for r in recs for a in (r.answer_a, r.answer_b))
+               for n, recs in named.items()}
+    if any(missing.values()):
+        print(f"not read yet: {missing}: run `read --sets stage-b` first", file=sys.stderr)
+        return 1
+    data, _ = features(named, ["smollm2:8"], args.cache)
+    for name, recs in named.items():
+        data[name].verdict = verdict_margins(recs, values)[:, None]
+    heads = {"default's features (SmolLM2 L8 + info)": ("smollm2_L8", "info"),
+             "stacked (default's features + verdict)": ("smollm2_L8", "info", "verdict"),
+             "verdict + info": ("verdict", "info"), "verdict alone (fitted sign)": ("verdict",)}
+    rights = {label: row(data, groups, balanced=True) for label, groups in heads.items()}
+    rule = {n: ((data[n].verdict[:, 0] > 0) == (data[n].y == 1)).astype(float) for n in data}
+    rights["verdict alone (no fit)"] = {n: rule[n] for n in rights[next(iter(rights))]}
+    worse_longer = np.array([r.meta["worse_is_longer"] for r in named[OBVIOUS]])
+    base = next(iter(rights))
+    floors = {label: right.pop(OBVIOUS) for label, right in rights.items()}
+    rows = {}
+    for label, right in rights.items():
+        ci = None if label == base else bootstrap(data, right, rights[base])
+        rows[label] = {"sets": {n: 100 * (np.mean(r) - np.mean(longer_right(data[n]))) for n, r in right.items()},
+                       "selection_mean": selection_mean(data, right),
+                       "vs_default": None if ci is None else
+                       {"difference": selection_mean(data, right) - selection_mean(data, rights[base]),
+                        "ci_low": ci[0], "ci_high": ci[1]},
+                       "obvious": {"all": 100 * floors[label].mean(),
+                                   "worse longer": 100 * floors[label][worse_longer].mean(),
+                                   "worse shorter": 100 * floors[label][~worse_longer].mean()}}
+    stacked = rows["stacked (default's features + verdict)"]
+    gate = {"selection >= +1.5 over the default": stacked["vs_default"]["difference"] >= 1.5,
+            "CI lower bound > 0": stacked["vs_default"]["ci_low"] > 0,
+            "obvious pairs >= 80": stacked["obvious"]["all"] >= 80}
+    result = {"machine": machine(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()),
+              "model": args.model, "question": args.question, "per_source": args.per_source,
+              "pairs": {n: len(p.y) for n, p in data.items()}, "rows": rows, "gate": gate,
+              "passed": all(gate.values())}
+    path = write(f"verdict_stage_b{args.suffix}", result, markdown_b(result))
+    print(Path(path).read_text())
+    return 0
+
+
+def markdown_b(result: dict) -> str:
+    m = result["machine"]
+    sets = list(next(iter(result["rows"].values()))["sets"])
+    short = [n.removeprefix("pool:").removeprefix("llmbar-case-") for n in sets]
+    lines = [f"# Verdict judge, stage B: the stacked judge on the selection protocol ({m['date'][:10]})", "",
+             f"The reader probe's protocol: leave one pool source out ({result['per_source']} pairs per source, "
+             "the probe's seeded decontaminated sample) + the LLMBar case studies as dev, scored by the all-pool "
+             "head; every cell is accuracy minus longer-answer-wins on the same pairs. Heads: logistic regression "
+             "over the standardized differences of the named feature groups, both orders, length-balanced, "
+             f"C = 0.03. Verdict: {result['model']} asked `{result['question']}`, log P(yes) - log P(no) of A minus "
+             "that of B. Obvious pairs: the all-pool head (the floor, never a selection set). Paired bootstrap of "
+             "the selection mean against the default's features (pairs resampled within each set).", "",
+             f"Machine: {m.get('cpu', '')}, {m.get('threads', '')} threads, commit {m.get('commit', '')}.", "",
+             "| head | " + " | ".join(short) + " | selection mean | vs default [95% CI] | obvious all / worse longer "
+             "/ worse shorter |", "|---|" + "---|" * (len(sets) + 3)]
+    for label, r in result["rows"].items():
+        o = r["obvious"]
+        lines.append(f"| {label} | " + " | ".join(f"{r['sets'][n]:+.1f}" for n in sets)
+                     + f" | {r['selection_mean']:+.1f} | {fmt(r['vs_default']) if r['vs_default'] else '-'} | "
+                     f"{o['all']:.0f} / {o['worse longer']:.0f} / {o['worse shorter']:.0f} |")
+    lines += ["", "Gate: " + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in result["gate"].items())
+              + f" -> **{'passed' if result['passed'] else 'failed'}**", ""]
+    return "\n".join(lines)
+
+
 def fmt(d: dict | None) -> str:
+    """A difference with its CI, in points: stage B's own, or metrics.paired_difference's (fractions)."""
     if d is None:
         return "not read"
+    if "estimate" in d:
+        d = {"difference": 100 * d["estimate"], "ci_low": 100 * d["low"], "ci_high": 100 * d["high"]}
     return f"{d['difference']:+.1f} [{d['ci_low']:+.1f}, {d['ci_high']:+.1f}]"
 
 
@@ -200,8 +275,11 @@ def main() -> int:
     a = sub.add_parser("stage-a")
     a.add_argument("--model", default="qwen-coder-1.5b")
     a.add_argument("--question", default="correct")
+    b = sub.add_parser("stage-b")
+    b.add_argument("--model", default="qwen-coder-1.5b")
+    b.add_argument("--question", default="correct")
     args = parser.parse_args()
-    return {"read": cmd_read, "stage-a": cmd_stage_a}[args.cmd](args)
+    return {"read": cmd_read, "stage-a": cmd_stage_a, "stage-b": cmd_stage_b}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from clfjudge import best_of_n, reward_function, testing
 from clfjudge.card import JudgeCard
 from clfjudge.judges.base import Judge
-from clfjudge.judges.verdict import (VerdictQuestion, presets, questions_from, verdict_card, verdict_token_ids)
+from clfjudge.judges.verdict import VerdictQuestion, presets, questions_from, verdict_card, verdict_token_ids
 from clfjudge.serving.server import create_app
 
 QUESTION = "Name a prime."

@@ -261,6 +261,26 @@ def _length_side(record: Record) -> int:
     return 1 if (diff > 0) == (record.verdict is Verdict.A) else -1
 
 
+# A pair's soft target (record meta): the probability that answer A is the better one, as a teacher judge gave it
+# (``training.distill``). A judge fitted on soft targets learns the teacher's probabilities, not its argmax.
+SOFT_TARGET = "soft_p_a"
+
+
+def soft_rows(records: Sequence[PairRecord], x: np.ndarray, groups: np.ndarray, sample_weight: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Soft-target cross-entropy as weighted rows: every row of ``x`` (pairs, then the swapped pairs) once as "A
+    wins" weighted P(A) and once as "B wins" weighted 1 - P(A) (P(A) of a swapped row: 1 - the pair's)."""
+    p = np.array([float(r.meta[SOFT_TARGET]) for r in records])
+    if not np.all((p >= 0) & (p <= 1)):
+        raise ValueError(f"soft targets ({SOFT_TARGET}) must be probabilities in [0, 1]")
+    p_a = np.concatenate([p, 1 - p])
+    base = np.ones(len(p_a)) if sample_weight is None else sample_weight
+    a, b = CLASS_OF_VERDICT[Verdict.A], CLASS_OF_VERDICT[Verdict.B]
+    y = np.concatenate([np.full(len(p_a), a), np.full(len(p_a), b)])
+    return (np.vstack([x, x]), y, np.concatenate([groups, groups]),
+            np.concatenate([base * p_a, base * (1 - p_a)]))
+
+
 def _fit(estimator, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None):
     """Fit with per-row weights routed to the final estimator (inside a pipeline or a grid search)."""
     if sample_weight is None:
@@ -432,6 +452,8 @@ class EmbeddingModel:
             sample_weight = training_weights(records, self.weighting)
             if self.kind == "pair":
                 sample_weight = np.concatenate([sample_weight, sample_weight])
+        if self.kind == "pair" and all(SOFT_TARGET in r.meta for r in records):
+            x, y, groups, sample_weight = soft_rows(records, x, groups, sample_weight)
         # as scikit-learn fitted it
         self.fitted_ = _fit(build(self.head_params, self.seed, weights, groups), x, y, sample_weight)
         # a linear head is kept as its arrays: what is saved, loaded and exported is exactly what predicts here

@@ -60,8 +60,15 @@ def options_of(cfg: TrainConfig) -> dict[str, Any]:
 
 def train_verdict(cfg: TrainConfig) -> Path:
     """Write the verdict judge's directory: its card, calibrated and scored where the recipe names sources."""
-    from ..judges.verdict import (DEFAULT_MAX_ANSWER_TOKENS, DEFAULT_MAX_QUESTION_TOKENS, DEFAULT_QUESTION,
-                                  VerdictJudge, open_reader, questions_from, verdict_card)
+    from ..judges.verdict import (
+        DEFAULT_MAX_ANSWER_TOKENS,
+        DEFAULT_MAX_QUESTION_TOKENS,
+        DEFAULT_QUESTION,
+        VerdictJudge,
+        open_reader,
+        questions_from,
+        verdict_card,
+    )
 
     start = time.monotonic()
     options = options_of(cfg)

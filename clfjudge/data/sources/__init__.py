@@ -35,20 +35,21 @@ for _m in _MODULES:
     importlib.import_module(f"{__name__}.{_m}")
 
 
-def resolve(name: str, options: ReadOptions = ReadOptions()) -> Source:
+def resolve(name: str, options: ReadOptions = ReadOptions(), labelled: bool = True) -> Source:
     """The source ``name`` names (without ":N"): a built-in source, else the user's data a data spec names (read
-    with ``options``). A name that is neither is an error listing the built-in names."""
+    with ``options``; ``labelled=False``: rows without labels are records too). A name that is neither is an error
+    listing the built-in names."""
     if name in SOURCES:
         return SOURCES.get(name)
     if not is_data_spec(name):
         known = ", ".join(SOURCES.names())
         raise KeyError(f"unknown source {name!r}; known: {known}; or your own data: a path to a JSONL / JSON / "
                        "Parquet / CSV file, a save_to_disk directory, or hf:OWNER/NAME[:SPLIT]")
-    return resolve_user(name, options)
+    return resolve_user(name, options, labelled)
 
 
-def load(name: str, path=None, options: ReadOptions = ReadOptions()):
-    return resolve(name, options).load(path)
+def load(name: str, path=None, options: ReadOptions = ReadOptions(), labelled: bool = True):
+    return resolve(name, options, labelled).load(path)
 
 
 def parse_source(spec: str) -> tuple[str, int | None]:
@@ -76,11 +77,11 @@ class Usable:
 
 
 def load_usable(spec: str, select: Callable[[Sequence[Record]], tuple[list[Record], Counter]],
-                options: ReadOptions = ReadOptions()) -> Usable:
+                options: ReadOptions = ReadOptions(), labelled: bool = True) -> Usable:
     """Load the source ``spec`` names ("name" or "name:N") and keep what ``select`` (a head's ``select``: records ->
     kept, excluded by reason) keeps."""
     name, limit = parse_source(spec)
-    loaded = load(name, options=options)
+    loaded = load(name, options=options, labelled=labelled)
     kept, excluded = select(loaded.records)
     return Usable(name, limit, loaded, kept, excluded)
 

@@ -119,6 +119,7 @@ class UserSource(Source):
     options: ReadOptions = field(default_factory=ReadOptions)
     format: Format | None = None
     columns: tuple[tuple[str, str], ...] = ()  # field -> column, as detected or given
+    labelled: bool = True  # False: rows without a label are records too (a pool a teacher labels)
 
     def path(self, root: Path | None = None) -> Path:
         return self.spec.path if self.spec.path is not None else Path(self.spec.text)
@@ -171,7 +172,8 @@ def resolve_user(text: str, options: ReadOptions = ReadOptions(), labelled: bool
         fmt.check_table(dataset, columns, str(spec.path or text))
     return UserSource(name=text, kind=fmt.kind, role="user", default_path=str(spec.path or text), loader=None,
                       description=f"{fmt.name} rows from {text}", tags=("user",), fixed_order=fmt.chosen_first,
-                      spec=spec, options=options, format=fmt, columns=tuple(sorted(columns.items())))
+                      spec=spec, options=options, format=fmt, columns=tuple(sorted(columns.items())),
+                      labelled=labelled)
 
 
 def load_rows(source: UserSource, dataset) -> LoadResult:
@@ -184,7 +186,7 @@ def load_rows(source: UserSource, dataset) -> LoadResult:
     for index, values in enumerate(dataset):
         loc = Loc(file, index + 1)
         try:
-            record = source.format.record(values, loc, columns, source.options, True, source.name,
+            record = source.format.record(values, loc, columns, source.options, source.labelled, source.name,
                                           default_id=f"{stem}:{index + 1}")
         except RecordError as err:
             excluded[f"bad row: {_reason(err)}"] += 1

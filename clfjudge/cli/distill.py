@@ -1,0 +1,55 @@
+"""`clfjudge distill TEACHER --pool SPEC --config STUDENT.yaml --out DIR`: a fast student judge learns a teacher's
+probabilities on a pool of pairs (training/distill.py)."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "distill", help="label a pool of pairs with a teacher judge once (cached) and train a fast student on its "
+                        "probabilities; report their agreement and both on evaluation sets")
+    p.add_argument("teacher", metavar="TEACHER",
+                   help="a judge directory, a reward model (directory or hf:OWNER/NAME), or a JSONL file of a "
+                        "judge's predictions (question, answer_a, answer_b, p_a [, p_b])")
+    p.add_argument("--pool", nargs="+", required=True, metavar="SPEC[:N]",
+                   help="pairs the teacher labels (labelled or not; labels are ignored): built-in names or your own "
+                        "files, save_to_disk directories or hf:OWNER/NAME")
+    p.add_argument("--config", required=True, metavar="STUDENT.yaml",
+                   help="the student's recipe (head: embedding); its sources are the pool, whatever it names")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    p.add_argument("--out", required=True, help="output directory: teacher_labels.jsonl (the cache), student/, "
+                                                 "distill_report.json / .md")
+    p.add_argument("--eval", nargs="*", default=[], metavar="SPEC[:N]",
+                   help="labelled sets both judges are scored on, beside longer- and shorter-answer-wins")
+    p.add_argument("--holdout", type=float, default=0.1,
+                   help="share of pool questions held out from the student to measure its agreement with the teacher")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16, help="pairs per teacher call")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..outputs import check_apart
+    from ..training.config import TrainConfig
+    from ..training.distill import DistillJob, distill
+
+    if not 0 <= args.holdout < 1:
+        raise ValueError(f"--holdout is a share of the pool's questions in [0, 1), got {args.holdout}")
+    import json
+
+    # the student's training sources are the pool (its labels: the teacher's), whatever the recipe names
+    config = TrainConfig.from_yaml(args.config, [*args.overrides, f"sources={json.dumps(list(args.pool))}"])
+    check_apart([("TEACHER", args.teacher), *((f"--pool {s}", s) for s in args.pool if Path(s).exists())],
+                [("--out", args.out)])
+    report = distill(DistillJob(args.teacher, tuple(args.pool), Path(args.out), tuple(args.eval), args.holdout,
+                                args.seed, args.batch_size), config)
+    print(Path(args.out) / "distill_report.md")
+    agreement = report["agreement_holdout"]
+    if agreement:
+        print(f"student-teacher agreement on {agreement['pairs']} held-out pairs: "
+              f"{100 * agreement['decision_agreement']:.1f}%")
+    return 0

@@ -1,0 +1,274 @@
+"""Distillation: an expensive judge labels a pool of answer pairs once, and a fast student learns its probabilities.
+
+The teacher is any judge ``Judge.load`` opens (a verdict judge, a stacked or fine-tuned judge, a released reward
+model) or a file of a judge's predictions (JSONL rows with question, answer_a, answer_b and p_a [, p_b]). It judges
+each pool pair in both answer orders, and its P(A) / (P(A) + P(B)) becomes the pair's soft target, appended to a
+cache file keyed by the pair's content, so a stopped run resumes and a second student reads no teacher again. The
+student is an embedding judge (``training.embedding``: a frozen reader + a linear head, the default judge's kind)
+fitted on the soft targets (``judges.embedding.soft_rows``). The report says how often the student decides as the
+teacher on pool pairs held out by question, and scores both on labelled evaluation sets beside longer- and
+shorter-answer-wins, with paired bootstrap CIs: what the cheap judge keeps of the expensive one, and what it loses.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data.records import PairRecord, Record, Verdict
+
+TEACHER_LABELS = "teacher_labels.jsonl"  # in the output directory: pair key -> the teacher's P(A)
+STUDENT_DIR = "student"
+REPORT = "distill_report"  # .json and .md
+
+
+def pair_key(record: PairRecord) -> str:
+    """The pair's content (question and both answers, in order): equal pairs under any id or file share it."""
+    text = "\0".join((record.question, record.answer_a, record.answer_b))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+class PredictionsTeacher:
+    """A teacher read from a file of a judge's predictions: JSONL rows with question, answer_a, answer_b and p_a
+    (and p_b; default 1 - p_a), matched to pool pairs by content."""
+
+    def __init__(self, path: str | Path) -> None:
+        from ..data.readers import iter_jsonl
+        from ..data.records import Loc
+
+        self.path, self.p_a = Path(path), {}
+        for line, row in iter_jsonl(self.path):
+            loc = Loc(str(self.path), line)
+            missing = [k for k in ("question", "answer_a", "answer_b", "p_a") if k not in row]
+            if missing:
+                raise loc.error(missing[0], "is missing (a predictions row has question, answer_a, answer_b, p_a)")
+            p_a, p_b = row["p_a"], row.get("p_b", 1 - row["p_a"] if isinstance(row["p_a"], (int, float)) else None)
+            if not all(isinstance(p, (int, float)) and 0 <= p <= 1 for p in (p_a, p_b)) or p_a + p_b == 0:
+                raise loc.error("p_a", f"p_a and p_b are probabilities, not both 0; got {p_a!r}, {p_b!r}")
+            pair = PairRecord(id="", question=row["question"], answer_a=row["answer_a"], answer_b=row["answer_b"],
+                              verdict=None)
+            self.p_a[pair_key(pair)] = p_a / (p_a + p_b)
+
+    def describe(self) -> str:
+        return f"predictions file {self.path}"
+
+    def label(self, records: Sequence[PairRecord]) -> list[float]:
+        missing = [r for r in records if pair_key(r) not in self.p_a]
+        if missing:
+            raise ValueError(f"{self.path}: no prediction for {len(missing)} pool pairs (first: question "
+                             f"{missing[0].question[:60]!r})")
+        return [self.p_a[pair_key(r)] for r in records]
+
+
+class JudgeTeacher:
+    """A teacher that is a judge: each pair compared in both answer orders (position-invariant judges once)."""
+
+    def __init__(self, spec: str, batch_size: int = 16) -> None:
+        from ..judges.base import Judge
+
+        self.spec, self.judge = spec, Judge.load(spec, batch_size=batch_size)
+        if "compare" not in self.judge.tasks:
+            raise ValueError(f"{spec}: a teacher compares answers; this judge can {sorted(self.judge.tasks)}")
+
+    def describe(self) -> str:
+        return f"{self.judge.card.head} judge {self.spec} ({self.judge.card.backbone})"
+
+    def label(self, records: Sequence[PairRecord]) -> list[float]:
+        out = []
+        for c in self.judge.compare_batch(list(records), symmetric=True):
+            total = c.p_a + c.p_b
+            out.append(c.p_a / total if c.parsed and total > 0 else math.nan)  # unparsed: no target
+        return out
+
+
+def open_teacher(spec: str, batch_size: int = 16) -> PredictionsTeacher | JudgeTeacher:
+    path = Path(spec)
+    if path.is_file() and path.suffix in (".jsonl", ".json"):
+        return PredictionsTeacher(path)
+    return JudgeTeacher(spec, batch_size)
+
+
+def teacher_targets(teacher, records: Sequence[PairRecord], cache: Path, chunk: int = 64,
+                    progress: bool = True) -> dict[str, float]:
+    """The teacher's P(A) of every pair, read once: what ``cache`` holds is reused, the rest labelled in chunks and
+    appended to it (a stopped run loses at most one chunk)."""
+    done: dict[str, float] = {}
+    if cache.exists():
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            done[row["key"]] = row["p_a"]
+    todo = list({pair_key(r): r for r in records if pair_key(r) not in done}.values())
+    start = time.monotonic()
+    for i in range(0, len(todo), chunk):
+        part = todo[i:i + chunk]
+        labels = teacher.label(part)
+        with cache.open("a", encoding="utf-8") as sink:
+            for r, p in zip(part, labels):
+                done[pair_key(r)] = p
+                sink.write(json.dumps({"key": pair_key(r), "p_a": p}) + "\n")
+        if progress:
+            took = time.monotonic() - start
+            print(f"teacher: {min(i + chunk, len(todo))}/{len(todo)} pairs labelled ({took:.0f} s)", flush=True)
+    return done
+
+
+def any_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter]:
+    """Pool pairs, labelled or not (the teacher labels them)."""
+    kept, excluded = [], Counter()
+    for r in records:
+        if isinstance(r, PairRecord):
+            kept.append(r)
+        else:
+            excluded[f"{r.kind} record (distillation reads pairs)"] += 1
+    return kept, excluded
+
+
+@dataclass(frozen=True)
+class DistillJob:
+    """``teacher``: a judge directory / hub id or a predictions file; ``pool``: data specs (labelled or not);
+    ``evals``: labelled data specs both judges are scored on; ``holdout``: share of pool questions kept from the
+    student to measure its agreement with the teacher."""
+
+    teacher: str
+    pool: tuple[str, ...]
+    out_dir: Path
+    evals: tuple[str, ...] = ()
+    holdout: float = 0.1
+    seed: int = 0
+    batch_size: int = 16
+
+
+def load_pool(specs: Sequence[str], seed: int) -> tuple[list[PairRecord], dict[str, Any]]:
+    from ..data import sources
+
+    pool, counts = [], {}
+    for spec in specs:
+        usable = sources.load_usable(spec, any_pairs, labelled=False)
+        pairs = usable.records
+        if usable.limit and len(pairs) > usable.limit:
+            pairs = random.Random(seed).sample(pairs, usable.limit)
+        pool += pairs
+        counts[usable.name] = {"used": len(pairs), "excluded": dict(usable.excluded),
+                               "excluded_by_loader": dict(usable.loaded.excluded)}
+    return pool, counts
+
+
+def split_by_question(records: Sequence[PairRecord], holdout: float, seed: int
+                      ) -> tuple[list[PairRecord], list[PairRecord]]:
+    from ..data.splits import group_ids
+
+    groups = group_ids(records)
+    names = sorted(set(groups.tolist()))
+    random.Random(seed).shuffle(names)
+    held = set(names[:round(holdout * len(names))])
+    return ([r for r, g in zip(records, groups) if g not in held], [r for r, g in zip(records, groups) if g in held])
+
+
+def distill(job: DistillJob, cfg) -> dict[str, Any]:
+    """Label the pool with the teacher (cached), fit the student on the soft targets, score both; returns the
+    report (written beside the student as distill_report.json / .md)."""
+    from ..judges.embedding import SOFT_TARGET
+    from .embedding import model_from_config
+
+    if cfg.head != "embedding":
+        raise ValueError(f"the student is an embedding judge (head: embedding, the default judge's kind); the "
+                         f"recipe names head {cfg.head!r}")
+    start = time.monotonic()
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    teacher = open_teacher(job.teacher, job.batch_size)
+    pool, counts = load_pool(job.pool, job.seed)
+    targets = teacher_targets(teacher, pool, out / TEACHER_LABELS)
+    unlabelled = sum(math.isnan(targets[pair_key(r)]) for r in pool)
+    labelled = [replace(r, verdict=Verdict.A if targets[pair_key(r)] >= 0.5 else Verdict.B,
+                        meta={**r.meta, SOFT_TARGET: targets[pair_key(r)]})
+                for r in pool if not math.isnan(targets[pair_key(r)])]
+    train, held = split_by_question(labelled, job.holdout, job.seed)
+    if not train:
+        raise ValueError("no pool pair left to train the student on (the pool is empty or all held out)")
+    student = model_from_config(cfg).fit(train)
+    report = {"teacher": teacher.describe(), "pool": counts, "pool_pairs": len(pool),
+              "teacher_unparsed": unlabelled, "student_train_pairs": len(train), "holdout_pairs": len(held),
+              "agreement_holdout": _agreement(student, held) if held else None,
+              "evals": {spec: _scored(teacher, student, spec, out) for spec in job.evals}}
+    student_dir = student.save(out / STUDENT_DIR, training={
+        "distilled_from": {"teacher": teacher.describe(), "pool": counts, "soft_targets": TEACHER_LABELS,
+                           "holdout": job.holdout, "seed": job.seed},
+        "config": asdict(cfg)})
+    report |= {"student": str(student_dir), "wall_time_s": round(time.monotonic() - start, 1)}
+    (out / f"{REPORT}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out / f"{REPORT}.md").write_text(markdown(report))
+    return report
+
+
+def _agreement(student, held: Sequence[PairRecord]) -> dict[str, Any]:
+    """How often the student picks the answer the teacher prefers (held-out questions), and its mean |P - P'|."""
+    from ..judges.embedding import PROBA_COLUMNS, SOFT_TARGET
+
+    proba = student.predict_proba(held)
+    col = {v: i for i, v in enumerate(PROBA_COLUMNS)}
+    mine = proba[:, col[Verdict.A]] / (proba[:, col[Verdict.A]] + proba[:, col[Verdict.B]])
+    theirs = np.array([r.meta[SOFT_TARGET] for r in held])
+    return {"pairs": len(held), "decision_agreement": float(np.mean((mine >= 0.5) == (theirs >= 0.5))),
+            "mean_abs_diff": float(np.mean(np.abs(mine - theirs)))}
+
+
+def _scored(teacher, student, spec: str, out: Path) -> dict[str, Any]:
+    """Teacher and student on a labelled set (its decisive pairs), beside the length rules, with paired CIs."""
+    from ..data import sources
+    from ..metrics import paired_difference
+    from .verdict import VerdictDataHead
+
+    usable = sources.load_usable(spec, VerdictDataHead().select)
+    pairs = [r for r in usable.records if r.verdict in (Verdict.A, Verdict.B)]
+    if usable.limit and len(pairs) > usable.limit:
+        pairs = random.Random(0).sample(pairs, usable.limit)
+    if not pairs:
+        raise ValueError(f"{spec}: no labelled decisive pair to score the judges on")
+    gold_a = np.array([r.verdict is Verdict.A for r in pairs])
+    p_teacher = np.array([teacher_targets(teacher, pairs, out / TEACHER_LABELS, progress=False)[pair_key(r)]
+                          for r in pairs])
+    from ..judges.embedding import PROBA_COLUMNS
+
+    proba = student.predict_proba(pairs)
+    col = {v: i for i, v in enumerate(PROBA_COLUMNS)}
+    right = {"teacher": (p_teacher > 0.5) == gold_a,
+             "student": (proba[:, col[Verdict.A]] > proba[:, col[Verdict.B]]) == gold_a}
+    la, lb = np.array([len(r.answer_a) for r in pairs]), np.array([len(r.answer_b) for r in pairs])
+    longer = np.where(la == lb, 0.5, ((la > lb) == gold_a).astype(float))
+    return {"pairs": len(pairs), **{k: 100 * float(np.mean(v)) for k, v in right.items()},
+            "longer": 100 * float(longer.mean()), "shorter": 100 * float(1 - longer.mean()),
+            "student_vs_teacher": paired_difference(right["student"], right["teacher"]),
+            "student_vs_longer": paired_difference(right["student"].astype(float), longer),
+            "teacher_vs_longer": paired_difference(right["teacher"].astype(float), longer)}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    def ci(d: dict[str, Any]) -> str:  # metrics.paired_difference: fractions -> points
+        return f"{100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+    agree = report["agreement_holdout"]
+    lines = [f"# Distillation of {report['teacher']}", "",
+             f"Pool: {report['pool_pairs']} pairs ({report['teacher_unparsed']} the teacher gave no probability "
+             f"for); the student trained on {report['student_train_pairs']}, "
+             f"{report['holdout_pairs']} held out by question.", ""]
+    if agree:
+        lines += [f"Student-teacher agreement on the held-out pairs: {100 * agree['decision_agreement']:.1f}% of "
+                  f"decisions, mean |P(A) difference| {agree['mean_abs_diff']:.3f}.", ""]
+    if report["evals"]:
+        lines += ["| set | pairs | teacher | student | longer wins | shorter wins | student - teacher [95% CI] | "
+                  "student - longer | teacher - longer |", "|---|---|---|---|---|---|---|---|---|"]
+        for spec, r in report["evals"].items():
+            lines.append(f"| {spec} | {r['pairs']} | {r['teacher']:.1f} | {r['student']:.1f} | {r['longer']:.1f} | "
+                         f"{r['shorter']:.1f} | {ci(r['student_vs_teacher'])} | {ci(r['student_vs_longer'])} | "
+                         f"{ci(r['teacher_vs_longer'])} |")
+    return "\n".join(lines) + "\n"
