@@ -42,6 +42,8 @@ class Profile:
     parity_records: int | None = None
     parity_overrides: tuple[str, ...] = ()  # clfjudge/configs/parity.yaml thresholds changed for this profile
     providers: tuple[str, ...] = ("openvino-bf16",)  # gated beside onnxruntime where this machine has them
+    recipe: str | None = None  # the profile's own recipe (package data, configs/recipes/); None: the main job's
+    steps: tuple[str, ...] = ("data", "train", "export", "audit")  # what a run of this profile does by default
 
 
 PROFILES: Registry[Profile] = Registry("run profile")
@@ -61,12 +63,18 @@ PROFILES.register("quick", Profile(
     # an 8-step judge has near-zero margins, so int8 noise tips some of its 32 decisions: the gate still runs
     # and reports, with looser int8 bounds (the full profile keeps clfjudge/configs/parity.yaml's 99% / 1 point)
     parity_overrides=("int8.min_agreement=0.9", "int8.max_metric_delta=0.1")))
+# A chat model's own verdict (Qwen2.5-Coder-1.5B-Instruct asked whether each answer is correct and helpful; a
+# verdict judge, judges/verdict.py): right on obvious pairs where the default judge counts words, at about one
+# answer a second on 2 cores, so its audit reads 100 pairs of each set (several hours with the released judges'
+# files: about 1.5 h for the judge's own reading) and its export (7 GB in fp32) is left to `clfjudge export`.
+PROFILES.register("quality", Profile(recipe="recipes/quality-verdict.yaml", steps=("data", "train", "audit"),
+                                     audit_limit=100, bootstrap=1000))
 
 
 @dataclass
 class RunConfig:
     out: Path
-    recipe: Path = DEFAULT_RECIPE
+    recipe: Path | None = None  # None: the profile's recipe, else the main job's (DEFAULT_RECIPE)
     overrides: Sequence[str] = ()
     profile: str = "full"
     steps: Sequence[str] | None = None  # default: all, in order
@@ -78,6 +86,10 @@ class RunState:
     config: RunConfig
     profile: Profile
     outputs: dict[str, Any] = field(default_factory=dict)  # step name -> what it produced (JSON-able)
+
+    @property
+    def recipe(self) -> Path:
+        return Path(recipe_of(self.config))
 
     def path(self, *parts: str) -> Path:
         return self.config.out.joinpath(*parts)
@@ -109,10 +121,10 @@ def train_judge(state: RunState) -> dict[str, Any]:
     from .training.trainer import train
 
     overrides = [*state.profile.train_overrides, *state.config.overrides, f"output_dir={state.path('judge')}"]
-    cfg = TrainConfig.from_yaml(state.config.recipe, overrides)
+    cfg = TrainConfig.from_yaml(state.recipe, overrides)
     judge_dir = train(cfg)
     card = JudgeCard.load(judge_dir)
-    return {"judge_dir": str(judge_dir), "recipe": str(state.config.recipe), "overrides": overrides,
+    return {"judge_dir": str(judge_dir), "recipe": str(state.recipe), "overrides": overrides,
             "wall_time_s": card.training.get("wall_time_s"), "validation": _headline(card.validation)}
 
 
@@ -145,7 +157,10 @@ def export(state: RunState) -> dict[str, Any]:
 def audit(state: RunState) -> dict[str, Any]:
     from .audit import run_audit
 
-    judges = [_needs(state, "export", "onnx_dir"), *state.config.judges]
+    # the export where the run has one (the profile's steps), else the trained judge itself
+    exported = "export" in (state.config.steps or state.profile.steps) or "export" in state.outputs
+    judges = [_needs(state, "export", "onnx_dir") if exported else _needs(state, "train", "judge_dir"),
+              *state.config.judges]
     metrics = run_audit(judges, state.path("audit"), limit=state.profile.audit_limit,
                         set_limits=dict(state.profile.audit_set_limits), bootstrap=state.profile.bootstrap)
     return {"report": str(state.path("audit", "report.md")), "metrics": str(state.path("audit", "metrics.json")),
@@ -195,7 +210,7 @@ def _run(config: RunConfig, log: Callable[[str], None]) -> dict[str, Any]:
     from .machine import describe
 
     state = RunState(config, PROFILES.get(config.profile))
-    names = list(config.steps or ORDER)
+    names = list(config.steps or state.profile.steps)
     for name in names:
         STEPS.get(name)  # unknown step names fail before any work
     record: dict[str, Any] = {
@@ -231,12 +246,20 @@ class StepFailed(RuntimeError):
         self.step, self.resume = step, resume
 
 
+def recipe_of(config: RunConfig) -> Path:
+    """The recipe a run trains: the one given, else its profile's, else the main job's."""
+    if config.recipe is not None:
+        return Path(config.recipe)
+    named = PROFILES.get(config.profile).recipe
+    return config_path(named) if named else DEFAULT_RECIPE
+
+
 def resume_command(config: RunConfig, steps: Sequence[str]) -> str:
     """The ``clfjudge run`` command line that re-runs ``steps`` of ``config`` (later steps reuse run.json)."""
     import shlex
 
     parts = ["clfjudge", "run", "--out", str(config.out)]
-    if Path(config.recipe) != DEFAULT_RECIPE:
+    if config.recipe is not None and Path(config.recipe) != DEFAULT_RECIPE:
         parts += ["--recipe", str(config.recipe)]
     for override in config.overrides:
         parts += ["--set", override]

@@ -178,3 +178,56 @@ def test_train_calibrate_and_audit_from_the_command_line(chat_model, tmp_path):
                                       "output_dir": str(tmp_path / "j2"), "verdict": {"question": "correct"}}))
     done = clfjudge("train", "--config", str(recipe))
     assert done.returncode == 2 and "unknown option(s) ['question']" in done.stderr
+
+
+def test_the_quality_profile_trains_a_verdict_judge(chat_model, tmp_path):
+    """`clfjudge run --profile quality` trains its own recipe (a verdict judge) and audits the judge it trained."""
+    from clfjudge.pipeline import PROFILES, RunConfig, recipe_of
+
+    assert recipe_of(RunConfig(out=tmp_path, profile="quality")).name == "quality-verdict.yaml"
+    assert "export" not in PROFILES.get("quality").steps
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    done = clfjudge("run", "--out", str(tmp_path / "run"), "--profile", "quality", "--steps", "train",
+                    "--set", f"backbone={chat_model}", "--set", f"sources=[{data}]",
+                    "--set", "verdict.precision=fp32")
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["outputs"]["train"]["recipe"].endswith("quality-verdict.yaml")
+    assert JudgeCard.load(tmp_path / "run" / "judge").head == "verdict"
+
+
+def test_a_stacked_judge_reads_the_verdict_as_a_feature(chat_model, tiny_llama_dir, tmp_path):
+    """The default judge's kind with the verdict beside the reader's features: trained from a recipe, a reward
+    model (score = the head's direction on one answer's features), refused by the reader-only ONNX export."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    recipe = tmp_path / "stacked.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "backbone": str(tiny_llama_dir), "head": "embedding", "sources": [str(data)], "dev_fraction": 0.0,
+        "output_dir": str(tmp_path / "judge"),
+        "embedding": {"layer": 1, "features": ["diff", "info_length_diff", "verdict_diff"], "use_length": False,
+                      "head_params": {"C": 1.0},
+                      "verdict": {"backbone": str(chat_model), "questions": ["correct", "on-topic"],
+                                  "precision": "fp32"}}}))
+    done = clfjudge("train", "--config", str(recipe))
+    assert done.returncode == 0, done.stderr
+    card = JudgeCard.load(tmp_path / "judge")
+    assert card.runtime["verdict"]["questions"] == ["correct", "on-topic"]
+    judge = Judge.load(tmp_path / "judge")
+    c = judge.compare(QUESTION, "7", "9")
+    scores = judge.rank(QUESTION, ["7", "9"])
+    assert c.p_a > 0.5 if scores[0] > scores[1] else c.p_a < 0.5
+    done = clfjudge("export", str(tmp_path / "judge"), "--out", str(tmp_path / "onnx"))
+    assert done.returncode == 2 and "stacked judge" in done.stderr
+
+
+def test_the_shipped_recipes_parse():
+    from clfjudge.configs import config_path
+    from clfjudge.training.config import TrainConfig
+
+    zero_shot = TrainConfig.from_yaml("train/cpu/verdict-qwen1.5b.yaml", [])
+    assert zero_shot.head == "verdict" and not zero_shot.sources
+    stacked = TrainConfig.from_yaml("train/cpu/stacked-smollm2-verdict.yaml", [])
+    assert "verdict_diff" in stacked.embedding["features"]
+    assert TrainConfig.from_yaml(config_path("recipes/quality-verdict.yaml"), []).head == "verdict"

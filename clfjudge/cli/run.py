@@ -6,17 +6,20 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ..pipeline import DEFAULT_RECIPE, ORDER, PROFILES, REFERENCE_JUDGES
+    from ..pipeline import ORDER, PROFILES, REFERENCE_JUDGES
 
     p = subparsers.add_parser("run", help="the main job: check the data, train the default judge, export it to "
                                           "ONNX behind the parity gate, audit it, write the report")
     p.add_argument("--out", type=Path, default=Path("runs/main"), help="run directory (default: runs/main)")
-    p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE,
-                   help="training recipe file (default: the bundled clfjudge/configs/recipes/main-smollm2.yaml)")
+    p.add_argument("--recipe", type=Path, default=None,
+                   help="training recipe file (default: the profile's; for the full and quick profiles the bundled "
+                        "clfjudge/configs/recipes/main-smollm2.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable)")
     p.add_argument("--profile", choices=PROFILES.names(), default="full",
-                   help="full: the README's main job; quick: the same path on a small real slice (CI)")
+                   help="full: the README's main job; quick: the same path on a small real slice (CI); quality: a "
+                        "chat model's own verdict (Qwen2.5-Coder-1.5B, about one answer a second on 2 cores: "
+                        "hours; docs/training.md)")
     p.add_argument("--steps", nargs="+", choices=ORDER, help="run only these steps (later ones reuse run.json)")
     p.add_argument("--judges", nargs="+", default=list(REFERENCE_JUDGES),
                    help="judges audited beside the trained one (default: %(default)s)")

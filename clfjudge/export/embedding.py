@@ -305,6 +305,10 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                          f"with a {config['kind']} encoder (serve it with the sklearn backend)")
     if card.kind != "pair":
         raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers pair judges, not {card.kind}")
+    if card.runtime.get("verdict"):
+        raise ValueError(f"{judge_dir}: a stacked judge reads a chat model's verdict beside its reader; its ONNX "
+                         "export covers the reader only, so it is served with the sklearn backend (export the "
+                         "verdict judge on its own with clfjudge export)")
     _check_out_dir(out)
     parity = parity or ParityConfig.load()
     records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)

@@ -53,10 +53,12 @@ class PairView:
     b_text: Sequence[str]
     a_stats: np.ndarray | None = None  # token statistics of the answers (decoder embedders with stats=True)
     b_stats: np.ndarray | None = None
+    a_verdict: np.ndarray | None = None  # a chat model's verdict log-odds on each answer (verdict option)
+    b_verdict: np.ndarray | None = None
 
     def swapped(self) -> PairView:
         return replace(self, a=self.b, b=self.a, a_text=self.b_text, b_text=self.a_text, a_stats=self.b_stats,
-                       b_stats=self.a_stats)
+                       b_stats=self.a_stats, a_verdict=self.b_verdict, b_verdict=self.a_verdict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class PointView:
     a_text: Sequence[str]
     ref: np.ndarray | None = None
     a_stats: np.ndarray | None = None
+    a_verdict: np.ndarray | None = None
 
 
 Symmetry = Literal["anti", "sym", "point"]
@@ -79,6 +82,7 @@ class FeatureGroup:
     needs_reference: bool = False
     needs_question: bool = False  # reads the questions' own vectors (a text read alone costs a forward pass)
     needs_stats: bool = False  # reads the answers' token statistics (DecoderEmbedder(stats=True))
+    needs_verdict: bool = False  # reads a chat model's verdict on each answer (the judge's ``verdict`` option)
     # antisymmetric groups that are a difference f(A) - f(B): f on one answer (a PointView), so a judge made of
     # such groups scores each answer on its own (``EmbeddingModel.rewards``)
     one_side: Callable[[Any], np.ndarray] | None = None
@@ -115,6 +119,11 @@ PAIR_FEATURES.register("info_length_diff", FeatureGroup(
     lambda v: log_information_length_difference(v.a_text, v.b_text), "anti",
     one_side=lambda v: log_information_lengths(v.a_text), length_like=True))
 
+# A chat model's own verdict on each answer (judges/verdict.py: log P(yes) - log P(no) of each question asked), the
+# signal beyond length a reader's states lack: the stacked judge.
+PAIR_FEATURES.register("verdict_diff", FeatureGroup(lambda v: v.a_verdict - v.b_verdict, "anti", needs_verdict=True,
+                                                    one_side=lambda v: v.a_verdict))
+
 POINT_FEATURES: Registry[FeatureGroup] = Registry("point feature group")
 POINT_FEATURES.register("q", FeatureGroup(lambda v: v.q, "point", needs_question=True))
 POINT_FEATURES.register("a", FeatureGroup(lambda v: v.a, "point"))
@@ -126,6 +135,7 @@ POINT_FEATURES.register("length", FeatureGroup(lambda v: np.hstack([log_lengths(
                                                "point", length_like=True))
 POINT_FEATURES.register("info_length", FeatureGroup(lambda v: log_information_lengths(v.a_text), "point",
                                                     length_like=True))
+POINT_FEATURES.register("verdict", FeatureGroup(lambda v: v.a_verdict, "point", needs_verdict=True))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -323,7 +333,8 @@ class EmbeddingModel:
                  features: Sequence[str] | None = None, use_length: bool = True,
                  head_params: dict[str, Any] | None = None, seed: int = 0,
                  embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None,
-                 weighting: Sequence[str] = (), length_at_prediction: float = 1.0) -> None:
+                 weighting: Sequence[str] = (), length_at_prediction: float = 1.0,
+                 verdict: dict[str, Any] | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown record kind {kind!r}; known: {sorted(KINDS)}")
         spec = KINDS[kind]
@@ -359,6 +370,11 @@ class EmbeddingModel:
         if self._needs("needs_stats") and not self.embedder.stats:
             raise ValueError(f"feature groups {[g for g in self.groups if spec.features.get(g).needs_stats]} read "
                              "token statistics: the embedder must be a decoder embedder with stats=True")
+        self.verdict = dict(verdict or {})
+        if self._needs("needs_verdict") and not self.verdict.get("backbone"):
+            raise ValueError(f"feature groups {[g for g in self.groups if spec.features.get(g).needs_verdict]} read a "
+                             "chat model's verdict: give the verdict option (backbone, questions)")
+        self._verdict_reader = None
         self.model_ = None
         self.fitted_ = None  # the scikit-learn estimator as fit() left it (a loaded judge has only model_)
         self.scale_: tuple[float, float] | None = None
@@ -384,6 +400,18 @@ class EmbeddingModel:
     def _needs(self, flag: str) -> bool:
         return any(getattr(KINDS[self.kind].features.get(g), flag) for g in self.groups)
 
+    def verdicts(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray | None:
+        """(n, questions) verdict log-odds of each answer after its question, where a feature group reads them."""
+        if not self._needs("needs_verdict"):
+            return None
+        if self._verdict_reader is None:
+            from .verdict import reader_from_options
+
+            self._verdict_reader = reader_from_options(self.verdict)
+        points = [PointRecord(id=str(i), question=q, answer=a, score=None)
+                  for i, (q, a) in enumerate(zip(questions, answers))]
+        return self._verdict_reader.log_odds(points)
+
     def _pair_view(self, pairs: Sequence[PairRecord]) -> PairView:
         q_text = [p.question for p in pairs]
         a_text = [p.answer_a for p in pairs]
@@ -393,8 +421,10 @@ class EmbeddingModel:
         vectors = self.embedder.embed_answers(questions, answers)
         stats = self.embedder.answer_stats(questions, answers) if self._needs("needs_stats") else None
         q = self.embedder.embed(q_text) if self._needs("needs_question") else None
+        verdict = self.verdicts(questions, answers)
         return PairView(q, vectors[:n], vectors[n:], q_text, a_text, b_text,
-                        None if stats is None else stats[:n], None if stats is None else stats[n:])
+                        None if stats is None else stats[:n], None if stats is None else stats[n:],
+                        None if verdict is None else verdict[:n], None if verdict is None else verdict[n:])
 
     def _point_view(self, points: Sequence[PointRecord]) -> PointView:
         q_text = [p.question for p in points]
@@ -408,7 +438,8 @@ class EmbeddingModel:
             ref = self.embedder.embed([p.reference for p in points])
         q = self.embedder.embed(q_text) if self._needs("needs_question") else None
         stats = self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None
-        return PointView(q, self.embedder.embed_answers(q_text, a_text), q_text, a_text, ref, stats)
+        return PointView(q, self.embedder.embed_answers(q_text, a_text), q_text, a_text, ref, stats,
+                         self.verdicts(q_text, a_text))
 
     def _matrix(self, view: PairView | PointView) -> tuple[np.ndarray, np.ndarray]:
         """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
@@ -506,7 +537,8 @@ class EmbeddingModel:
         q_text, a_text = [p.question for p in points], [p.answer for p in points]
         view = PointView(self.embedder.embed(q_text) if self._needs("needs_question") else None,
                          self.embedder.embed_answers(q_text, a_text), q_text, a_text, None,
-                         self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None)
+                         self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None,
+                         self.verdicts(q_text, a_text))
         registry = KINDS[self.kind].features
         x = np.hstack([registry.get(g).one_side(view) for g in self.groups]).astype(np.float64)
         head = self.model_
@@ -588,6 +620,7 @@ class EmbeddingModel:
                      "head_params": self.head_params, "features": list(self.features),
                      "use_length": self.use_length, "seed": self.seed, "normalize_embeddings": True,
                      "embedder": self.embedder.config(),
+                     **({"verdict": self.verdict} if self.verdict else {}),
                      # how the features were computed (a runtime choice, not part of the reading's identity)
                      "precision": getattr(self.embedder, "precision_spec", None),
                      # what this machine read the training answers in, and why (``machine.decoder_precision``)
@@ -613,7 +646,8 @@ class EmbeddingModel:
                     use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"],
                     embedder=embedder if embedder is not None else embedder_for_card(card),
                     weighting=card.training.get("weighting", ()),  # already applied to the stored coefficients:
-                    length_at_prediction=card.training.get("length_at_prediction", 1.0))  # on record only
+                    length_at_prediction=card.training.get("length_at_prediction", 1.0),  # on record only
+                    verdict=rt.get("verdict"))
         if judge.embedder.config() != embedder_config(card):
             raise ValueError(f"{directory}: the judge was trained with embedder {embedder_config(card)}, the given "
                              f"embedder is {judge.embedder.config()}")

@@ -338,6 +338,23 @@ def open_reader(card: JudgeCard, directory: Path | None = None, batch_size: int 
                          batch_size=batch_size, **kw)
 
 
+VERDICT_OPTIONS = ("backbone", "questions", "precision", "max_question_tokens", "max_answer_tokens", "batch_size")
+
+
+def reader_from_options(options: Mapping[str, Any]) -> VerdictReader:
+    """The reader a stacked judge's ``verdict`` option describes (``backbone``, ``questions`` [, ``precision``,
+    budgets, ``batch_size``]): the verdict log-odds become a feature group of an embedding judge."""
+    unknown = sorted(set(options) - set(VERDICT_OPTIONS))
+    if unknown or not options.get("backbone"):
+        raise ValueError(f"verdict option: needs backbone; known keys {list(VERDICT_OPTIONS)}; unknown {unknown}")
+    card = verdict_card(str(options["backbone"]), questions_from(options.get("questions") or [DEFAULT_QUESTION],
+                                                                  "verdict option"),
+                        precision=options.get("precision", "auto"),
+                        max_question_tokens=int(options.get("max_question_tokens", DEFAULT_MAX_QUESTION_TOKENS)),
+                        max_answer_tokens=int(options.get("max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS)))
+    return open_reader(card, batch_size=int(options.get("batch_size", 8)))
+
+
 def _load_verdict(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                   batch_size: int, trust_pickle: bool = False) -> Judge:
     if variant is not None:

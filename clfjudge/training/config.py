@@ -156,7 +156,8 @@ class TrainConfig:
             (self.cv_folds == 0 or 0 <= self.cv_fold < self.cv_folds, "cv_fold must be in [0, cv_folds)"),
             (self.cv_folds != 1 and self.cv_folds >= 0, "cv_folds must be 0 (off) or at least 2"),
             (not (self.cv_folds and self.test_fraction), "use either cv_folds or test_fraction, not both"),
-            (bool(self.sources), "sources must name at least one train source"),
+            (bool(self.sources) or self.head == "verdict",  # a verdict judge can be zero-shot
+             "sources must name at least one train source"),
         ]
         for ok, message in checks:
             if not ok:

@@ -39,6 +39,9 @@ OPTIONS = {
     "precision": "decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / AVX512-BF16)",
     "batch_size": "embedding batch size",
     "device": "where the backbone reads: cpu (default) | cuda",
+    "verdict": "a chat model whose verdict on each answer is a feature (feature group verdict_diff / verdict): "
+               "{backbone, questions [, precision, max_question_tokens, max_answer_tokens, batch_size]} "
+               "(judges.verdict; the stacked judge)",
 }
 EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision",
                     "batch_size", "device")
@@ -84,7 +87,8 @@ def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
         use_length=bool(options.get("use_length", True)),
         head_params=options.get("head_params", {"C": "auto"} if logreg else None), seed=cfg.seed,
         weighting=options.get("weighting", ()), length_at_prediction=float(options.get("length_at_prediction", 1.0)),
-        embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None)
+        embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None,
+        verdict=options.get("verdict"))
 
 
 def evaluate(judge: EmbeddingModel, records: Sequence[Record]) -> dict[str, Any]:
