@@ -63,18 +63,25 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> Non
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from ..data.sources import resolve
+    from ..data.records import exclusion_lines
+    from ..data.sources import parse_source, resolve
     from ..data.sources.stats import source_stats
 
     options = read_options(args)
-    rows = [row for name in (args.source or SOURCES.names())
-            for row in source_stats(resolve(name, options), args.root)]
+    rows = [row for spec in (args.source or SOURCES.names())
+            for name, limit in [parse_source(spec)]
+            for row in source_stats(resolve(name, options), args.root, limit)]
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=2))
         return 0
     _print_table(_STATS_COLUMNS, [tuple(getattr(row, c) for c in _STATS_COLUMNS) for row in rows])
     print("median_answer_chars: median characters per answer (both answers of a pair); "
-          "excluded: records dropped by the loader, by reason in --json")
+          "excluded: records dropped by the loader (by reason below, and in --json)")
+    for row in rows:
+        if row.sampled_from is not None:
+            print(f"{row.source}: a seeded sample of {row.records} of its {row.sampled_from} usable records")
+        for line in exclusion_lines(row.source, row.as_dict()):
+            print(line)
     return 0
 
 

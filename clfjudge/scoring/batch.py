@@ -185,5 +185,8 @@ def rejected_text(err: RecordError, with_file: bool = False) -> str:
 
 
 def reason(err: RecordError) -> str:
-    """The summary bucket of a rejection: its field, else the kind of error (the message's leading words)."""
-    return f"field {err.field!r}" if err.field else re.split(r"[(:]", err.message, maxsplit=1)[0].strip()
+    """The summary bucket of a rejection: its field and what is wrong with it without the value (as the loaders
+    count excluded rows), else the kind of error (the message's leading words)."""
+    if err.field:
+        return f"field {err.field!r}: {err.message.split(', got ')[0].split(': ')[0]}"
+    return re.split(r"[(:]", err.message, maxsplit=1)[0].strip()
