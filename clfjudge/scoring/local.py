@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..outputs import check_apart, check_writable, files_of
-from .batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
+from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
 from .files import (
     LineInput,
     Progress,
@@ -136,7 +136,7 @@ def score_file(job: ScoreJob) -> int:
     judge = Judge.load(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
                        threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
                        model_input=job.model_input)
-    task = ("compare" if judge.card.kind == "pair" else "score") if job.task == "auto" else job.task
+    task = pick_task(job.task, judge, ((n, text) for n, text, _ in src.lines(0, 0)), job.options)
     judge.require(task)
     if job.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
