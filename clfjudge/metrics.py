@@ -428,11 +428,13 @@ def bootstrap_ci(
 def paired_difference(ours_right: Sequence[bool], theirs_right: Sequence[bool], n: int = 10000,
                       seed: int = 0) -> dict[str, Any]:
     """Accuracy difference of two judges on the same items (per item: right or not), with a paired
-    percentile-bootstrap CI, and the items only one of them got right ("won" / "lost")."""
+    percentile-bootstrap CI (``n`` 0: none, low and high are None), and the items only one of them got right
+    ("won" / "lost")."""
     _same_length(ours_right=ours_right, theirs_right=theirs_right)
     diff = np.asarray(ours_right, dtype=float) - np.asarray(theirs_right, dtype=float)
-    return {**bootstrap_ci(np.mean, diff, n=n, seed=seed).as_dict(), "won": int((diff > 0).sum()),
-            "lost": int((diff < 0).sum())}
+    ci = bootstrap_ci(np.mean, diff, n=n, seed=seed).as_dict() if n > 0 else {
+        "estimate": float(diff.mean()) if len(diff) else float("nan"), "low": None, "high": None}
+    return {**ci, "won": int((diff > 0).sum()), "lost": int((diff < 0).sum())}
 
 
 # ---------------------------------------------------------------------------------------------------

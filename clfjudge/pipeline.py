@@ -111,7 +111,8 @@ def check_data(state: RunState) -> dict[str, Any]:
     totals = [r for r in rows if r["split"] == "all"]
     return {"file": "data_stats.json", "sources_available": sum(r["available"] for r in totals),
             "sources_missing": [r["source"] for r in totals if not r["available"]],
-            "records": sum(r["records"] for r in totals), "excluded": sum(r["excluded"] or 0 for r in totals)}
+            "records": sum(r["records"] for r in totals), "excluded": sum(r["excluded"] or 0 for r in totals),
+            "excluded_by_source": {r["source"]: r["excluded_by_reason"] for r in totals if r["excluded"]}}
 
 
 @STEPS.register("train")

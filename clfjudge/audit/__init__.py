@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import random
 import re
 import shutil
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..data.formats import ReadOptions
-from ..data.records import PairRecord
+from ..data.records import LoadResult, PairRecord, exclusion_lines
 from ..models.onnx_session import AUTO
 from ..outputs import write_whole
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
@@ -36,29 +35,37 @@ if TYPE_CHECKING:
 BASELINE_JUDGES = ("baseline:longer", "baseline:shorter", "baseline:majority")
 
 
+def _set_names(set_names: Sequence[str] | None) -> dict[str, int | None]:
+    """``--sets`` entries -> name -> N of "name:N" (None: every record), as every command reads a source spec."""
+    from ..data.sources import parse_source
+
+    return dict(parse_source(entry) for entry in set_names or ())
+
+
 def check_sets(set_names: Sequence[str] | None) -> None:
     """Refuse a set name that is neither a test set nor a data spec (a typo would otherwise audit nothing)."""
     from ..data.sources.files import is_data_spec
 
     known = [s.name for s in TEST_SETS]
-    unknown = [n for n in set_names or () if n not in known and not is_data_spec(n)]
+    unknown = [n for n in _set_names(set_names) if n not in known and not is_data_spec(n)]
     if unknown:
         raise KeyError(f"unknown test set(s) {unknown}; known: {', '.join(known)}; or a data file, a save_to_disk "
                        "directory or hf:OWNER/NAME[:SPLIT] of your own labelled pairs or ratings")
 
 
-def user_set(spec: str, options: ReadOptions) -> tuple[TestSet, list]:
+def user_set(spec: str, options: ReadOptions) -> tuple[TestSet, list, LoadResult]:
     """The user's labelled data as a test set: pairs scored with the selection protocol (beside longer- and
-    shorter-answer-wins on the scoreboard), ratings with the grading protocol."""
+    shorter-answer-wins on the scoreboard), ratings with the grading protocol; and what its load excluded."""
     from ..data.sources import resolve
     from ..training.data import randomize_order
 
     source = resolve(spec, options)
     protocol = "selection" if source.kind == "pair" else "grading"
-    records = source.load().records
+    loaded = source.load()
+    records = loaded.records
     if source.fixed_order:  # chosen first (TRL): a seeded half swapped, so the answer order gives nothing away
         records, _ = randomize_order(records, seed=0)
-    return TestSet(set_slug(spec), source.kind, protocol, spec), records
+    return TestSet(set_slug(spec), source.kind, protocol, spec), records, loaded
 
 
 def set_slug(spec: str) -> str:
@@ -66,43 +73,49 @@ def set_slug(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", spec.removeprefix("hf:") if spec.startswith("hf:") else Path(spec).name)
 
 
-def _sample(recs: list, cap: int | None, seed: int, name: str) -> list:
-    if cap is not None and len(recs) > cap:
-        keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(recs)), cap))
-        recs = [recs[i] for i in keep]
-    return recs
-
-
 def load_sets(set_names: Sequence[str] | None, limit: int | None, seed: int = 0,
               extra: Mapping[str, Sequence[PairRecord]] | None = None,
-              set_limits: Mapping[str, int] | None = None, options: ReadOptions = ReadOptions()):
+              set_limits: Mapping[str, int] | None = None, options: ReadOptions = ReadOptions(),
+              accounts: dict[str, dict] | None = None):
     """The audit's test sets (and ``extra``: more named pair sets, e.g. a training pool's held-out slices, scored
     with the selection protocol; data specs among ``set_names``: the user's own sets, read with ``options``), each a
-    seeded sample of at most ``set_limits[name]`` (else ``limit``) records."""
-    from ..data.sources import SOURCES
+    seeded sample of at most N records ("name:N" in ``set_names``, else ``set_limits[name]``, else ``limit``).
+    ``accounts``, when given, is filled with each set's load: records read, excluded by reason, the first
+    excluded rows, and the sample drawn."""
+    from ..data.sources import SOURCES, sample
     from ..data.sources.files import is_data_spec
 
     check_sets(set_names)
+    named = _set_names(set_names)
+    accounts = {} if accounts is None else accounts
     sets, records, missing = [], {}, []
+
+    def add(s: TestSet, recs: list, loaded: LoadResult | None, n: int | None) -> None:
+        cap = n if n is not None else (set_limits or {}).get(s.name, limit)
+        sets.append(s)
+        records[s.name] = sample(recs, cap, s.name, seed)
+        if loaded is not None:
+            accounts[s.name] = {**loaded.account(), "sampled": len(records[s.name])}
+
     for name, recs in (extra or {}).items():
         sets.append(TestSet(name, "pair", "selection", name))
         records[name] = list(recs)
-    for spec in [n for n in set_names or () if n not in SOURCES and is_data_spec(n)]:
-        s, recs = user_set(spec, options)
+    for spec, n in named.items():
+        if spec in SOURCES or not is_data_spec(spec):
+            continue
+        s, recs, loaded = user_set(spec, options)
         if s.name in records:
             raise ValueError(f"--sets: {spec!r} and another set share the name {s.name!r}; rename one file")
-        sets.append(s)
-        records[s.name] = _sample(recs, (set_limits or {}).get(s.name, limit), seed, s.name)
+        add(s, recs, loaded, n)
     for s in TEST_SETS:
-        if set_names and s.name not in set_names:
+        if named and s.name not in named:
             continue
         source = SOURCES.get(s.name)
         if not source.available():
             missing.append(s.name)
             continue
-        sets.append(s)
-        records[s.name] = _sample(source.load(source.path()).records, (set_limits or {}).get(s.name, limit), seed,
-                                  s.name)
+        loaded = source.load(source.path())
+        add(s, loaded.records, loaded, named.get(s.name))
     return sets, records, missing
 
 
@@ -221,9 +234,13 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = list(dict.fromkeys([*judges, *BASELINE_JUDGES]))
+    accounts: dict[str, dict] = {}
     try:
         test_sets, records, missing = load_sets(sets, limit, extra=extra_sets, set_limits=set_limits,
-                                                  options=read_options)
+                                                  options=read_options, accounts=accounts)
+        for name, account in accounts.items():
+            for line in exclusion_lines(f"audit: set {name}", account):
+                print(line, file=sys.stderr)
         names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
     except BaseException:
         if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
@@ -232,7 +249,8 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),
-        "sets": {s.name: {"kind": s.kind, "protocol": s.protocol, "n": len(records[s.name])} for s in test_sets},
+        "sets": {s.name: {"kind": s.kind, "protocol": s.protocol, "n": len(records[s.name]),
+                          **({"loaded": accounts[s.name]} if s.name in accounts else {})} for s in test_sets},
         "sets_not_available": missing, "limit": limit, "set_limits": dict(set_limits or {}), "bootstrap": bootstrap,
         "suites": {name: SUITES[name](data) for name in chosen},
     }

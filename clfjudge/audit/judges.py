@@ -77,7 +77,15 @@ def trained_on(card) -> set[str]:
 
 
 def seen_in_training(card, set_name: str, records: Sequence[PairRecord | PointRecord]) -> bool:
-    """Whether the judge was trained on this set: by name, or (a user's data set) by the file its records came from."""
+    """Whether the judge was trained on records of this set: by content where the card lists its training split's
+    (``data.splits.content_key``: the same pairs under another name or file are found), else by name or by the
+    file the records came from."""
+    from ..data.splits import CONTENT_KEY, content_key
+
+    content = card.training.get("content") or {}
+    if content.get("key") == CONTENT_KEY and isinstance(content.get("train"), str):
+        trained_keys = set(content["train"].split())
+        return any(content_key(r) in trained_keys for r in records)
     trained = trained_on(card)
     if set_name in trained:
         return True

@@ -51,7 +51,8 @@ def cross_scheme_section(m: Mapping[str, Any]) -> list[str]:
             for j, r in rows.items()]
     body += _paper_rows(CROSS_SCHEME, [f"{s}:{k}" for s, k in present] + ["average"])
     out = ["## Cross-scheme: pairwise selection (study Table 3)", "",
-           "Percent, 95% bootstrap CI on the headline metric. Unparsed outputs count wrong. " + cs["average_note"]
+           "Percent" + (", 95% bootstrap CI on the headline metric" if m.get("bootstrap", 1) > 0 else "")
+           + ". Unparsed outputs count wrong. " + cs["average_note"]
            + f". Paper rows: {CROSS_SCHEME['table']}. {SEEN_NOTE}", "", *_table(header, body), ""]
     point_sets = [s for s in ("prometheus-mtbench", "prometheus-vicuna", "prometheus-ind", "prometheus-ood")
                   if s in m["sets"]]
@@ -89,8 +90,8 @@ def scoreboard_section(m: Mapping[str, Any]) -> list[str]:
                 cells.append("–")
                 continue
             d = r["vs_longer"]
-            cells.append(f"{_fmt(r['value'])} ({100 * d['estimate']:+.1f} [{100 * d['low']:+.1f}, "
-                         f"{100 * d['high']:+.1f}]){' †' if r['seen_in_training'] else ''}")
+            ci = f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]" if d["low"] is not None else ""
+            cells.append(f"{_fmt(r['value'])} ({100 * d['estimate']:+.1f}{ci}){' †' if r['seen_in_training'] else ''}")
         body.append([name, str(entry["n"]), entry["protocol"], _fmt(rows["baseline:longer"]["value"]),
                      _fmt(rows.get("baseline:shorter", {}).get("value")), *cells])
     adv = board["adversarial_mean"]
@@ -100,7 +101,9 @@ def scoreboard_section(m: Mapping[str, Any]) -> list[str]:
     return ["## Scoreboard: every judge against answer length", "",
             "Percent on each set's protocol (selection: forward verdict; autoj: right in both answer orders, ties "
             "count, 3-way; llmbar / both-orders: mean over both orders). In brackets: the judge minus "
-            "longer-answer-wins on the same pairs, with a paired bootstrap 95% CI. A judge that only follows length "
+            "longer-answer-wins on the same pairs, "
+            + ("with a paired bootstrap 95% CI" if m.get("bootstrap", 1) > 0 else "without a CI (--bootstrap 0)")
+            + ". A judge that only follows length "
             f"sits at +0 everywhere and far below shorter-wins on LLMBar's adversarial sets. {SEEN_NOTE}", "",
             *_table(header, body), ""]
 
@@ -235,9 +238,30 @@ def truncation_section(m: Mapping[str, Any]) -> list[str]:
             *_table(["judge", "set", "inputs truncated", "%", "longest input (tokens)"], body), ""]
 
 
+def _read(entry: Mapping[str, Any]) -> str:
+    """How many usable records a set's n was sampled from, where it was sampled."""
+    loaded = entry.get("loaded")
+    return f", a seeded sample of {loaded['records']}" if loaded and loaded["records"] != entry["n"] else ""
+
+
+def excluded_section(m: Mapping[str, Any]) -> list[str]:
+    """The rows each set's loader left out, by reason, and the first of them by file, row and field."""
+    body = []
+    for name, entry in m["sets"].items():
+        loaded = entry.get("loaded") or {}
+        if loaded.get("excluded"):
+            reasons = "; ".join(f"{reason}: {n}" for reason, n in loaded["excluded_by_reason"].items())
+            body.append(f"- **{name}**: {loaded['excluded']} of {loaded['excluded'] + loaded['records']} rows "
+                        f"excluded: {reasons}")
+            body += [f"  - `{example}`" for example in loaded.get("first_excluded") or ()]
+    if not body:
+        return []
+    return ["## Rows excluded", "", "What the sets' loaders could not use (n counts the rest).", "", *body, ""]
+
+
 def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
     lines = ["# clfjudge audit", "", "Judges: " + ", ".join(f"`{n}`" for n in m["judges"]) + ".",
-             "Sets: " + ", ".join(f"{s} (n={v['n']})" for s, v in m["sets"].items()) + "."]
+             "Sets: " + ", ".join(f"{s} (n={v['n']}{_read(v)})" for s, v in m["sets"].items()) + "."]
     if m["sets_not_available"]:
         lines.append("Not available here (no files): " + ", ".join(m["sets_not_available"]) + ".")
     if m["limit"]:
@@ -246,6 +270,7 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
         caps = ", ".join(f"{name} {cap}" for name, cap in sorted(m["set_limits"].items()))
         lines.append(f"Smaller seeded samples: {caps}.")
     lines.append("")
+    lines += excluded_section(m)
     sections = {"scoreboard": lambda: scoreboard_section(m), "cross-scheme": lambda: cross_scheme_section(m),
                 "position": lambda: bias_section(m, out_dir),
                 "agreement": lambda: agreement_section(m, out_dir), "system-level": lambda: system_section(m),

@@ -67,7 +67,7 @@ def scoreboard(d) -> dict[str, Any]:
             rows[judge] = {"value": float(credit.mean()), "two_way": two_way(records, p),
                            "consistency": _consistency(p), "seen_in_training": p.seen_in_training,
                            "vs_longer": None if judge == LONGER else
-                           paired_difference(credit, longer, n=max(d.bootstrap, 1), seed=0)}
+                           paired_difference(credit, longer, n=max(d.bootstrap, 0), seed=0)}
         sets[s.name] = {"protocol": s.protocol, "n": len(records), "label": s.label, "rows": rows}
     adversarial = {}
     for judge in d.judges:

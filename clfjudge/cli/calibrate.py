@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.records import PairRecord, Record
+from ..data.records import PairRecord, Record, exclusion_lines
 from .common import add_data_options, judge_options, local_inputs, read_options
 
 
@@ -64,12 +64,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if len(pairs) > n:
         excluded[f"beyond the sample of {n}"] += len(pairs) - n
         pairs = random.Random(args.seed).sample(pairs, n)
+    for line in exclusion_lines(f"calibrate: {name}", {"excluded_by_reason": {**loaded.excluded, **excluded},
+                                                       "first_excluded": loaded.account()["first_excluded"]}):
+        print(line, file=sys.stderr)
     raw_f = judge.raw_outputs(pairs)
     raw_r = judge.raw_outputs([p.swapped() for p in pairs])
     entry = fit_calibration(judge.card.head, raw_f, raw_r, [p.verdict for p in pairs], judge.card.calibration)
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
-                          "backend": judge.backend_name,
+                          "first_excluded": loaded.account()["first_excluded"], "backend": judge.backend_name,
                           **({"data": data} if (data := sources.describe(name, options)) else {})}
     card = open_card(args.judge_dir, args.model_input)[1]  # a model without a card gets one, with the calibration
     card.calibration = {**card.calibration, **entry}

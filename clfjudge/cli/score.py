@@ -10,6 +10,7 @@ and the result; a bad line goes to the rejected file with its line number and fi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,9 @@ def run_ray(args: argparse.Namespace) -> int:
                          "format from its fields)")
     if args.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
+    if not Path(args.input).exists() and re.search(r":\d+$", args.input):
+        raise ValueError(f"--input {args.input}: a sample (SPEC:N) applies to --engine local (--engine ray scores "
+                         "every line of its shards)")
     threads = args.threads or 1  # per actor, each asking Ray for as many CPUs
     options = ray_options(args, cpus_per_actor=threads)
     engine = ray_engine()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,5 +65,23 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig.from_yaml(args.config, args.overrides)
     check_output_dir(config)
     out = train(config)
+    for line in excluded_lines(out):
+        print(line, file=sys.stderr)
     print(out)
     return 0
+
+
+def excluded_lines(judge_dir) -> list[str]:
+    """What the judge card says each source of the run left out (by the loader, for the head, beyond a sample)."""
+    from ..card import JudgeCard
+    from ..data.records import exclusion_lines
+
+    recorded = JudgeCard.load(judge_dir).training.get("sources") or {}
+    lines = []
+    for role, by_name in recorded.items():
+        for name, stats in (by_name or {}).items():
+            if isinstance(stats, dict):
+                reasons = {**stats.get("excluded_by_loader", {}), **stats.get("excluded_for_head", {})}
+                lines += exclusion_lines(f"train: {role} source {name}", {
+                    "excluded_by_reason": reasons, "first_excluded": stats.get("first_excluded", [])})
+    return lines

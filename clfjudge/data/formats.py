@@ -368,6 +368,21 @@ def is_own_item(item: Mapping[str, Any], kind: str) -> bool:
     return any(name in item for name in OWN_FIELDS[kind])
 
 
+def item_kind(item: Any, options: ReadOptions = ReadOptions()) -> str | None:
+    """What an item asks to judge: "pair" (two answers) or "point" (one answer: clfjudge's fields, TRL's prompt /
+    completion or messages); None when it fits no format."""
+    if not isinstance(item, Mapping):
+        return None
+    if options.format is None and not options.columns:
+        for kind in ("pair", "point"):
+            if OWN_FIELDS[kind][-1] in item:
+                return kind
+    try:
+        return detect([k for k, v in item.items() if v is not None], options, False, "<item>").kind
+    except RecordError:
+        return None
+
+
 def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = ReadOptions(), kind: str | None = None,
                 source: str = "") -> Record:
     """One item (a JSON object: a line of ``clfjudge score`` input, a request item of ``serve``) in any format ->

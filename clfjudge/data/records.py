@@ -210,17 +210,40 @@ class PointRecord:
 Record = PairRecord | PointRecord
 
 
+SHOWN_EXCLUDED = 5  # excluded rows named one by one (file:row: field: message) in every command's output
+
+
 @dataclass
 class LoadResult:
-    """What a loader returns: the records and a count of everything it excluded, by reason."""
+    """What a loader returns: the records, a count of everything it excluded by reason, and the first excluded rows
+    named (``file:row: field: message``)."""
 
     records: list[Record]
     excluded: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
 
     @property
     def n_excluded(self) -> int:
         return sum(self.excluded.values())
+
+    def account(self) -> dict[str, Any]:
+        """What every command reports of a load (console, JSON outputs, report, judge card)."""
+        return {"records": len(self.records), "excluded": self.n_excluded,
+                "excluded_by_reason": dict(self.excluded.most_common()),
+                "first_excluded": self.examples[:SHOWN_EXCLUDED]}
+
+
+def exclusion_lines(name: str, account: dict[str, Any]) -> list[str]:
+    """An ``account`` (``LoadResult.account``, or one with more reasons) as console / report lines: the reasons
+    with their counts, then the first excluded rows."""
+    by_reason = account.get("excluded_by_reason") or {}
+    if not by_reason:
+        return []
+    total = sum(by_reason.values())
+    lines = [f"{name}: {total} row(s) excluded: " + "; ".join(f"{reason}: {n}" for reason, n in by_reason.items())]
+    lines += [f"  {example}" for example in account.get("first_excluded") or ()]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------

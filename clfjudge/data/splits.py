@@ -12,6 +12,7 @@ line set.
 """
 from __future__ import annotations
 
+import hashlib
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,18 @@ def line_set_key(text: str) -> str:
 
 def contamination_keys(text: str) -> frozenset[str]:
     return frozenset(key for key in (normalize_instruction(text), line_set_key(text)) if key)
+
+
+CONTENT_KEY = "sha256(normalized question, answers stripped and sorted)[:16]"  # what content_key computes
+
+
+def content_key(record: Record) -> str:
+    """A record's content, whatever its id, file or answer order: the same pairs (or rated answers) under another
+    name have the same keys (``CONTENT_KEY``; the judge card lists its training split's, the audit compares)."""
+    answers = sorted(a.strip() for a in ((record.answer_a, record.answer_b) if isinstance(record, PairRecord)
+                                         else (record.answer,)))
+    text = "\0".join([normalize_instruction(record.question), *answers])
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
 
 def group_ids(records: Sequence[Record]) -> np.ndarray:

@@ -32,7 +32,10 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, directory: str | Path, device: str = "cpu", threads: int | None = None) -> None:
+    def __init__(self, directory: str | Path, device: str = "cpu", threads: int | None = None,
+                 trust_pickle: bool = False) -> None:
+        import pickle
+
         import torch
         from transformers import AutoModelForSequenceClassification
 
@@ -45,9 +48,12 @@ class TorchBackend:
         self.device = device
         default_ds_accelerator()
         # A judge directory may come from anyone: no code from it runs, and a pickled checkpoint is read with
-        # torch.load(weights_only=True) (tensors only).
-        model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32,
-                                                                   trust_remote_code=False, weights_only=True)
+        # torch.load(weights_only=True) (tensors only) unless the caller trusts the directory.
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                directory, dtype=torch.float32, trust_remote_code=False, weights_only=not trust_pickle)
+        except pickle.UnpicklingError as exc:
+            raise ValueError(pickle_refusal(Path(directory), exc)) from None
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
 
@@ -187,6 +193,16 @@ def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def pickle_refusal(directory: Path, exc: Exception) -> str:
+    """One line for a pickled checkpoint that holds more than tensors: the file, what it names, the opt-in."""
+    files = sorted(p.name for p in directory.glob("pytorch_model*.bin")) or ["pytorch_model.bin"]
+    named = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+    return (f"{directory / files[0]}: a pickle that holds more than tensors, refused by "
+            f"torch.load(weights_only=True){f' ({named})' if named else ''}; unpickling it runs whatever code it "
+            "holds: only for a directory you trust, pass --trust-pickle (trust_pickle=True), or convert the weights "
+            "to model.safetensors")
+
+
 def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                 batch_size: int, trust_pickle: bool = False) -> Judge:
     if variant is not None:
@@ -194,7 +210,8 @@ def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str
     if not any((directory / name).exists() for name in TORCH_WEIGHTS):
         raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
                                 "an exported directory holds ONNX files only (use backend='onnx')")
-    return ModelJudge(card, load_tokenizer(directory), TorchBackend(directory, provider, threads), batch_size)
+    return ModelJudge(card, load_tokenizer(directory), TorchBackend(directory, provider, threads, trust_pickle),
+                      batch_size)
 
 
 def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,

@@ -99,6 +99,33 @@ def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOption
     return as_pair(item, loc) if task == "compare" else as_point(item, loc)
 
 
+TASK_OF_KIND = {"pair": "compare", "point": "score"}
+PEEKED_LINES = 100
+
+
+def pick_task(task: str, judge: Judge, lines: Iterable[tuple[int, str]], options: ReadOptions = ReadOptions()) -> str:
+    """``--task auto``: what the judge does; a judge that does both (a reward judge) does what the input's first
+    item asks (``data.formats.item_kind``): pairs compared, single answers (TRL's prompt / completion, messages)
+    scored. Only the first lines are read, up to the first one that is an item."""
+    from itertools import islice
+
+    from ..data.formats import item_kind
+
+    if task != "auto":
+        return task
+    default = TASK_OF_KIND[judge.card.kind]
+    if not set(TASK_OF_KIND.values()) <= judge.tasks:
+        return default
+    for _, text in islice(lines, PEEKED_LINES):
+        try:
+            kind = item_kind(json.loads(text), options) if isinstance(text, str) and text.strip() else None
+        except ValueError:
+            kind = None
+        if kind is not None:
+            return TASK_OF_KIND[kind]
+    return default
+
+
 @dataclass
 class Chunk:
     """Consecutive lines ``first``..``last`` of one input: the records to judge in one call (with their line
@@ -185,5 +212,8 @@ def rejected_text(err: RecordError, with_file: bool = False) -> str:
 
 
 def reason(err: RecordError) -> str:
-    """The summary bucket of a rejection: its field, else the kind of error (the message's leading words)."""
-    return f"field {err.field!r}" if err.field else re.split(r"[(:]", err.message, maxsplit=1)[0].strip()
+    """The summary bucket of a rejection: its field and what is wrong with it without the value (as the loaders
+    count excluded rows), else the kind of error (the message's leading words)."""
+    if err.field:
+        return f"field {err.field!r}: {err.message.split(', got ')[0].split(': ')[0]}"
+    return re.split(r"[(:]", err.message, maxsplit=1)[0].strip()

@@ -155,6 +155,7 @@ class LineInput:
 
     path: Path
     encoding: str = "utf-8"
+    sample: int | None = None  # "FILE:N": N of its lines (``kept_lines``)
 
     @property
     def identity(self) -> str:
@@ -180,6 +181,7 @@ class TableInput:
     for the line number; a run resumes after a row, once the rows before it are checked unchanged."""
 
     spec: str
+    sample: int | None = None  # "SPEC:N": N of its rows (``kept_lines``)
 
     def __post_init__(self) -> None:
         from ..data.sources.files import DataSpec, read_table
@@ -231,8 +233,14 @@ def check_encoding(encoding: str) -> str:
 
 def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput:
     """What ``--input`` names: a JSONL file (read by lines, in ``encoding``; default UTF-8), else a table that
-    datasets reads."""
+    datasets reads; "SPEC:N": a seeded sample of N of its non-blank lines (rows), as "name:N" reads N records in
+    every command."""
     path = Path(text)
+    name, n = input_sample(text)
+    if n is not None:
+        src = open_input(name, encoding)
+        src.sample = n
+        return src
     if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
         return LineInput(path, check_encoding(encoding or "utf-8"))
     if encoding is not None:
@@ -240,6 +248,32 @@ def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput
     if not path.exists() and not text.startswith("hf:"):
         raise FileNotFoundError(f"input {path} does not exist")
     return TableInput(text)
+
+
+def input_sample(text: str) -> tuple[str, int | None]:
+    """``--input`` without its ":N" and N (None: no sample, or a file whose name ends so)."""
+    from ..data.sources import parse_source
+
+    if Path(text).exists():
+        return text, None
+    try:
+        return parse_source(text)
+    except ValueError:
+        return text, None
+
+
+def kept_lines(src: LineInput | TableInput) -> set[int] | None:
+    """The line (row) numbers a "SPEC:N" input scores: a seeded sample of N of its non-blank lines (as
+    ``data.sources.sample`` draws records); None: every line."""
+    from ..data.sources import sample
+
+    if src.sample is None:
+        return None
+    if isinstance(src, TableInput):
+        numbers = list(range(1, src.dataset.num_rows + 1))
+    else:
+        numbers = [number for number, _, raw in _lines(src.path, encoding=src.encoding) if raw.strip()]
+    return set(sample(numbers, src.sample, str(src)))
 
 
 def seen_ids(path: Path, size: int) -> set[str]:

@@ -21,8 +21,18 @@ from typing import TYPE_CHECKING
 from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..outputs import check_apart, check_writable, files_of
-from .batch import Chunk, Tally, chunk_lines, reason, rejected_text, row_text, score_chunk
-from .files import LineInput, Progress, Sink, TableInput, open_input, progress_temporary, seen_ids
+from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
+from .files import (
+    LineInput,
+    Progress,
+    Sink,
+    TableInput,
+    input_sample,
+    kept_lines,
+    open_input,
+    progress_temporary,
+    seen_ids,
+)
 
 if TYPE_CHECKING:
     from ..judges.base import Judge
@@ -81,7 +91,7 @@ class RunFiles:
     def check(self, job: ScoreJob) -> None:
         """Before anything is read or written: no file the run writes is one it reads or another it writes, and
         the output and rejected files can be written."""
-        inputs = [("--input", None if job.input.startswith("hf:") else job.input),
+        inputs = [("--input", None if job.input.startswith("hf:") else input_sample(job.input)[0]),
                   *files_of(job.model, "a file of JUDGE_DIR")]
         outputs = [("--output", self.output), ("--rejected", self.rejected), ("the progress file", self.progress),
                    ("the progress file's temporary", progress_temporary(self.progress)),
@@ -118,7 +128,7 @@ def score_file(job: ScoreJob) -> int:
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
                 "symmetric": job.symmetric, "rejected": str(files.rejected.resolve()), "backend": job.backend,
                 "variant": job.variant, "format": job.format, "columns": job.columns,
-                "encoding": getattr(src, "encoding", None)}
+                "encoding": getattr(src, "encoding", None), "sample": src.sample}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
     if not job.resume and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
@@ -126,7 +136,7 @@ def score_file(job: ScoreJob) -> int:
     judge = Judge.load(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
                        threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
                        model_input=job.model_input)
-    task = ("compare" if judge.card.kind == "pair" else "score") if job.task == "auto" else job.task
+    task = pick_task(job.task, judge, ((n, text) for n, text, _ in src.lines(0, 0)), job.options)
     judge.require(task)
     if job.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
@@ -164,6 +174,7 @@ class _Run:
             self.tally, self.seen = Tally(), set()
         self.shown = [0]
         self.line, self.offset = progress.line, progress.input_bytes  # the last line accounted for, and its end
+        self.keep = kept_lines(src)  # "SPEC:N": the lines of the sample
 
     def checkpoint(self, line: int) -> None:
         """Everything up to ``line`` is on disk: record it (the files first, then the progress that names them)."""
@@ -188,11 +199,12 @@ class _Run:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
         for line, text, raw in self.src.lines(self.offset, self.progress.line):
             self.line = line
-            self.tally.read += 1
             self.offset += len(raw)
             self.input_hash.update(raw)
             bar.update(len(raw))
-            yield line, text
+            if self.keep is None or line in self.keep:
+                self.tally.read += 1
+                yield line, text
 
     def score(self) -> None:
         from tqdm import tqdm

@@ -19,15 +19,22 @@ ANSWER = {"oneOf": [TEXT, {"$ref": "#/components/schemas/Messages"}],
           "description": "plain text, or the assistant's turn as messages"}
 
 
+SYMMETRIC = {"type": "boolean", "default": False,
+             "description": "judge both answer orders and average; on an item posted alone (a batch's items take "
+                            "the batch's own symmetric, beside its items)"}
+
+
 def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": {"id": TEXT, **properties}}
+    return {"type": "object", "required": required,
+            "properties": {"id": {**TEXT, "description": "returned with the result"}, **properties}}
 
 
 ITEMS = {
     "compare": {
         "PairItem": _obj(["question", "answer_a", "answer_b"], question=TEXT, answer_a=TEXT, answer_b=TEXT,
-                         rubric=TEXT, reference=TEXT),
-        "PreferenceItem": _obj(["chosen", "rejected"], prompt=PROMPT, chosen=ANSWER, rejected=ANSWER),
+                         rubric=TEXT, reference=TEXT, symmetric=SYMMETRIC),
+        "PreferenceItem": _obj(["chosen", "rejected"], prompt=PROMPT, chosen=ANSWER, rejected=ANSWER,
+                               symmetric=SYMMETRIC),
     },
     "score": {
         "PointItem": _obj(["question", "answer"], question=TEXT, answer=TEXT, rubric=TEXT, reference=TEXT),
@@ -46,16 +53,21 @@ RESULTS = {
 }
 
 
-def _endpoint(task: str, limits) -> dict[str, Any]:
+BEARER = "bearer"
+
+
+def _endpoint(task: str, limits, secured: bool) -> dict[str, Any]:
     item = {"oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in ITEMS[task]]}
     batch = {"type": "object", "required": ["items"],
              "properties": {"items": {"type": "array", "minItems": 1, "maxItems": limits.max_items, "items": item},
-                            "symmetric": {"type": "boolean"}}}
+                            "symmetric": {"type": "boolean", "default": False,
+                                          "description": "judge both answer orders of every item and average"}}}
     result = {"$ref": f"#/components/schemas/{task.capitalize()}Result"}
     error = {"description": "the client's mistake, named (item and field)",
              "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return {"post": {
         "summary": "compare two answers to a question" if task == "compare" else "score one answer",
+        **({"security": [{BEARER: []}]} if secured else {}),
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"oneOf": [item, batch]}}}},
         "responses": {
             "200": {"description": "one result per item (a batch: {\"results\": [...]})",
@@ -67,8 +79,9 @@ def _endpoint(task: str, limits) -> dict[str, Any]:
         }}}
 
 
-def openapi_schema(judge, tasks, limits) -> dict[str, Any]:
-    """The OpenAPI document of a server for ``judge`` serving ``tasks``."""
+def openapi_schema(judge, tasks, limits, secured: bool = False) -> dict[str, Any]:
+    """The OpenAPI document of a server for ``judge`` serving ``tasks``; ``secured``: the server has an API key, so
+    /compare, /score and /metrics require ``Authorization: Bearer <key>`` (/healthz and this document do not)."""
     card = getattr(judge, "card", None)
     schemas: dict[str, Any] = {"TextPart": PART, "Message": MESSAGE, "Messages": MESSAGES,
                                "Error": {"type": "object", "required": ["error"], "properties": {"error": TEXT}}}
@@ -76,11 +89,16 @@ def openapi_schema(judge, tasks, limits) -> dict[str, Any]:
     for task in tasks:
         schemas.update(ITEMS[task])
         schemas[f"{task.capitalize()}Result"] = RESULTS[task]
-        paths[f"/{task}"] = _endpoint(task, limits)
+        paths[f"/{task}"] = _endpoint(task, limits, secured)
     paths["/healthz"] = {"get": {"summary": "liveness and what the judge is", "responses": {"200": {
         "description": "status, head, backbone, backend, tasks"}}}}
     paths["/metrics"] = {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}}
+    components: dict[str, Any] = {"schemas": schemas}
+    if secured:
+        paths["/metrics"]["get"]["security"] = [{BEARER: []}]
+        paths["/metrics"]["get"]["responses"]["401"] = {"description": "missing or wrong API key"}
+        components["securitySchemes"] = {BEARER: {"type": "http", "scheme": "bearer",
+                                                  "description": "the key the server was started with"}}
     title = f"clfjudge {getattr(card, 'head', 'judge')} judge"
     return {"openapi": "3.1.0", "info": {"title": title, "version": str(getattr(card, "schema_version", "1"))},
-            "paths": paths, "components": {"schemas": schemas,
-                                           "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}}
+            "paths": paths, "components": components}

@@ -507,7 +507,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
         for b in batchers.values():
             await b.drain()
 
-    schema = openapi_schema(judge, tasks, limits)
+    schema = openapi_schema(judge, tasks, limits, secured=key is not None)
 
     async def openapi(request: Request):
         return JSONResponse(schema)

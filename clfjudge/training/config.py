@@ -376,6 +376,18 @@ def resolve_deepspeed(cfg: TrainConfig, cuda: bool) -> str | None:
     return str(path)
 
 
+TRAINING_ARGS_JSON = "training_args.json"
+
+
+def save_arguments(trainer, out_dir: Path) -> Path:
+    """The HF training arguments as JSON in the judge directory, in place of the ``training_args.bin`` pickle
+    ``Trainer.save_model`` writes (a judge directory holds no pickle)."""
+    (out_dir / "training_args.bin").unlink(missing_ok=True)
+    path = out_dir / TRAINING_ARGS_JSON
+    path.write_text(trainer.args.to_json_string())
+    return path
+
+
 def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bool):
     from transformers import TrainingArguments
 

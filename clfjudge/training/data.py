@@ -34,7 +34,8 @@ def load_source_records(spec: str, head: Head, rng: random.Random,
         excluded[f"beyond the sample of {limit}"] += len(usable) - limit
         usable = [usable[i] for i in permutation[:limit]]
     stats = {"loaded": len(source.loaded.records), "excluded_by_loader": dict(source.loaded.excluded),
-             "excluded_for_head": dict(excluded), "used": len(usable)}
+             "first_excluded": source.loaded.account()["first_excluded"], "excluded_for_head": dict(excluded),
+             "used": len(usable)}
     data = describe(source.name, *([options] if options else []))
     if data is not None:
         stats["data"] = data
@@ -86,6 +87,7 @@ class Splits:
     evals: dict[str, list[Record]]
     counts: dict[str, Any]
     sources: dict[str, Any]
+    content: dict[str, str] | None = None  # the training split's records as content keys (the audit's trained-on)
 
 
 def _grouped_split(records: list[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
@@ -152,7 +154,7 @@ def _neighbour_negatives(cfg: TrainConfig, train: Sequence[Record]) -> list[Reco
 
 def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     from ..data import sources as source_registry
-    from ..data.splits import decontaminate
+    from ..data.splits import CONTENT_KEY, content_key, decontaminate
 
     check_order_shortcut(cfg, head)
     rng = random.Random(cfg.seed)
@@ -189,6 +191,7 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     train, capped = _cap(train + extra, cfg.max_train_records, rng)
     dev, dev_capped = _cap(dev, cfg.max_dev_records, rng)
     head.fit(train)  # before the hard negatives: the length covariate is fitted on real pairs only
+    content = {"key": CONTENT_KEY, "train": " ".join(sorted({content_key(r) for r in train}))}
     negatives = _neighbour_negatives(cfg, train)
     train += negatives
     ref_dropped = 0
@@ -206,4 +209,4 @@ def build_splits(cfg: TrainConfig, head: Head) -> Splits:
     }
     if not train:
         raise ValueError(f"no training records left after the splits: {counts}")
-    return Splits(train, dev, test, evals, counts, {"train": stats, "eval": eval_stats})
+    return Splits(train, dev, test, evals, counts, {"train": stats, "eval": eval_stats}, content)

@@ -113,5 +113,6 @@ def train_embedding(cfg: TrainConfig) -> Path:
                   for name, records in [("dev", splits.dev), ("test", splits.test),
                                         *((f"eval:{n}", r) for n, r in splits.evals.items())] if records}
     training = {"sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+                "content": splits.content,
                 "wall_time_s": round(time.monotonic() - start, 1)}
     return judge.save(cfg.output_dir, validation=validation, training=training)

@@ -79,7 +79,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     from ..card import JudgeCard
     from ..metrics import pair_baselines
     from ..models.backbones import load_causal_lm, resolve_backbone
-    from .config import training_arguments
+    from .config import save_arguments, training_arguments
     from .data import build_splits
 
     start = time.monotonic()
@@ -139,6 +139,7 @@ def train_generative(cfg: TrainConfig) -> Path:
             label_map={"parser": SCHEMES.get(scheme).parser},
             training={
                 "sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+                "content": splits.content,
                 "backbone": asdict(info), "global_steps": result.global_step,
                 "train_loss": result.training_loss, "log_history": trainer.state.log_history,
                 "wall_time_s": round(wall, 1), "device": str(trainer.args.device),
@@ -149,5 +150,6 @@ def train_generative(cfg: TrainConfig) -> Path:
                      "parse_stats": judge.stats.to_dict()},
         )
         card.save(out_dir)
+        save_arguments(trainer, out_dir)
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return out_dir

@@ -25,7 +25,7 @@ from ..machine import default_ds_accelerator
 from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
 from ..registry import resolve
-from .config import TRAINERS, TrainConfig, training_arguments
+from .config import TRAINERS, TrainConfig, save_arguments, training_arguments
 from .data import build_splits
 
 
@@ -180,6 +180,7 @@ def train(cfg: TrainConfig) -> Path:
             template=getattr(SCHEMES.get(scheme), "template", ""),
             training={
                 "sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+                "content": splits.content,
                 "backbone": asdict(info), "global_steps": result.global_step,
                 "train_loss": result.training_loss, "best_checkpoint": trainer.state.best_model_checkpoint,
                 "log_history": trainer.state.log_history, "wall_time_s": round(wall, 1),
@@ -190,5 +191,6 @@ def train(cfg: TrainConfig) -> Path:
             **head.card_fields(),
         )
         card.save(out_dir)
+        save_arguments(trainer, out_dir)
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return out_dir

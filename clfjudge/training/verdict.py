@@ -91,7 +91,7 @@ def train_verdict(cfg: TrainConfig) -> Path:
         card.validation = {name: _evaluate(judge, records)
                            for name, records in [("dev", splits.dev), ("test", splits.test),
                                                  *((f"eval:{n}", r) for n, r in splits.evals.items())] if records}
-        training |= {"sources": splits.sources, "split": splits.counts}
+        training |= {"sources": splits.sources, "split": splits.counts, "content": splits.content}
     card.training = training | {"wall_time_s": round(time.monotonic() - start, 1)}
     card.save(out)
     return out

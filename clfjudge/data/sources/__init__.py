@@ -8,6 +8,7 @@ its own seeded sample of N."""
 from __future__ import annotations
 
 import importlib
+import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,16 @@ def parse_source(spec: str) -> tuple[str, int | None]:
     return name, int(limit)
 
 
+def sample(records: Sequence[Record], n: int | None, name: str, seed: int = 0) -> list[Record]:
+    """A seeded sample of at most ``n`` of ``records``, in their order: what "name:N" reads in ``clfjudge data
+    stats`` and ``clfjudge audit`` (and what ``--limit`` samples), so both show the same N records."""
+    records = list(records)
+    if n is not None and len(records) > n:
+        keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(records)), n))
+        records = [records[i] for i in keep]
+    return records
+
+
 @dataclass
 class Usable:
     """One source's records a caller can use (``load_usable``)."""
@@ -93,4 +104,4 @@ def describe(name: str, options: ReadOptions = ReadOptions()) -> dict | None:
 
 
 __all__ = ["SOURCES", "ReadOptions", "Source", "Usable", "describe", "load", "load_usable", "parse_source",
-           "resolve"]
+           "resolve", "sample"]

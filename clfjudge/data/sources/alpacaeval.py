@@ -53,7 +53,7 @@ def _loader(name: str):
                 f = Fields(obj, loc)
                 texts = dict(question=f.text("instruction"), answer_a=f.text("output_1"), answer_b=f.text("output_2"))
                 if f.get("preference") is None:
-                    out.exclude("preference is null (the annotator gave no judgement)")
+                    out.exclude("preference is null (the annotator gave no judgement)", f.loc, "preference")
                     continue
                 meta = {"generator_1": f.optional_text("generator_1"), "generator_2": f.optional_text("generator_2"),
                         "dataset": f.optional_text("dataset"), "annotations_file": relative_name(file, path)}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..readers import iter_json_array
-from ..records import LoadResult, Loc, PairRecord, PointRecord, Record
+from ..records import SHOWN_EXCLUDED, LoadResult, Loc, PairRecord, PointRecord, Record
 
 SPLIT = "split"  # meta key naming a source's split (hh-rlhf subset, ultrafeedback train/eval, ...)
 V = TypeVar("V")
@@ -70,6 +70,7 @@ class Collector:
         self.records: list[Record] = []
         self.excluded: Counter = Counter()
         self.notes: list[str] = []
+        self.examples: list[str] = []
         self._first_loc: dict[str, Loc] = {}
         self._empty_answers = 0
 
@@ -90,8 +91,11 @@ class Collector:
         self._empty_answers += not record.answer.strip()
         return self._add(record, loc)
 
-    def exclude(self, reason: str) -> None:
+    def exclude(self, reason: str, loc: Loc | None = None, field_name: str | None = None) -> None:
+        """Count a record left out; ``loc`` (and the field that decided it) name it among the first few."""
         self.excluded[reason] += 1
+        if loc is not None and len(self.examples) < SHOWN_EXCLUDED:
+            self.examples.append(str(loc.error(field_name, reason)))
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -100,7 +104,7 @@ class Collector:
         notes = list(self.notes)
         if self._empty_answers:
             notes.append(f"{self._empty_answers} record(s) keep an empty answer (the model produced no text)")
-        return LoadResult(self.records, Counter(self.excluded), notes)
+        return LoadResult(self.records, Counter(self.excluded), notes, list(self.examples))
 
 
 def finite_number(value: Any) -> float | None:

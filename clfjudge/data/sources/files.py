@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..formats import Format, ReadOptions, detect
-from ..records import LoadResult, Loc, RecordError
+from ..records import SHOWN_EXCLUDED, LoadResult, Loc, RecordError
 from .base import Source
 
 HUB = "hf:"
@@ -90,10 +91,35 @@ def _read(spec: DataSpec):
         return datasets.load_dataset(_builder(spec.path), data_files=str(spec.path), split="train")
     except (ValueError, FileNotFoundError):
         raise
-    except Exception as exc:  # datasets / pyarrow name the problem, not always the file
+    except Exception as exc:  # datasets / pyarrow name the problem, not always the file, never the line
+        broken = _broken_json(spec.path) if spec.path is not None and _builder(spec.path) == "json" else None
+        if broken is not None:
+            raise broken from None
         cause = exc.__cause__ or exc
         raise RecordError(str(spec.path or spec.text), None, None,
                           f"cannot be read as a table: {type(cause).__name__}: {cause}") from None
+
+
+def _broken_json(path: Path) -> RecordError | None:
+    """Where a JSON / JSONL file datasets could not read stops being JSON: its first line that is not (a JSON
+    document: where the parser stops), as ``clfjudge score`` names it; None if it parses."""
+    from ..readers import iter_jsonl, read_text
+
+    if path.suffix.lower() in COMPRESSED and path.suffix.lower() != ".gz":
+        return None  # read_text unpacks gzip only
+    try:
+        text, where = read_text(path)
+        try:
+            json.loads(text)
+            return None
+        except json.JSONDecodeError as exc:
+            if text.lstrip().startswith("["):  # one JSON document (an array): its own position
+                return RecordError(where, exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+        for _ in iter_jsonl(path):
+            pass
+    except RecordError as err:
+        return err
+    return None
 
 
 def content_hash(spec: DataSpec, dataset) -> str:
@@ -195,11 +221,15 @@ def load_rows(source: UserSource, dataset) -> LoadResult:
             continue
         if record.id in seen:
             excluded["duplicate id"] += 1
-            bad.append(f"{file}:{index + 1}: field 'id': duplicate id {record.id!r} (first at row {seen[record.id]})")
+            if len(bad) < SHOWN_BAD_ROWS:
+                bad.append(f"{file}:{index + 1}: field 'id': duplicate id {record.id!r} (first at row "
+                           f"{seen[record.id]})")
             continue
         seen[record.id] = index + 1
         if getattr(record, "answer_a", None) is not None and record.answer_a == record.answer_b:
             excluded[IDENTICAL] += 1
+            if len(bad) < SHOWN_BAD_ROWS:
+                bad.append(f"{file}:{index + 1}: field 'answer_b': {IDENTICAL}")
             continue
         records.append(record)
     answers = (a for r in records for a in ((r.answer_a, r.answer_b) if r.kind == "pair" else (r.answer,)))
@@ -212,7 +242,7 @@ def load_rows(source: UserSource, dataset) -> LoadResult:
     if not records:
         raise RecordError(file, None, None, f"no usable row in {dataset.num_rows} ({dict(excluded)}); first "
                                             f"problems: {bad[:3]}")
-    return LoadResult(records, excluded, notes)
+    return LoadResult(records, excluded, notes, examples=bad[:SHOWN_EXCLUDED])
 
 
 def _reason(err: RecordError) -> str:

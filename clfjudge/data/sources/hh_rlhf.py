@@ -41,11 +41,11 @@ def load(path: Path) -> LoadResult:
             chosen, rejected = f.text("chosen"), f.text("rejected")
             parts = split_dialogues(chosen, rejected)
             if parts is None:
-                out.exclude("no shared dialogue context")
+                out.exclude("no shared dialogue context", f.loc, "chosen")
                 continue
             context, answer_chosen, answer_rejected = parts
             if answer_chosen == answer_rejected:
-                out.exclude("chosen and rejected answers are identical")
+                out.exclude("chosen and rejected answers are identical", f.loc, "rejected")
                 continue
             diverge_early += ASSISTANT in answer_chosen or ASSISTANT in answer_rejected
             out.pair(

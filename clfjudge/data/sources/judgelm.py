@@ -64,7 +64,7 @@ def load(path: Path) -> LoadResult:
         texts = dict(question=f.text("question_body"), answer_a=f.text("answer1_body"),
                      answer_b=f.text("answer2_body"))
         if score == _FAILED:
-            out.exclude("GPT-4 score [-1, -1] (no usable judgement)")
+            out.exclude("GPT-4 score [-1, -1] (no usable judgement)", f.loc)
             continue
         out.pair(
             f.loc,

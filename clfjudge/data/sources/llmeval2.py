@@ -32,7 +32,7 @@ def load(path: Path) -> LoadResult:
         fields = dict(question=f.text("query"), answer_a=f.text("response1"), answer_b=f.text("response2"),
                       verdict=f.choice("human", _HUMAN), meta={"dataset": f.optional_text("dataset")})
         if not fields["question"].strip():
-            out.exclude("empty query")
+            out.exclude("empty query", f.loc, "query")
             continue
         out.pair(f.loc, id=f"{NAME}:{index}", **fields)
     return out.result()

@@ -26,7 +26,7 @@ def load(path: Path) -> LoadResult:
             f = Fields(obj, Loc(str(file), line))
             question, chosen, rejected = f.text("prompt"), f.text("chosen"), f.text("rejected")
             if chosen == rejected:
-                out.exclude("chosen and rejected answers are identical")
+                out.exclude("chosen and rejected answers are identical", f.loc, "rejected")
                 continue
             ratings = f.obj.get("metadata") if isinstance(f.obj.get("metadata"), dict) else {}
             out.pair(
