@@ -27,7 +27,6 @@ the cosine of the vectors read after a shared prompt's cache (``shared_min_cosin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -375,12 +374,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                                                                      "agreement", "metric_delta", "on_boundary")
                                         if k in v} for n, v in variants.items()}},
                                  "exported_from": str(judge_dir.resolve())}}
-        card.save(tmp)
-        signature.write(tmp, signature.decoder_reader(card, tmp))
-        signature.publish(tmp)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        signature.finish(tmp, out, card, signature.decoder_reader(card, tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

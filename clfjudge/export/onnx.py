@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import shutil
 import tempfile
@@ -658,11 +657,7 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
                           for name, v in variants.items()}},
             "exported_from": str(judge_dir.resolve()),
         }}
-        card.save(tmp)
-        signature.publish(tmp)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
+        signature.finish(tmp, out, card)  # the signature is written above
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

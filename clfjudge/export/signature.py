@@ -118,6 +118,18 @@ def write(directory: Path, signature: Mapping[str, Any]) -> Path:
     return path
 
 
+def finish(tmp: Path, out: Path, card, signature: Mapping[str, Any] | None = None) -> None:
+    """Write the card (and ``signature``) into the staged export ``tmp``, give its files plain modes and move it
+    to ``out`` (empty or missing: checked before the export began)."""
+    card.save(tmp)
+    if signature is not None:
+        write(tmp, signature)
+    publish(tmp)
+    if out.exists():
+        out.rmdir()
+    os.replace(tmp, out)
+
+
 def publish(directory: Path) -> None:
     """Give an export directory and its files the modes a plain write gets under the process's umask (files
     0644 and folders 0755 under the usual 022); temporary directories and some writers (safetensors) use 0700 /

@@ -18,7 +18,6 @@ int4 that fails is left out and the report's ``refused`` says by how much it mis
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -195,12 +194,7 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in report["variants"].items()}},
             "exported_from": str(judge_dir.resolve())}}
-        card.save(tmp)
-        signature.write(tmp, signature.verdict(card, reader, tmp))
-        signature.publish(tmp)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        signature.finish(tmp, out, card, signature.verdict(card, reader, tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
