@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..card import JudgeCard
+from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
 from ..embedders import make_embedder
 from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
@@ -353,6 +354,7 @@ class EmbeddingModel:
     def _check(self, records: Sequence[Record], labelled: bool) -> list[Record]:
         spec = KINDS[self.kind]
         records = list(records)
+        note_flattened("the embedding judge", (r.meta for r in records))
         for r in records:
             if not isinstance(r, spec.record_type):
                 raise ValueError(f"record {r.id}: a {self.kind} judge needs {spec.record_type.__name__}, "
@@ -479,6 +481,7 @@ class EmbeddingModel:
                              "only a judge of difference groups (diff, token_stats, length_diff, info_length_diff, "
                              "q_diff, cos_diff) and a linear head scores answers on its own")
         points = list(points)
+        note_flattened("the embedding judge", (p.meta for p in points))
         if not points:
             return np.zeros(0)
         q_text, a_text = [p.question for p in points], [p.answer for p in points]
@@ -556,7 +559,7 @@ class EmbeddingModel:
             label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.kind == "pair" else {},
             truncation={"max_seq_length": max_length,
                         "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
-                                  "text"},
+                                  "text", "conversation": FLATTENING},
             score_scale=list(self.scale_) if self.scale_ else None,
             training={**self.training_, "head": self.head, "head_params": self.head_params,
                       "features": list(self.groups), "seed": self.seed, "weighting": list(self.weighting),
