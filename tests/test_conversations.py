@@ -142,7 +142,10 @@ def test_truncation_drops_the_oldest_turns_of_a_chat_template_input(chat_rm):
     assert judge.truncation["fields"]["earlier turns"]["records"] == 1
 
 
-def test_a_flattening_judge_says_so_once(chat_rm, tmp_path, caplog):
+def test_a_flattening_judge_says_so_once(chat_rm, tmp_path, caplog, monkeypatch):
+    from clfjudge.data import conversation
+
+    monkeypatch.setattr(conversation, "_NOTED", set())  # as at the start of a run
     directory = tiny_reward_model("bert", tmp_path / "encoder")
     judge = Judge.load(directory)
     assert "flattened" in judge.card.truncation["conversation"] and judge.card.truncation["input"] == "text-pair"
@@ -152,6 +155,18 @@ def test_a_flattening_judge_says_so_once(chat_rm, tmp_path, caplog):
         reward_function(chat_rm)(prompts=PROMPTS, completions=COMPLETIONS)
     notes = [r.getMessage() for r in caplog.records if "flattened" in r.getMessage()]
     assert len(notes) == 1 and "text-pair" in notes[0] and "role label" in notes[0]
+
+
+def test_a_non_text_part_is_refused_by_clfjudge_and_by_the_written_template(fine_tuned):
+    from transformers import AutoTokenizer
+
+    from clfjudge.data.records import RecordError
+
+    image = [{"role": "user", "content": [{"type": "image", "url": "x.png"}]}, *COMPLETIONS[0]]
+    with pytest.raises(RecordError, match=r"messages\[0\]\.content\[0\]"):
+        item_record({"messages": image}, Loc("rows", 1), labelled=False)
+    with pytest.raises(Exception, match="only text parts"):
+        AutoTokenizer.from_pretrained(fine_tuned).apply_chat_template(image, tokenize=False)
 
 
 def _grpo(tmp_path, tiny_llama_dir, reward_funcs, prompt):
