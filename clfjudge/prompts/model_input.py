@@ -53,7 +53,13 @@ class InputFormat:
     name: str
     text: Callable[[PreTrainedTokenizerBase, PointRecord], str]
     tokens: Callable[[PreTrainedTokenizerBase, PointRecord], Any]
-    conversation: str = conversation.FLATTENING  # how it reads a multi-turn prompt (the card says so)
+    reads_turns: bool = False  # whether it reads a conversation's messages themselves, else flattened
+
+    @property
+    def conversation(self) -> str:
+        """How it reads a multi-turn prompt (the card says so)."""
+        return ("the model's own chat template over every turn as given" if self.reads_turns
+                else conversation.FLATTENING)
 
 
 def _chat_text(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> str:
@@ -81,8 +87,7 @@ def _pair_tokens(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> Any
 
 
 INPUTS: Registry[InputFormat] = Registry("model input format")
-INPUTS.register("chat-template", InputFormat("chat-template", _chat_text, _chat_tokens,
-                                             "the model's own chat template over every turn as given"))
+INPUTS.register("chat-template", InputFormat("chat-template", _chat_text, _chat_tokens, reads_turns=True))
 INPUTS.register("text", InputFormat("text", _plain_text, _plain_tokens))
 INPUTS.register("text-pair", InputFormat("text-pair", _pair_text, _pair_tokens))
 
@@ -114,7 +119,7 @@ class ModelInputEncoder:
         if not isinstance(record, PointRecord):
             raise ValueError(f"record {record.id!r}: a model read in its own input format ({self.input}) scores one "
                              f"answer at a time, got a {record.kind} record")
-        if self.input != "chat-template":
+        if not self.format.reads_turns:
             conversation.note_flattened(f"model input {self.input!r}", [record.meta])
         view = View(self.input, _FIELDS, lambda r: len(self.format.tokens(self.tokenizer, r)["input_ids"]))
         record, info = truncate(record, view, self.tokenizer, self.policy)
