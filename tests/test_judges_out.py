@@ -7,6 +7,8 @@ import pytest
 import torch
 from test_training import REAL_DATA, _config, needs_data
 
+from clfjudge.data.formats import item_record
+from clfjudge.data.records import Loc
 from clfjudge.judges.base import Judge, as_point
 from clfjudge.prompts.chat_template import carry_prompt, judge_chat_template
 
@@ -44,8 +46,13 @@ def test_a_trained_reward_judge_scores_the_same_in_transformers(reward_judge):
     judge = Judge.load(reward_judge)
     ours = [judge.score(q, a).value for q, a in CONVERSATIONS]
     assert _transformers_raw(reward_judge, CONVERSATIONS) == pytest.approx(ours, abs=1e-5)
-    # a system turn (TRL prompts often have one) is not part of the judge's input
-    assert _transformers_raw(reward_judge, CONVERSATIONS[:1], system="Be brief.") == pytest.approx(ours[:1], abs=1e-5)
+    # a system turn (TRL prompts often have one) is read as clfjudge reads it: before the question, labelled
+    with_system = judge.score_batch([item_record({"messages": [{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": q},
+                                                               {"role": "assistant", "content": a}]}, Loc(), False)
+                                     for q, a in CONVERSATIONS[:1]])
+    assert _transformers_raw(reward_judge, CONVERSATIONS[:1], system="Be brief.") == pytest.approx(
+        [s.value for s in with_system], abs=1e-5)
 
 
 def test_trl_grpo_reward_funcs_with_the_judge_directory_score_as_clfjudge(reward_judge, tiny_llama_dir, tmp_path):

@@ -3,21 +3,39 @@ content a string or a list of parts ``[{"type": "text", "text": ...}]``) -> the 
 
 A conversation's prompt becomes one question: the last user turn alone when there is nothing before it, else every
 turn with its role label ("System:", "User:", "Assistant:") so that the system prompt and the earlier turns reach
-the judge whatever its scheme. The turns stay in the record's ``meta[TURNS]`` so that truncation can drop the
-oldest of them first (``prompts/truncation.py``) and keep the last user turn whole.
+the judge whatever its scheme (``FLATTENING``). The turns stay in the record's ``meta[TURNS]``, with a list content
+as it was given, so that a model with its own chat template reads the messages themselves (``messages``) and
+truncation can drop the oldest of them first (``prompts/truncation.py``) and keep the last user turn whole.
 """
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .records import Loc
 
-TURNS = "turns"  # record meta: the prompt's turns, [[role, text], ...], the last one the final user turn
+# record meta: the prompt's turns, [[role, text], ...] (a third item: the content as given, where it was a list of
+# parts), the last one the final user turn
+TURNS = "turns"
 ROLE_LABELS = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 TURN_SEPARATOR = "\n\n"
-Turn = tuple[str, str]
+# How a judge that reads one question sees a conversation (the card and the run's log say so).
+FLATTENING = ("flattened: a multi-turn prompt is read as one question, each turn after its role label (System:, "
+              "User:, Assistant:, Tool:), joined by a blank line (a lone user turn as it is); list content: its text "
+              "parts joined")
+log = logging.getLogger(__name__)
+_NOTED: set[str] = set()
+Turn = tuple  # (role, text) or (role, text, parts): parts, the content as given where it was a list
+
+
+def note_flattened(reader: str, metas: Iterable[dict[str, Any]]) -> None:
+    """Say once per run and reader (a judge's input format) that it reads conversations flattened, the first time
+    it meets one."""
+    if reader not in _NOTED and any(TURNS in meta for meta in metas):
+        _NOTED.add(reader)
+        log.warning("note: %s reads conversations %s", reader, FLATTENING)
 
 
 def is_messages(value: Any) -> bool:
@@ -54,7 +72,9 @@ def turns(value: Any, loc: Loc, field: str) -> list[Turn]:
             raise loc.error(f"{where}.role", f"unknown role {message['role']!r}; known: {sorted(ROLE_LABELS)}")
         if message.get("content") is None:
             raise loc.error(f"{where}.content", "is missing")
-        out.append((message["role"], content_text(message["content"], loc, f"{where}.content")))
+        content = message["content"]
+        text = content_text(content, loc, f"{where}.content")
+        out.append((message["role"], text) if isinstance(content, str) else (message["role"], text, content))
     return out
 
 
@@ -62,24 +82,36 @@ def flatten(prompt: Sequence[Turn]) -> str:
     """The question a judge reads: the lone user turn as it is, else every turn after its role label."""
     if len(prompt) == 1 and prompt[0][0] == "user":
         return prompt[0][1]
-    return TURN_SEPARATOR.join(f"{ROLE_LABELS[role]}: {text}" for role, text in prompt)
+    return TURN_SEPARATOR.join(f"{ROLE_LABELS[role]}: {text}" for role, text, *_ in prompt)
 
 
 def prompt_question(prompt: Sequence[Turn], loc: Loc, field: str) -> tuple[str, dict[str, Any]]:
     """(question, meta) of a conversational prompt; it must end with a user turn (what the answer replies to)."""
     if prompt[-1][0] != "user":
         raise loc.error(field, f"a prompt must end with a user turn, it ends with {prompt[-1][0]!r}")
-    meta = {TURNS: [list(t) for t in prompt]} if len(prompt) > 1 else {}
+    meta = {TURNS: [list(t) for t in prompt]} if len(prompt) > 1 or len(prompt[0]) > 2 else {}
     return flatten(prompt), meta
 
 
 def answer_text(completion: Sequence[Turn], loc: Loc, field: str) -> str:
     """An answer given as messages: its assistant turn(s); a completion of several turns keeps their labels."""
-    if any(role != "assistant" for role, _ in completion[:1]):
+    if completion[0][0] != "assistant":
         raise loc.error(field, f"a completion starts with an assistant turn, got {completion[0][0]!r}")
     if len(completion) == 1:
         return completion[0][1]
-    return TURN_SEPARATOR.join(f"{ROLE_LABELS[role]}: {text}" for role, text in completion)
+    return TURN_SEPARATOR.join(f"{ROLE_LABELS[role]}: {text}" for role, text, *_ in completion)
+
+
+def messages(question: str, answer: str, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation as a chat model reads it: the prompt's turns as given (system prompt, earlier turns, list
+    content), then the answer as the assistant's reply. A question without turns, or one cut beyond its earlier
+    turns by truncation (it no longer equals its turns), is one user turn."""
+    prompt = meta.get(TURNS)
+    if prompt and flatten(prompt) == question:
+        head = [{"role": t[0], "content": t[2] if len(t) > 2 else t[1]} for t in prompt]
+    else:
+        head = [{"role": "user", "content": question}]
+    return [*head, {"role": "assistant", "content": answer}]
 
 
 def drop_oldest(prompt: Sequence[Turn]) -> list[Turn] | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..card import JudgeCard
+from ..data.conversation import FLATTENING
 
 SIGNATURE_NAME = "signature.json"
 SIGNATURE_VERSION = 1
@@ -57,18 +58,24 @@ def _preprocessing(card: JudgeCard, tokenizer: Any, chat_template: bool) -> dict
     model_input = card.truncation.get("input")
     if model_input == "chat-template":
         return {"input": "chat-template", "add_special_tokens": False, **common,
-                "how": "text = tokenizer.apply_chat_template([{'role': 'user', 'content': question}, {'role': "
-                       "'assistant', 'content': answer}], tokenize=False); ids = tokenizer(text, "
-                       "add_special_tokens=False)"}
+                "how": "text = tokenizer.apply_chat_template(messages + [{'role': 'assistant', 'content': answer}], "
+                       "tokenize=False), messages the conversation's turns as given (system prompt, earlier turns, "
+                       "list content), [{'role': 'user', 'content': question}] for a plain question; ids = "
+                       "tokenizer(text, add_special_tokens=False)"}
+    if model_input == "text":
+        return {"input": "text", "add_special_tokens": False, **common,
+                "how": "ids = tokenizer(question + answer, add_special_tokens=False) (TRL's standard format)"}
     if model_input == "text-pair":
         return {"input": "text-pair", "add_special_tokens": True, **common, "how": "ids = tokenizer(question, answer)"}
-    how = ("text = template with each {field} replaced by the record's field; ids = tokenizer(text)")
+    how = ("text = template with each {field} replaced by the record's field (a conversation's question: "
+           "conversation: below); ids = tokenizer(text)")
     if chat_template:
-        how += ("; equivalently (one answer): text = tokenizer.apply_chat_template([{'role': 'user', 'content': "
-                "question}, {'role': 'assistant', 'content': answer}], tokenize=False); ids = tokenizer(text, "
+        how += ("; equivalently (one answer): text = tokenizer.apply_chat_template(the conversation's messages + "
+                "[{'role': 'assistant', 'content': answer}], tokenize=False); ids = tokenizer(text, "
                 "add_special_tokens=False)")
     return {"input": "scheme", "scheme": card.scheme, "template": text_template(card.scheme),
-            "add_special_tokens": True, "chat_template": chat_template, **common, "how": how}
+            "add_special_tokens": True, "chat_template": chat_template, **common, "how": how,
+            "conversation": FLATTENING}
 
 
 def _postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
@@ -144,43 +151,86 @@ def publish(directory: Path) -> None:
     os.chmod(directory, 0o777 & ~umask)
 
 
+def _head(card: JudgeCard, directory: Path) -> dict[str, Any]:
+    """The embedding judge's head: a linear head's arrays written out (a reader needs no safetensors), else the
+    file and its format."""
+    from ..judges.linear_head import LINEAR_FILE, LinearHead
+
+    name = card.runtime["sklearn_model"]
+    if name != LINEAR_FILE:
+        return {"file": name, "format": card.runtime.get("format"),
+                "how": "a scikit-learn estimator (skops): predict_proba(x) in the coding of its classes_"}
+    head = LinearHead.load(directory / name)
+    arrays = {k: getattr(head, k).tolist() for k in ("mean", "scale", "weights", "coef", "intercept")}
+    return {"file": name, "format": "safetensors-linear", **arrays,
+            "classes": None if head.classes_ is None else head.classes_.tolist(),
+            "logits": "z = ((x - mean) / scale * weights) @ coef.T + intercept (float64)",
+            "proba": "one row of coef (binary): P(classes[1]) = sigmoid(z[0]), P(classes[0]) = 1 - P(classes[1]); "
+                     "several: softmax(z), column j the probability of classes[j]; a class of the coding "
+                     "{0: TIE, 1: A, 2: B} not in classes has probability 0"}
+
+
+def _features(card: JudgeCard, hidden_size: int) -> dict[str, Any]:
+    """The feature groups of an embedding pair judge in column order, each with its width and formula."""
+    from ..judges.embedding import NOTATION, PAIR_FEATURES
+
+    groups = [{"name": g, "columns": PAIR_FEATURES.get(g).columns or hidden_size,
+               "symmetry": PAIR_FEATURES.get(g).symmetry, "formula": PAIR_FEATURES.get(g).formula}
+              for g in card.training["features"]]
+    return {"x(Q, A, B)": "the groups' values side by side, in this order (float64)", "groups": groups,
+            "notation": NOTATION}
+
+
 def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
     """The signature of an embedding judge's decoder-reader export (``export.embedding``): the graphs read answers
-    into feature vectors; the judge's head (``head.safetensors``: arrays applied in NumPy) turns those into
-    probabilities."""
+    into vectors; the feature groups (formulas below) and the head (its arrays below) turn two answers' readings
+    into probabilities; everything a program needs to score the export without clfjudge."""
     reader = card.runtime["reader"]
+    embedder = card.runtime.get("embedder") or {}
     names = [*reader["files"], reader["shared_prefix"]["prefix"], reader["shared_prefix"]["continuation"]]
     graphs = {name: graph_io(directory / name) for name in names if (directory / name).is_file()}
     before, after = reader["template"]
+    limit = embedder.get("max_prompt_tokens")
+    cal = card.calibration
     return {
         "signature_version": SIGNATURE_VERSION, "task": "decoder-reader", "judge": card.head, "kind": card.kind,
         "primary": card.runtime["onnx"]["primary"], "graphs": graphs,
         "shared_weights": reader.get("shared_weights"),
-        "embedder": card.runtime.get("embedder"),  # layer, max_prompt_tokens, max_answer_tokens, stats_tokens
+        "embedder": embedder,  # layer, max_prompt_tokens, max_answer_tokens, stats, stats_tokens
         "pooling": "pooled = sum over t of pool[b, t] * (hidden state of the embedder's layer at t); pool holds "
-                   "1 / (answer tokens) over the answer's positions, 0 elsewhere",
+                   "1 / len(answer_ids) over the answer_ids' positions (the appended EOS included), 0 elsewhere",
         "preprocessing": {
-            "prompt_ids": "tokenizer(template[0] + question + template[1], add_special_tokens=False); a prompt longer "
-                          "than max_prompt_tokens keeps its head and tail",
+            "tokenizer": "tokenizer.json (the tokenizers library): ids(text) = Tokenizer.encode(text, "
+                         "add_special_tokens=False).ids",
+            "prompt_ids": f"ids(template[0] + question + template[1]); longer than max_prompt_tokens ({limit}): "
+                          "ids[:max_prompt_tokens // 2] + ids[len(ids) - (max_prompt_tokens - max_prompt_tokens "
+                          "// 2):]",
             "template": [before, after],
-            "answer_ids": "tokenizer(answer, add_special_tokens=False)[:max_answer_tokens] + [eos_token_id]",
+            "answer_ids": "ids(answer)[:max_answer_tokens] + [eos_token_id] (the EOS is part of the answer: read, "
+                          "pooled and, with statistics, scored)",
             "eos_token_id": reader["eos_token_id"],
             "input_ids": "prompt_ids + answer_ids, right-padded with eos_token_id; attention_mask 1 over them",
-            "positions / targets": "for each of the first stats_tokens answer tokens: the position whose state "
-                                   "predicts it (one before it) and its id",
+            "positions / targets": "for each of the first stats_tokens answer tokens (all: None): the position whose "
+                                   "state predicts it (one before it) and its id",
             "shared prefix": "prefix.onnx reads a prompt once (batch 1) into its key/value cache "
                              "(present.{i}.key / .value); continuation.onnx reads a batch of answers after it "
                              "(past_key_values.{i}.*, attention_mask over cache + answer)",
         },
         "postprocessing": {
-            "outputs": "pooled: (batch, hidden) feature vector of each answer; log_probs: (batch, span) "
+            "outputs": "pooled: (batch, hidden) of each answer, before normalisation; log_probs: (batch, span) "
                        "log-probability of each scored answer token",
-            "features": "the card's feature groups (judge_card.json runtime) over both answers' readings, in "
-                        "clfjudge.judges.features",
-            "head": "head.safetensors: x = (features - mean) / scale * weights; logits = x @ coef.T + intercept; "
-                    "row j of coef is the class metadata 'classes'[j] in the coding {0: TIE, 1: A, 2: B} (one row: "
-                    "binary, P(classes[1]) = sigmoid(logit)); the judge averages both answer orders",
+            "features": _features(card, int(reader["hidden_size"])),
+            "head": _head(card, directory),
+            "compare": "P_AB = the head's probabilities of x(Q, A, B) in the columns [A, TIE, B], P_BA those of "
+                       "x(Q, B, A); P = (P_AB + P_BA reversed) / 2, columns [A, TIE, B]; with a calibration "
+                       "temperature T: P = softmax(log(max(P, 1e-12)) / T)",
+            "reward": "r(Q, A) = f(Q, A) . (coef_row(A) - coef_row(B)) where f(Q, A) is x's one-answer term of "
+                      "every group (v(A), I(A), L(A), s(A), v(Q) * v(A), c(v(Q), v(A)): each difference group "
+                      "with its B term dropped) divided by scale and multiplied by weights; coef_row(c) is the row of "
+                      "coef for class c, one row (binary): coef[0] for classes[1], zeros for classes[0]; only judges "
+                      "whose groups are all differences (symmetry 'anti') score one answer",
             "columns": card.label_map.get("proba_columns"),
+            "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin"),
         },
     }
 

@@ -20,13 +20,17 @@ from typing import Any, Literal
 import numpy as np
 
 from ..card import JudgeCard
+from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import CLASS_OF_VERDICT, PairRecord, PointRecord, Record, Verdict
 from ..embedders import make_embedder
+from ..embedders.decoder import STAT_NAMES
 from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
 from ..models.heads import Cls3Head, PairOutputs
 from ..registry import Registry
 from .base import DEFAULT_BATCH_SIZE, Judge
 from .features import (
+    EMPTY_COMPRESSED,
+    ZLIB_LEVEL,
     log_information_length_difference,
     log_information_lengths,
     log_length_difference,
@@ -87,6 +91,25 @@ class FeatureGroup:
     # such groups scores each answer on its own (``EmbeddingModel.rewards``)
     one_side: Callable[[Any], np.ndarray] | None = None
     length_like: bool = False  # measures how long the answers are: ``length_at_prediction`` scales it
+    # what it computes, in the notation of ``NOTATION`` (an export's signature.json states it for other programs)
+    formula: str = ""
+    columns: int | None = None  # its width; None: the reader's hidden size (a vector group)
+
+
+# The terms the feature groups' formulas are written in (Q the question, A / B the answers, t any text).
+NOTATION = {
+    "v(t)": "the embedder's vector of t divided by its L2 norm (left as it is where the norm is 0): for an answer the "
+            "reader's pooled output reading it after its question's prompt; for a question read alone, the pooled "
+            "output of input_ids = its ids[:max_prompt_tokens + max_answer_tokens] + [eos_token_id], no prompt, "
+            "pool 1 / (its tokens) over all of them",
+    "c(x, y)": "x . y / (|x| |y|), 0 where either norm is 0",
+    "L(t)": "[log1p(number of characters of t, Unicode code points), log1p(len(t.split()), whitespace words)]",
+    "I(t)": f"log1p(len(zlib.compress(t.encode('utf-8', 'surrogatepass'), {ZLIB_LEVEL})) - {EMPTY_COMPRESSED}): the "
+            f"bytes t takes compressed by zlib at level {ZLIB_LEVEL}, less the {EMPTY_COMPRESSED} an empty text takes",
+    "s(t)": "the token statistics of answer t, [mean(pmi), mean(pmi > 0), median(pmi), mean(pmi[:32]), mean(cond), "
+            "mean(uncond), log(answer tokens)], pmi = cond - uncond over its scored tokens; cond: the reader's "
+            "log_probs after its question's prompt, uncond: the same after the prompt of an empty question",
+}
 
 
 def _col(x: np.ndarray) -> np.ndarray:
@@ -94,30 +117,35 @@ def _col(x: np.ndarray) -> np.ndarray:
 
 
 PAIR_FEATURES: Registry[FeatureGroup] = Registry("pair feature group")
-PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti", one_side=lambda v: v.a))
+PAIR_FEATURES.register("diff", FeatureGroup(lambda v: v.a - v.b, "anti", one_side=lambda v: v.a,
+                                            formula="v(A) - v(B)"))
 PAIR_FEATURES.register("q_diff", FeatureGroup(lambda v: v.q * (v.a - v.b), "anti", needs_question=True,
-                                              one_side=lambda v: v.q * v.a))
-PAIR_FEATURES.register("abs_diff", FeatureGroup(lambda v: np.abs(v.a - v.b), "sym"))
-PAIR_FEATURES.register("prod", FeatureGroup(lambda v: v.a * v.b, "sym"))
+                                              one_side=lambda v: v.q * v.a, formula="v(Q) * (v(A) - v(B))"))
+PAIR_FEATURES.register("abs_diff", FeatureGroup(lambda v: np.abs(v.a - v.b), "sym", formula="|v(A) - v(B)|"))
+PAIR_FEATURES.register("prod", FeatureGroup(lambda v: v.a * v.b, "sym", formula="v(A) * v(B)"))
 PAIR_FEATURES.register("cos_diff", FeatureGroup(lambda v: _col(row_cosine(v.q, v.a) - row_cosine(v.q, v.b)), "anti",
-                                                needs_question=True, one_side=lambda v: _col(row_cosine(v.q, v.a))))
+                                                needs_question=True, one_side=lambda v: _col(row_cosine(v.q, v.a)),
+                                                formula="c(v(Q), v(A)) - c(v(Q), v(B))", columns=1))
 PAIR_FEATURES.register("cos_sym", FeatureGroup(
     lambda v: np.stack([row_cosine(v.a, v.b), row_cosine(v.q, v.a) + row_cosine(v.q, v.b),
-                        np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym", needs_question=True))
+                        np.abs(row_cosine(v.q, v.a) - row_cosine(v.q, v.b))], axis=1), "sym", needs_question=True,
+    formula="[c(v(A), v(B)), c(v(Q), v(A)) + c(v(Q), v(B)), |c(v(Q), v(A)) - c(v(Q), v(B))|]", columns=3))
 # How much more likely each answer is after its question than after an empty turn (PMI), and its fluency:
 # the difference of the two answers' token statistics (embedders.decoder.STAT_NAMES).
 PAIR_FEATURES.register("token_stats", FeatureGroup(lambda v: v.a_stats - v.b_stats, "anti", needs_stats=True,
-                                                   one_side=lambda v: v.a_stats))
+                                                   one_side=lambda v: v.a_stats, formula="s(A) - s(B)",
+                                                   columns=len(STAT_NAMES)))
 PAIR_FEATURES.register("length_diff", FeatureGroup(lambda v: log_length_difference(v.a_text, v.b_text), "anti",
-                                                   one_side=lambda v: log_lengths(v.a_text), length_like=True))
+                                                   one_side=lambda v: log_lengths(v.a_text), length_like=True,
+                                                   formula="L(A) - L(B)", columns=2))
 PAIR_FEATURES.register("length_sym", FeatureGroup(
     lambda v: np.hstack([np.abs(log_length_difference(v.a_text, v.b_text)),
                          log_lengths(v.a_text) + log_lengths(v.b_text), log_lengths(v.q_text)]), "sym",
-    length_like=True))
+    length_like=True, formula="[|L(A) - L(B)|, L(A) + L(B), L(Q)]", columns=6))
 # Information length (compressed bytes): the length signal without the padding (features.information_lengths).
 PAIR_FEATURES.register("info_length_diff", FeatureGroup(
     lambda v: log_information_length_difference(v.a_text, v.b_text), "anti",
-    one_side=lambda v: log_information_lengths(v.a_text), length_like=True))
+    one_side=lambda v: log_information_lengths(v.a_text), length_like=True, formula="I(A) - I(B)", columns=1))
 
 # A chat model's own verdict on each answer (judges/verdict.py: log P(yes) - log P(no) of each question asked), the
 # signal beyond length a reader's states lack: the stacked judge.
@@ -389,6 +417,7 @@ class EmbeddingModel:
     def _check(self, records: Sequence[Record], labelled: bool) -> list[Record]:
         spec = KINDS[self.kind]
         records = list(records)
+        note_flattened("the embedding judge", (r.meta for r in records))
         for r in records:
             if not isinstance(r, spec.record_type):
                 raise ValueError(f"record {r.id}: a {self.kind} judge needs {spec.record_type.__name__}, "
@@ -532,6 +561,7 @@ class EmbeddingModel:
                              "only a judge of difference groups (diff, token_stats, length_diff, info_length_diff, "
                              "q_diff, cos_diff) and a linear head scores answers on its own")
         points = list(points)
+        note_flattened("the embedding judge", (p.meta for p in points))
         if not points:
             return np.zeros(0)
         q_text, a_text = [p.question for p in points], [p.answer for p in points]
@@ -610,7 +640,7 @@ class EmbeddingModel:
             label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.kind == "pair" else {},
             truncation={"max_seq_length": max_length,
                         "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
-                                  "text"},
+                                  "text", "conversation": FLATTENING},
             score_scale=list(self.scale_) if self.scale_ else None,
             training={**self.training_, "head": self.head, "head_params": self.head_params,
                       "features": list(self.groups), "seed": self.seed, "weighting": list(self.weighting),

@@ -49,7 +49,9 @@ def log_length_difference(texts_a: Sequence[str], texts_b: Sequence[str]) -> np.
     return log_lengths(texts_a) - log_lengths(texts_b)
 
 
-_EMPTY_COMPRESSED = len(zlib.compress(b""))
+ZLIB_LEVEL = 6  # zlib's default level, named so that an export can state it
+TEXT_ENCODING = ("utf-8", "surrogatepass")
+EMPTY_COMPRESSED = len(zlib.compress(b"", ZLIB_LEVEL))  # 8 bytes: zlib's header and checksum
 
 
 def information_lengths(texts: Sequence[str]) -> np.ndarray:
@@ -58,7 +60,7 @@ def information_lengths(texts: Sequence[str]) -> np.ndarray:
     (docs/training.md#how-the-default-was-chosen-the-reader-probe), the information-length
     rule beats the character-length rule out of distribution; padding by repetition barely moves it."""
     # surrogatepass: a lone surrogate (valid JSON, not valid UTF-8) is measured, not an error
-    return np.fromiter((len(zlib.compress(t.encode("utf-8", "surrogatepass"))) - _EMPTY_COMPRESSED for t in texts),
+    return np.fromiter((len(zlib.compress(t.encode(*TEXT_ENCODING), ZLIB_LEVEL)) - EMPTY_COMPRESSED for t in texts),
                        dtype=np.float64, count=len(texts))
 
 

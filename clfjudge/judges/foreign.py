@@ -9,8 +9,10 @@ id ``hf:OWNER/NAME[@REVISION]``, opened without a judge card.
   two outputs: a classifier whose class 1 (``id2label[1]``, the transformers convention for the positive
   class; ``label_map.positive`` in the card says otherwise) is "good": its log-odds are the reward
   (head ``reward-binary``); more outputs are refused, naming their labels;
-- the input as the model was trained on it (``prompts.model_input``): a decoder's chat template over
-  [user: question, assistant: answer], an encoder's text pair (question, answer); ``model_input`` overrides;
+- the input as the model was trained on it (``prompts.model_input``): a decoder's chat template over the
+  conversation as given (system prompt, every turn, then the answer), or where its tokenizer has none the prompt and
+  the answer as one text (TRL's standard format); an encoder's text pair (question, answer); ``model_input``
+  overrides;
 - where it came from (``training.origin``: path or hub id, revision, the sha256 of each weights file).
 
 Then the ``torch`` loader runs it like a fine-tuned judge, and ``clfjudge export`` / ``audit`` write the card
@@ -48,6 +50,7 @@ FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file", "spm_file", "sente
 # 32k-128k positions; an answer that long is cut, question first kept, as a scheme's inputs are).
 MAX_LENGTH = 4096
 DEFAULT_INPUT = {"decoder": "chat-template", "encoder": "text-pair"}
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 HEAD_OF_OUTPUTS = {1: "reward", 2: "reward-binary"}  # outputs of the model -> the head that reads them
 
 
@@ -153,6 +156,12 @@ def _head(directory: Path, config: dict[str, Any]) -> str:
     return HEAD_OF_OUTPUTS[n]
 
 
+def _default_input(directory: Path, family: str, tokenizer_config: dict[str, Any]) -> str:
+    """A decoder without a chat template was trained on plain text (TRL's standard format): it reads ``text``."""
+    has_template = tokenizer_config.get("chat_template") or any((directory / n).is_file() for n in CHAT_TEMPLATE_FILES)
+    return "text" if family == "decoder" and not has_template else DEFAULT_INPUT[family]
+
+
 def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[Path, JudgeCard]:
     """The directory a spec names (a local directory or ``hf:OWNER/NAME[@REV]``) and the judge card of the model in
     it, checked as untrusted input (see the module doc). ``model_input``: "chat-template" | "text-pair" (default:
@@ -172,7 +181,7 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
     config, tokenizer_config = configs["config.json"], configs.get("tokenizer_config.json", {})
     head = _head(directory, config)
     family = family_of(config, str(directory / "config.json"))
-    model_input = model_input or DEFAULT_INPUT[family]
+    model_input = model_input or _default_input(directory, family, tokenizer_config)
     INPUTS.get(model_input)  # an unknown name is refused here, naming the known ones
     files = weights_files(directory)
     origin = {**origin, "model_type": config.get("model_type"), "architectures": config.get("architectures"),
@@ -182,7 +191,8 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
     policy = TruncationPolicy(max_length=_max_length(config, tokenizer_config))
     card = JudgeCard(head=head, kind=reward.kind, backbone=origin.get("hub_id", origin.get("path")),
                      scheme=model_input, max_length=policy.max_length,
-                     truncation={"policy": asdict(policy), "input": model_input}, training={"origin": origin},
+                     truncation={"policy": asdict(policy), "input": model_input,
+                                 "conversation": INPUTS.get(model_input).conversation}, training={"origin": origin},
                      **reward.card_fields())
     return directory, card
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..batching import token_batches
 from ..card import JudgeCard
+from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import PairOutputs, RewardHead
 from .base import DEFAULT_BATCH_SIZE, Judge
@@ -219,6 +220,8 @@ class VerdictReader:
 
     def log_odds(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         out = np.zeros((len(records), len(self.questions)))
+        # the conversation goes into the question's {question} placeholder, so it is read as one text
+        note_flattened("the verdict judge", (r.meta for r in records))
         for k, (question, module) in enumerate(zip(self.questions, self.modules)):
             prompts = [self.prompt_ids(question, r) for r in records]
             keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p in prompts]
@@ -312,7 +315,7 @@ def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precisi
                      label_map={"raw": "log P(yes) - log P(no) of the reply's first token" if kind == "point"
                                 else "log P(A) - log P(B) of the reply's first token, as rewards +-margin / 2"},
                      truncation={"max_question_tokens": max_question_tokens, "max_answer_tokens": max_answer_tokens,
-                                 "keep": "first and last tokens"},
+                                 "keep": "first and last tokens", "conversation": FLATTENING},
                      training=training or {},
                      calibration={"model": "davidson", "scale": 1.0, "nu": 0.0},
                      runtime={"backend": VERDICT, "precision": precision,

@@ -1,20 +1,24 @@
 """A judge's prompt as its tokenizer's chat template, so that tools that only know transformers score the text
-clfjudge scores: ``tokenizer.apply_chat_template([user: question, assistant: answer])`` then
-``tokenizer(text, add_special_tokens=False)`` (TRL's ``GRPOTrainer(reward_funcs=["judge_dir"])`` path; a reward
-model card's usage) gives the token ids ``Encoder.encode`` gives, for inputs within the judge's ``max_length``
-(clfjudge cuts a longer one field by field; the template does not cut).
+clfjudge scores: ``tokenizer.apply_chat_template(prompt + completion messages)`` then
+``tokenizer(text, add_special_tokens=False)`` (TRL's ``GRPOTrainer(reward_funcs=["judge_dir"])`` path on
+conversational data; a reward model card's usage) gives the token ids ``Encoder.encode`` gives, for inputs within
+the judge's ``max_length`` (clfjudge cuts a longer one field by field; the template does not cut). TRL's standard
+path (plain-text prompts) feeds the model prompt + completion without any template, which no tokenizer file can
+turn into the judge's prompt: there the judge goes in as ``clfjudge.reward_function(judge_dir)``.
 
-The template is the scheme rendered with the conversation's last user turn as the question and its last assistant
-turn as the answer, between the special tokens the tokenizer adds itself (e.g. ``[CLS]`` ... ``[SEP]``, ``<s>``),
-written as literals because the caller tokenizes with ``add_special_tokens=False``. Only schemes that show one
-answer (the reward and regression heads') can be written so; a length hint (computed from the answer's length)
-cannot be and is refused.
+The template is the scheme rendered with the conversation read as clfjudge reads it (``data/conversation.py``:
+the prompt up to the last user turn as the question, system prompt and earlier turns after their role labels;
+what follows as the answer; list content's text parts joined), between the special tokens the tokenizer adds
+itself (e.g. ``[CLS]`` ... ``[SEP]``, ``<s>``), written as literals because the caller tokenizes with
+``add_special_tokens=False``. Only schemes that show one answer (the reward and regression heads') can be written
+so; a length hint (computed from the answer's length) cannot be and is refused.
 """
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
 
+from ..data.conversation import ROLE_LABELS
 from ..data.records import Loc, PointRecord
 from .schemes import SCHEMES, render
 
@@ -22,11 +26,28 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 _MARK = {"question": "\ue000clfjudge-question\ue000", "answer": "\ue000clfjudge-answer\ue000"}
-_PICK_TURNS = ("{%- set turn = namespace(question='', answer='') -%}"
-               "{%- for message in messages -%}"
-               "{%- if message['role'] == 'user' -%}{%- set turn.question = message['content'] -%}"
-               "{%- elif message['role'] == 'assistant' -%}{%- set turn.answer = message['content'] -%}"
-               "{%- endif -%}{%- endfor -%}")
+_LABELS = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in ROLE_LABELS.items()) + "}"
+# The question and the answer as ``data.conversation`` reads them from messages: the prompt is every turn up to the
+# last user turn (that turn alone when nothing comes before it, else each turn after its role label, joined by a
+# blank line), the answer what follows it; a list content's text parts joined, any other part refused.
+_PICK_TURNS = (
+    "{%- set labels = " + _LABELS + " -%}"
+    "{%- macro text(content) -%}{%- if content is string -%}{{ content }}{%- else -%}{%- for part in content -%}"
+    "{%- if part['type'] != 'text' or part['text'] is not string -%}"
+    "{{ raise_exception('only text parts can be judged') }}{%- endif -%}{{ part['text'] }}{%- endfor -%}"
+    "{%- endif -%}{%- endmacro -%}"
+    "{%- macro joined(turns) -%}{%- for m in turns -%}{%- if m['role'] not in labels -%}"
+    "{{ raise_exception('unknown role ' ~ m['role']) }}{%- endif -%}{%- if not loop.first -%}{{ '\\n\\n' }}"
+    "{%- endif -%}{{ labels[m['role']] ~ ': ' }}{{ text(m['content']) }}{%- endfor -%}{%- endmacro -%}"
+    "{%- set last = namespace(user=-1) -%}"
+    "{%- for message in messages -%}{%- if message['role'] == 'user' -%}{%- set last.user = loop.index0 -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- set prompt = messages[:last.user + 1] -%}{%- set reply = messages[last.user + 1:] -%}"
+    "{%- set turn = namespace(question='', answer='') -%}"
+    "{%- if prompt | length == 1 -%}{%- set turn.question = text(prompt[0]['content']) -%}"
+    "{%- else -%}{%- set turn.question = joined(prompt) -%}{%- endif -%}"
+    "{%- if reply | length == 1 -%}{%- set turn.answer = text(reply[0]['content']) -%}"
+    "{%- else -%}{%- set turn.answer = joined(reply) -%}{%- endif -%}")
 
 
 def text_template(scheme_name: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import PairRecord, PointRecord, Record
 from .model_input import MODEL_INPUTS, ModelInputEncoder
 from .schemes import render
@@ -63,11 +64,13 @@ class Encoder:
 
     def card_entry(self) -> dict[str, Any]:
         """What ``JudgeCard.truncation`` stores (the report is added by the trainer, per split)."""
-        return {"policy": asdict(self.policy), "use_reference": self.use_reference, "length_hint": self.length_hint}
+        return {"policy": asdict(self.policy), "use_reference": self.use_reference, "length_hint": self.length_hint,
+                "conversation": FLATTENING}
 
     def text(self, record: Record, count: bool = True) -> str:
         """The rendered, truncated text of a record; ``count=False`` leaves the truncation report alone (a length
         estimate before the real encoding must not count a record twice)."""
+        note_flattened(f"scheme {self.scheme!r}", [record.meta])
         if not self.use_reference and record.reference is not None:
             record = replace(record, reference=None)
         if self.length_hint:

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..data.conversation import FLATTENING
 from ..data.records import Record
 from ..judges.generative import DEFAULT_SCHEME, GENERATIVE, GenerativeReader, PromptEncoder, _tokenizer
 from ..machine import default_ds_accelerator
@@ -134,6 +135,7 @@ def train_generative(cfg: TrainConfig) -> Path:
         card = JudgeCard(
             head=GENERATIVE, kind=head.kind, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,
             truncation={"policy": asdict(prompts.policy), "use_reference": prompts.use_reference,
+                        "conversation": FLATTENING,
                         "report": {"train": prompts.report.to_dict(), "eval": judge.prompts.report.to_dict()}},
             template=getattr(SCHEMES.get(scheme), "template", ""),
             label_map={"parser": SCHEMES.get(scheme).parser},
