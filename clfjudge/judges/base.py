@@ -33,6 +33,7 @@ from ..kinds import LOADERS  # the loaders of every judge kind (clfjudge/kinds.p
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
 from ..registry import resolve
+from ..untrusted import check_directory
 from .calibration import Calibration
 
 DEFAULT_BATCH_SIZE = 16
@@ -318,10 +319,12 @@ DESCRIBE_FOREIGN = "clfjudge.judges.foreign:describe"
 
 def open_card(spec: str | Path, model_input: str | None = None) -> tuple[Path, JudgeCard]:
     """The directory a judge spec names and its card: judge_card.json, or for a model without one
-    (``DESCRIBE_FOREIGN``) the card that describes it."""
+    (``DESCRIBE_FOREIGN``) the card that describes it. Either way the directory is checked first
+    (``untrusted.check_directory``): nothing in it resolves outside it, no JSON file past the limits."""
     directory = Path(spec)
     if not (directory / CARD_NAME).is_file():
         return resolve(DESCRIBE_FOREIGN)(spec, model_input)
+    check_directory(directory)
     if model_input is not None:
         raise ValueError(f"{directory}: model_input applies to a model without a judge card; this judge's card "
                          f"fixes its input ({directory / CARD_NAME})")

@@ -33,7 +33,7 @@ from ..models.backbones import family_of
 from ..models.heads import HEADS
 from ..prompts.model_input import INPUTS
 from ..prompts.truncation import TruncationPolicy
-from ..untrusted import inside, read_json
+from ..untrusted import check_directory, inside, read_json
 
 HUB_PREFIX = "hf:"
 # Files fetched for a hub id: configuration, tokenizer and safetensors weights, never code or pickles.
@@ -112,7 +112,7 @@ def weights_files(directory: Path) -> list[Path]:
                 raise ForeignModelError(f"{index}: field 'weight_map' must map tensors to shard files")
             return sorted({inside(directory, s, f"{index} field 'weight_map'") for s in shards.values()})
         if (directory / names[0]).is_file():
-            return [directory / names[0]]
+            return [inside(directory, names[0], str(directory))]
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".h5", ".msgpack", ".ckpt", ".pt", ".pth"))
     raise ForeignModelError(f"{directory}: no model.safetensors (or pytorch_model.bin, read with weights_only) to "
                             f"load{f'; found {others}, which clfjudge does not load' if others else ''}")
@@ -167,6 +167,7 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
         if not (directory / "config.json").is_file():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing, and it is not a "
                                     "transformers model either (config.json is missing)")
+    check_directory(directory)
     configs = _configs(directory)
     check_no_code(directory, configs)
     config, tokenizer_config = configs["config.json"], configs.get("tokenizer_config.json", {})
