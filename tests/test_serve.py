@@ -63,9 +63,11 @@ def test_compare_with_a_generative_judge(tiny_llama_dir, tmp_path):
     from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
 
     judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
-    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
+    # the scripted LM reads primes (and the start-up's one-item self-test, which it answers "1")
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer,
+                                       lambda prompt: prefers_seven(prompt) if "seven" in prompt else "1")
     seven_nine = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
-    with TestClient(create_app(judge, warm_up=False)) as client:  # the scripted LM reads only primes
+    with TestClient(create_app(judge, warm_up=False)) as client:
         got = client.post("/compare", json=seven_nine)
         assert got.status_code == 200
         assert got.json() == {"p_a": 1.0, "p_tie": 0.0, "p_b": 0.0, "verdict": "A", "parsed": True, "generated": ["1"]}
@@ -418,6 +420,9 @@ class Recording(SlowJudge):
         self.calls.append(len(items))
         return super().compare_batch(items, symmetric)
 
+    def self_test(self):
+        return Judge.self_test(self)
+
     def warm_up(self, max_items=None):
         self.warm_ups.append(max_items)
         return Judge.warm_up(self, max_items)  # the base method, through this judge's recorded calls
@@ -441,6 +446,7 @@ def test_the_server_warms_the_judge_up_before_it_listens(pair_judge):
         assert client.post("/compare", json=PAIR).status_code == 200
     cold = Recording(pair_judge)
     with TestClient(create_app(cold, warm_up=False)) as client:
+        assert cold.calls == [1]  # no warm-up, but one real item judged before listening
         assert client.post("/compare", json=PAIR).status_code == 200
         assert cold.warm_ups == [] and "clfjudge_warm_up_seconds" not in client.get("/metrics").text
 
