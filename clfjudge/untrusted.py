@@ -20,6 +20,10 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 # tokenizer.json holds a vocabulary and its merges: Llama 3's is 9 MB, Gemma 3's 33 MB.
 MAX_JSON_BYTES_OF = {"tokenizer.json": 64 * 1024 * 1024}
+# Fields of a model's configuration files that name other files (transformers opens them), and of an index the
+# shards of its weights.
+FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file", "spm_file", "sentencepiece_model_file")
+SHARD_FIELD = "weight_map"
 # A Hugging Face cache snapshot, models--OWNER--NAME/snapshots/REVISION/, links its files into models--.../blobs/.
 HUB_REPO_PREFIX = "models--"
 
@@ -82,15 +86,24 @@ def inside(directory: str | Path, name: str, where: str) -> Path:
 
 def check_directory(directory: str | Path) -> Path:
     """Refuse a model or judge directory (``ValueError`` / ``RecordError`` naming the file) with a file or folder
-    that resolves outside it (``inside``: a link to another model's weights, to a secret) or a JSON file past the
-    size or nesting limits (``read_json``; tokenizer.json's own size limit), before any of its files is loaded.
-    Returns the directory."""
+    that resolves outside it (``inside``: a link to another model's weights, to a secret), a JSON file past the
+    size or nesting limits (``read_json``; tokenizer.json's own size limit) or a configuration naming a file
+    outside (``FILE_FIELDS``, an index's shards), before any of its files is loaded. Returns the directory."""
     directory = Path(directory)
     for entry in sorted(directory.iterdir()):
         path = inside(directory, entry.name, str(directory))
-        if entry.suffix == ".json" and path.is_file():
-            read_json(path, f"{entry.name} file", max_bytes=MAX_JSON_BYTES_OF.get(entry.name, MAX_JSON_BYTES),
-                      shown=entry)
+        if entry.suffix != ".json" or not path.is_file():
+            continue
+        data = read_json(path, f"{entry.name} file", max_bytes=MAX_JSON_BYTES_OF.get(entry.name, MAX_JSON_BYTES),
+                         shown=entry)
+        if not isinstance(data, dict):
+            continue
+        for key in FILE_FIELDS:
+            if isinstance(data.get(key), str):
+                inside(directory, data[key], f"{entry} field {key!r}")
+        shards = data.get(SHARD_FIELD)
+        for tensor, shard in (shards.items() if isinstance(shards, dict) else ()):
+            inside(directory, shard, f"{entry} field '{SHARD_FIELD}.{tensor}'")
     return directory
 
 

@@ -40,10 +40,9 @@ HUB_PREFIX = "hf:"
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-# Configuration files transformers reads from a model directory, and the fields in them that name files.
+# Configuration files transformers reads from a model directory (the files they name: ``untrusted.FILE_FIELDS``).
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                 "preprocessor_config.json", *SAFE_WEIGHTS[1:], *PICKLED_WEIGHTS[1:])
-FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file", "spm_file", "sentencepiece_model_file")
 # A foreign model reads at most this many tokens per answer unless its card says otherwise (decoder RMs declare
 # 32k-128k positions; an answer that long is cut, question first kept, as a scheme's inputs are).
 MAX_LENGTH = 4096
@@ -75,7 +74,8 @@ def fetch(spec: str) -> tuple[Path, dict[str, Any]]:
 
 
 def _configs(directory: Path) -> dict[str, Any]:
-    """Every configuration file present, read within the limits, and the files it names checked to stay inside."""
+    """Every configuration file present, read within the limits (the files they name were checked to stay inside
+    by ``untrusted.check_directory``)."""
     out = {}
     for name in CONFIG_FILES:
         path = directory / name
@@ -84,11 +84,6 @@ def _configs(directory: Path) -> dict[str, Any]:
         data = out[name] = read_json(path)
         if not isinstance(data, dict):
             raise ForeignModelError(f"{path}: a configuration file is a JSON object, got {type(data).__name__}")
-        for key in FILE_FIELDS:
-            if isinstance(data.get(key), str):
-                inside(directory, data[key], f"{path} field {key!r}")
-        for tensor, shard in (data.get("weight_map") or {}).items():
-            inside(directory, shard, f"{path} field 'weight_map.{tensor}'")
     return out
 
 
