@@ -419,7 +419,7 @@ class SlowToMeasure(SlowJudge):
 @pytest.mark.timeout(60)
 def test_health_and_metrics_answer_while_a_body_is_being_prepared(pair_judge):
     """Parsing, validating and tokenizing a request run off the event loop: /healthz and /metrics answer at once
-    while a request takes 2 s to be measured. (How fast under real load: bench/serve_load.py --big-bodies.)"""
+    while a request takes 2 s to be measured. (How fast under real load: bench/serve_health.py.)"""
     import httpx
 
     server, thread, url = _serve_in_thread(create_app(SlowToMeasure(pair_judge, 2.0), warm_up=False))
