@@ -63,11 +63,9 @@ def test_compare_with_a_generative_judge(tiny_llama_dir, tmp_path):
     from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
 
     judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
-    # the scripted LM reads primes (and the start-up's one-item self-test, which it answers "1")
-    judge.generator.model = ScriptedLM(judge.generator.tokenizer,
-                                       lambda prompt: prefers_seven(prompt) if "seven" in prompt else "1")
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
     seven_nine = {"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine"}
-    with TestClient(create_app(judge, warm_up=False)) as client:
+    with TestClient(create_app(judge, warm_up=False)) as client:  # the scripted LM reads only primes
         got = client.post("/compare", json=seven_nine)
         assert got.status_code == 200
         assert got.json() == {"p_a": 1.0, "p_tie": 0.0, "p_b": 0.0, "verdict": "A", "parsed": True, "generated": ["1"]}
