@@ -189,14 +189,14 @@ def broken_export(copy):
 
 
 def test_score_with_a_broken_judge_exits_3_before_reading_a_line(broken_export, tmp_path, capsys):
-    from clfjudge.cli import JUDGE_ERROR, main
+    from clfjudge.cli import EXIT_JUDGE, main
 
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"id": i, "question": "Q?", "answer_a": "a", "answer_b": "b"}) + "\n"
                              for i in range(3)))
     before = pairs.read_bytes()
     out = tmp_path / "out.jsonl"
-    assert main(["score", str(broken_export), "--input", str(pairs), "--output", str(out)]) == JUDGE_ERROR == 3
+    assert main(["score", str(broken_export), "--input", str(pairs), "--output", str(out)]) == EXIT_JUDGE == 3
     err = capsys.readouterr().err
     assert f"clfjudge: error: judge {broken_export} cannot be used" in err and "reader.onnx" in err
     assert "rejected" not in err and not out.exists() and not (tmp_path / "out.jsonl.rejected.jsonl").exists()
@@ -231,3 +231,21 @@ def test_export_of_a_tampered_directory_exits_3(copy, tmp_path, capsys):
     _link(directory, "model.safetensors", _outside(directory, "model.safetensors"))
     assert main(["export", str(directory), "--out", str(tmp_path / "out")]) == 3
     assert "model.safetensors' points outside" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_verdict_judge_holds_a_backbone_inside_it_to_the_same_rule(tmp_path):
+    """A verdict judge's card may name its chat model as a folder of the judge directory: that folder's files must
+    resolve inside it too, and a relative backbone may not climb out of the judge directory."""
+    from clfjudge.judges.verdict import questions_from, verdict_card
+
+    judge = tmp_path / "a" / "verdict"
+    model = tiny_llama(judge / "model", chat=True)
+    verdict_card("model", questions_from(["correct"], "test"), precision="fp32").save(judge)
+    assert load_ready(judge).tasks
+    _link(model, "model.safetensors", _outside(model, "model.safetensors"))
+    with pytest.raises(JudgeError, match="'model.safetensors' points outside"):
+        load_ready(judge)
+    shutil.move(model, tmp_path / "model")
+    verdict_card("../../model", questions_from(["correct"], "test"), precision="fp32").save(judge)
+    with pytest.raises(JudgeError, match="field 'backbone': '../../model' points outside"):
+        load_ready(judge)
