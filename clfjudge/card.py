@@ -15,7 +15,7 @@ from typing import Any
 
 from .data.records import RecordError
 from .outputs import write_whole
-from .untrusted import read_json
+from .untrusted import inside, read_json
 
 CARD_NAME = "judge_card.json"
 # The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key.
@@ -68,7 +68,8 @@ class JudgeCard:
         path = Path(directory) / CARD_NAME
         if not path.exists():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing")
-        data = read_json(path, "judge card")  # a card from anyone: size and nesting limited
+        # a card from anyone: size and nesting limited, and no link to a file elsewhere
+        data = read_json(inside(directory, CARD_NAME, str(directory)), "judge card", shown=path)
         if not isinstance(data, dict):
             raise RecordError(str(path), None, None, f"a judge card is a JSON object, got {type(data).__name__}")
         data = _upgrade(path, data)

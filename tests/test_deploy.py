@@ -78,6 +78,7 @@ def test_clfjudge_export_takes_a_preset_and_options_given_override_it(monkeypatc
             "export": {"exporter": "fake", "opset": 17}})
 
     monkeypatch.setattr(onnx, "export_judge", fake_export)
+    monkeypatch.setattr("clfjudge.judges.base.open_judge", lambda *_: None)  # no judge directory: "judge" is a name
     monkeypatch.setattr(onnx, "served", lambda report: {"file": "model.onnx", "provider": "cpu", "records_per_s": 1})
     preset = str(EXPORT / "int8-avx2.yaml")
     assert main(["export", "judge", "--out", str(tmp_path / "a"), "--preset", preset]) == 0

@@ -453,7 +453,7 @@ def test_cli_refuses_a_pickled_head_unless_trusted(pair_judge, tmp_path, capsys)
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"question": "q?", "answer_a": "a", "answer_b": "b"}) + "\n")
     out = tmp_path / "out.jsonl"
-    assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out)]) == 2
+    assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out)]) == 3  # the judge refused
     assert "--trust-pickle" in capsys.readouterr().err
     assert main(["score", str(judge_dir), "--input", str(src), "--output", str(out), "--trust-pickle"]) == 0
 

@@ -406,6 +406,58 @@ def test_a_client_leaving_mid_body_is_not_a_server_error(pair_judge):
     assert sent[0]["status"] == 499 and app.state.stats.requests == {("compare", 499): 1}
 
 
+class SlowToMeasure(SlowJudge):
+    """A judge that takes ``delay`` seconds to measure a request's tokens (a big body being tokenized)."""
+
+    def sequence_lengths(self, records):
+        time.sleep(self.delay)
+        return self.judge.sequence_lengths(records)
+
+
+@pytest.mark.timeout(60)
+def test_health_and_metrics_answer_while_a_body_is_being_prepared(pair_judge):
+    """Parsing, validating and tokenizing a request run off the event loop: /healthz and /metrics answer at once
+    while a request takes 2 s to be measured. (How fast under real load: bench/serve_health.py.)"""
+    import httpx
+
+    server, thread, url = _serve_in_thread(create_app(SlowToMeasure(pair_judge, 2.0), warm_up=False))
+    try:
+        with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=url, timeout=10) as client:
+            slow = pool.submit(client.post, "/compare", json=PAIR)
+            time.sleep(0.3)  # the request is being measured now
+            for path in ("/healthz", "/metrics"):
+                start = time.monotonic()
+                assert client.get(path).status_code == 200
+                assert time.monotonic() - start < 0.5, f"{path} waited for the request being prepared"
+            assert not slow.done() and slow.result().status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.mark.timeout(60)
+def test_a_body_shorter_than_its_content_length_times_out(pair_judge):
+    """A client that declares more bytes than it sends gets 408 after read_timeout_s, and the connection closes."""
+    import socket
+
+    server, thread, url = _serve_in_thread(create_app(pair_judge, Limits(read_timeout_s=0.5), warm_up=False))
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"question\": ")
+            start = time.monotonic()
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            took = time.monotonic() - start
+        assert answer.startswith(b"HTTP/1.1 408") and b"body not received within 0.5 s" in answer, answer[:300]
+        assert b"of the 1000 declared" in answer and 0.4 < took < 5
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
 class Recording(SlowJudge):
     """A real judge that records the sizes of its calls and its warm-ups."""
 
@@ -417,6 +469,9 @@ class Recording(SlowJudge):
     def compare_batch(self, items, symmetric=False):
         self.calls.append(len(items))
         return super().compare_batch(items, symmetric)
+
+    def self_test(self):
+        return Judge.self_test(self)
 
     def warm_up(self, max_items=None):
         self.warm_ups.append(max_items)
@@ -441,6 +496,7 @@ def test_the_server_warms_the_judge_up_before_it_listens(pair_judge):
         assert client.post("/compare", json=PAIR).status_code == 200
     cold = Recording(pair_judge)
     with TestClient(create_app(cold, warm_up=False)) as client:
+        assert cold.calls == [1]  # no warm-up, but one real item judged before listening
         assert client.post("/compare", json=PAIR).status_code == 200
         assert cold.warm_ups == [] and "clfjudge_warm_up_seconds" not in client.get("/metrics").text
 

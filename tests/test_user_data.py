@@ -424,7 +424,7 @@ def _crash_on_the_second_judge_call(patch: pytest.MonkeyPatch) -> None:
 
     def raw_outputs(self, records):
         chunks.append(len(records))
-        if len(chunks) == 2:
+        if len(chunks) == 3:  # the first call is the judge's self-test, before any row is read
             raise RuntimeError("the accelerator fell off the bus")
         return original(self, records)
 

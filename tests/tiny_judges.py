@@ -87,7 +87,10 @@ class ScriptedLM:
 
 def prefers_seven(prompt: str) -> str:
     """PandaLM-style output ("1" / "2") of a position-consistent judge that prefers the answer "seven" to "nine";
-    an output no parser reads when the question mentions GIBBERISH."""
+    an output no parser reads when the question mentions GIBBERISH; "1" for a pair of neither (the made-up pair of a
+    start-up's ``Judge.self_test``)."""
     if "GIBBERISH" in prompt:
         return "the first one"
+    if "seven" not in prompt or "nine" not in prompt:
+        return "1"
     return "1" if prompt.index("seven") < prompt.index("nine") else "2"

@@ -46,6 +46,7 @@ USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one
 # The exit statuses every command shares (docs/scoring.md lists them); 1 is a command's own partial failure
 # (clfjudge score: some lines rejected; clfjudge run: a step failed).
 EXIT_USAGE = 2  # a usage or input error: argparse's, a missing file, a bad line or option, an output that is an input
+EXIT_JUDGE = 3  # the judge cannot be loaded or cannot score (judges.base.JudgeError), before any input is read
 EXIT_OS = 4  # a file could not be read or written: a directory where a file goes, permissions, a full disk
 
 
@@ -70,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"clfjudge: error: {os_error_line(exc)}", file=sys.stderr)
         return EXIT_OS
+    except Exception as exc:
+        from ..judges.base import JudgeError  # imported only when something failed: the CLI starts without it
+
+        if not isinstance(exc, JudgeError):
+            raise
+        print(f"clfjudge: error: {exc}", file=sys.stderr)
+        return EXIT_JUDGE
 
 
 if __name__ == "__main__":

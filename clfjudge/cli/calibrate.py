@@ -44,13 +44,13 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 def run_calibrate(args: argparse.Namespace) -> int:
     from ..data import sources
     from ..export.onnx import card_sources
-    from ..judges.base import Judge, open_card
+    from ..judges.base import load_ready, open_card
     from ..judges.calibration import fit_calibration
     from ..outputs import check_apart
 
     card_path = Path(args.judge_dir) / "judge_card.json"
     check_apart(local_inputs([args.source], "--source"), [("the judge card", card_path)])
-    judge = Judge.load(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
+    judge = load_ready(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
                        threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
                        model_input=args.model_input)
     name, limit = sources.parse_source(args.source)

@@ -57,6 +57,7 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
     from ..export.presets import apply_preset, load_preset
+    from ..judges.base import open_judge
     from ..outputs import check_apart
 
     check_apart({"JUDGE_DIR": args.judge_dir}, {"--out": args.out})
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"preset {args.preset}: {', '.join(f'{k}={getattr(args, k)}' for k in taken) or 'nothing'} "
               "(options given on the command line kept)")
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
+    open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
         result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
                               isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,

@@ -42,12 +42,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="queued items before 503")
     p.add_argument("--timeout-s", type=float, default=d.timeout_s, help="per-request timeout (504)")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
+                   help="time a request's whole body may take to arrive (408 after: a slow client, or one that "
+                        "sends less than its Content-Length)")
     p.add_argument("--max-items", type=int, default=d.max_items, help="items per request")
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text field")
     p.add_argument("--max-json-depth", type=int, default=d.max_json_depth, help="nesting of a JSON body")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="start listening without first judging made-up inputs shaped like the biggest call "
-                        "(Judge.warm_up: the first requests then pay for loading and memory growth)")
+                        "(Judge.warm_up: the first requests then pay for loading and memory growth); one short "
+                        "item is judged all the same, so a judge that cannot score never starts")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on /compare, /score and /metrics (default: "
                         f"${API_KEY_ENV}; the variable keeps the key out of the process list)")
@@ -66,7 +70,7 @@ def is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..judges.base import Judge
+    from ..judges.base import load_ready
     from ..serving.server import Limits, create_app
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
@@ -76,12 +80,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
     budget = args.max_batch_tokens or None
-    judge = Judge.load(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
-                       batch_size=args.batch_size,
-                       trust_pickle=args.trust_pickle, max_batch_tokens=budget, max_padding=args.max_padding,
-                       model_input=args.model_input)
+    # a judge that cannot score exits here (JudgeError) and is never reported healthy
+    judge = load_ready(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
+                       batch_size=args.batch_size, trust_pickle=args.trust_pickle, max_batch_tokens=budget,
+                       max_padding=args.max_padding, model_input=args.model_input)
     limits = Limits(max_batch_size=args.batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
+                    read_timeout_s=args.read_timeout_s,
                     max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
     uvicorn.run(create_app(judge, limits, api_key=api_key, warm_up=args.warm_up), host=args.host, port=args.port,
                 log_level="warning", timeout_graceful_shutdown=int(args.timeout_s) + 1)

@@ -53,6 +53,11 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._shared_files = None  # (prefix graph, continuation graph) when the export has them for this variant
         self._shared = None  # their sessions, opened on first use: a judge that never shares a prompt never loads them
         self.shared_prefix_min = SHARED_PREFIX_MIN
+        # the files the card names are checked now: one outside the directory fails the load, not every input
+        self._where = f"{self.directory / 'judge_card.json'} field 'runtime.reader'"
+        shared = reader.get("shared_prefix") or {}
+        for name in [self.file, "tokenizer.json", *(shared[k] for k in SHARED_PREFIX_FILES if k in shared)]:
+            inside(self.directory, name, self._where)
 
     @property
     def file(self) -> str:
@@ -62,7 +67,7 @@ class OnnxDecoderReader(DecoderEmbedder):
     def _load(self) -> None:
         if self._session is not None:
             return
-        where = f"{self.directory / 'judge_card.json'} field 'runtime.reader'"
+        where = self._where
         path = inside(self.directory, self.file, where)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (variant {self.variant!r})")
@@ -88,7 +93,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         if self._tokenizer is None:
             from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+            self._tokenizer = Tokenizer.from_file(str(inside(self.directory, "tokenizer.json", str(self.directory))))
 
     def _ids(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids

@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..card import JudgeCard
+from ..card import CARD_NAME, JudgeCard
 from ..data.records import PairRecord
+from ..untrusted import inside
 from . import quiet, signature
 from .shared_weights import share_weights
 
@@ -342,7 +343,9 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
             files[READER_FILES["int8"]] = {"precision": "int8", "from": READER_FILES["fp32"],
                                           **quantize_onnx(tmp / READER_FILES["fp32"], tmp / READER_FILES["int8"],
                                                           settings)}
-        shutil.copy(judge_dir / card.runtime["sklearn_model"], tmp / card.runtime["sklearn_model"])
+        head_file = card.runtime["sklearn_model"]
+        shutil.copy(inside(judge_dir, head_file, f"{judge_dir / CARD_NAME} field 'runtime.sklearn_model'"),
+                    tmp / head_file)
         embedder._tokenizer.save_pretrained(tmp)
         primary = "int8" if int8 else "fp32"
         variants, reference_readings = {}, _reference(reference, records)

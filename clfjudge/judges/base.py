@@ -33,6 +33,7 @@ from ..kinds import LOADERS  # the loaders of every judge kind (clfjudge/kinds.p
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
 from ..registry import resolve
+from ..untrusted import check_directory
 from .calibration import Calibration
 
 DEFAULT_BATCH_SIZE = 16
@@ -227,6 +228,16 @@ class Judge:
             run(shared)
         return len(biggest) + len(shared)
 
+    def self_test(self) -> None:
+        """Judge one short made-up item for real (the smallest call): what loads lazily (an ONNX session, a
+        tokenizer file, a reader's graphs) loads here, so that a judge that loads but cannot score fails now, and
+        not on each input that follows."""
+        with self.scratch():
+            if "compare" in self.tasks:
+                self.compare_batch([{"question": "Self-test question.", "answer_a": "One.", "answer_b": "Two."}])
+            else:
+                self.score_batch([{"question": "Self-test question.", "answer": "One."}])
+
     def scratch(self) -> contextlib.AbstractContextManager:
         """A context whose judgements leave no trace (a judge that caches readings forgets the ones made inside)."""
         return contextlib.nullcontext()
@@ -293,6 +304,34 @@ class Judge:
 
 # -- loaders ----------------------------------------------------------------------------------------------
 
+class JudgeError(Exception):
+    """A judge that cannot be loaded or cannot score (a missing, broken or tampered directory, a runtime that fails
+    on it): the judge's fault, not its inputs' (``clfjudge`` exits 3 naming the directory and the reason)."""
+
+    def __init__(self, directory: str | Path, reason: BaseException | str) -> None:
+        # clfjudge's own errors are written for users; another library's need their type to be understood
+        plain = isinstance(reason, (str, ValueError, OSError))
+        why = f"{reason}" if plain else f"{type(reason).__name__}: {reason}"
+        super().__init__(f"judge {directory} cannot be used: {why}")
+        self.directory = str(directory)
+
+
+def load_ready(directory: str | Path, **options: Any) -> Judge:
+    """``Judge.load(directory, **options)``, then one real judgement (``Judge.self_test``): a judge ready to score,
+    or a ``JudgeError`` naming the directory and the reason, raised before any input is read (a command line's
+    options that are wrong in themselves stay ``ValueError``s: ``batching.check_budget``, an unknown backend)."""
+    check_budget(options.get("batch_size", DEFAULT_BATCH_SIZE), options.get("max_batch_tokens"),
+                 options.get("max_padding"))
+    if options.get("backend", "auto") != "auto":
+        LOADERS.get(options["backend"])  # an unknown name: refused naming the known ones
+    try:
+        judge = Judge.load(directory, **options)
+        judge.self_test()
+    except Exception as exc:  # noqa: BLE001 - whatever fails in loading or the first forward pass is the judge's
+        raise JudgeError(directory, exc) from exc
+    return judge
+
+
 def detect_backend(directory: Path, card: JudgeCard) -> str:
     """The loader the card names (every export says "onnx", a generative judge "generate", a registered kind its
     own name); else sklearn for embedding judges, generate for generative judges, onnx when the directory holds an
@@ -318,11 +357,22 @@ DESCRIBE_FOREIGN = "clfjudge.judges.foreign:describe"
 
 def open_card(spec: str | Path, model_input: str | None = None) -> tuple[Path, JudgeCard]:
     """The directory a judge spec names and its card: judge_card.json, or for a model without one
-    (``DESCRIBE_FOREIGN``) the card that describes it."""
+    (``DESCRIBE_FOREIGN``) the card that describes it. Either way the directory is checked first
+    (``untrusted.check_directory``): nothing in it resolves outside it, no JSON file past the limits."""
     directory = Path(spec)
     if not (directory / CARD_NAME).is_file():
         return resolve(DESCRIBE_FOREIGN)(spec, model_input)
+    check_directory(directory)
     if model_input is not None:
         raise ValueError(f"{directory}: model_input applies to a model without a judge card; this judge's card "
                          f"fixes its input ({directory / CARD_NAME})")
     return directory, JudgeCard.load(directory)
+
+
+def open_judge(spec: str | Path, model_input: str | None = None) -> tuple[Path, JudgeCard]:
+    """``open_card`` for a command that goes on to load the judge elsewhere (an export, Ray actors): a directory that
+    cannot be opened is a ``JudgeError``."""
+    try:
+        return open_card(spec, model_input)
+    except (ValueError, OSError) as exc:
+        raise JudgeError(spec, exc) from exc

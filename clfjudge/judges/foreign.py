@@ -35,17 +35,16 @@ from ..models.backbones import family_of
 from ..models.heads import HEADS
 from ..prompts.model_input import INPUTS
 from ..prompts.truncation import TruncationPolicy
-from ..untrusted import inside, read_json
+from ..untrusted import check_directory, inside, read_json
 
 HUB_PREFIX = "hf:"
 # Files fetched for a hub id: configuration, tokenizer and safetensors weights, never code or pickles.
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-# Configuration files transformers reads from a model directory, and the fields in them that name files.
+# Configuration files transformers reads from a model directory (the files they name: ``untrusted.FILE_FIELDS``).
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                 "preprocessor_config.json", *SAFE_WEIGHTS[1:], *PICKLED_WEIGHTS[1:])
-FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file", "spm_file", "sentencepiece_model_file")
 # A foreign model reads at most this many tokens per answer unless its card says otherwise (decoder RMs declare
 # 32k-128k positions; an answer that long is cut, question first kept, as a scheme's inputs are).
 MAX_LENGTH = 4096
@@ -78,7 +77,8 @@ def fetch(spec: str) -> tuple[Path, dict[str, Any]]:
 
 
 def _configs(directory: Path) -> dict[str, Any]:
-    """Every configuration file present, read within the limits, and the files it names checked to stay inside."""
+    """Every configuration file present, read within the limits (the files they name were checked to stay inside
+    by ``untrusted.check_directory``)."""
     out = {}
     for name in CONFIG_FILES:
         path = directory / name
@@ -87,11 +87,6 @@ def _configs(directory: Path) -> dict[str, Any]:
         data = out[name] = read_json(path)
         if not isinstance(data, dict):
             raise ForeignModelError(f"{path}: a configuration file is a JSON object, got {type(data).__name__}")
-        for key in FILE_FIELDS:
-            if isinstance(data.get(key), str):
-                inside(directory, data[key], f"{path} field {key!r}")
-        for tensor, shard in (data.get("weight_map") or {}).items():
-            inside(directory, shard, f"{path} field 'weight_map.{tensor}'")
     return out
 
 
@@ -115,7 +110,7 @@ def weights_files(directory: Path) -> list[Path]:
                 raise ForeignModelError(f"{index}: field 'weight_map' must map tensors to shard files")
             return sorted({inside(directory, s, f"{index} field 'weight_map'") for s in shards.values()})
         if (directory / names[0]).is_file():
-            return [directory / names[0]]
+            return [inside(directory, names[0], str(directory))]
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".h5", ".msgpack", ".ckpt", ".pt", ".pth"))
     raise ForeignModelError(f"{directory}: no model.safetensors (or pytorch_model.bin, read with weights_only) to "
                             f"load{f'; found {others}, which clfjudge does not load' if others else ''}")
@@ -176,6 +171,7 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
         if not (directory / "config.json").is_file():
             raise FileNotFoundError(f"{directory} is not a judge directory: {CARD_NAME} is missing, and it is not a "
                                     "transformers model either (config.json is missing)")
+    check_directory(directory)
     configs = _configs(directory)
     check_no_code(directory, configs)
     config, tokenizer_config = configs["config.json"], configs.get("tokenizer_config.json", {})

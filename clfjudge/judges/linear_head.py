@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..untrusted import inside
+
 LINEAR_FILE = "head.safetensors"
 SKOPS_FILE = "head.skops"
 PICKLE_FILE = "head.joblib"
@@ -137,10 +139,10 @@ def save_head(estimator: Any, directory: Path) -> dict[str, str]:
 def load_head(directory: Path, runtime: dict[str, Any], *, trust_pickle: bool = False) -> Any:
     """The head a judge directory holds. Never executes code from the directory unless ``trust_pickle``."""
     name, fmt = runtime.get("sklearn_model"), runtime.get("format")
-    if not name or Path(name).name != name:
+    if not isinstance(name, str) or Path(name).name != name:
         raise ValueError(f"{directory / 'judge_card.json'}: field 'runtime.sklearn_model' must be a file name, "
                          f"got {name!r}")
-    path = directory / name
+    path = inside(directory, name, f"{directory / 'judge_card.json'} field 'runtime.sklearn_model'")
     if fmt == "safetensors-linear":
         return LinearHead.load(path)
     if fmt == "skops":

@@ -162,12 +162,15 @@ class ModelJudge(Judge):
 # -- loaders ----------------------------------------------------------------------------------------------
 
 def onnx_model_path(directory: Path, card: JudgeCard, variant: str | None) -> Path:
-    """The ONNX file of ``variant`` ("fp32" | "optimized" | "int8" | a file name); default: the card's primary."""
-    if variant is None:
-        name = card.runtime.get("onnx", {}).get("primary", ONNX_VARIANTS["fp32"])
-    else:
-        name = ONNX_VARIANTS.get(variant, variant)
-    path = inside(directory, name, f"{directory / 'judge_card.json'} field 'runtime.onnx.primary' or variant")
+    """The ONNX file of ``variant`` ("fp32" | "optimized" | "int8" | a file name); default: the card's primary.
+    Every file the card names must lie inside the directory, the ones not run too (a card naming a file elsewhere
+    has been tampered with)."""
+    onnx = card.runtime.get("onnx", {})
+    where = f"{directory / 'judge_card.json'} field 'runtime.onnx'"
+    for named in [onnx.get("primary", ONNX_VARIANTS["fp32"]), *onnx.get("files", {})]:
+        inside(directory, named, where)
+    name = onnx.get("primary", ONNX_VARIANTS["fp32"]) if variant is None else ONNX_VARIANTS.get(variant, variant)
+    path = inside(directory, name, f"{where} or variant")
     if not path.exists():
         have = sorted(p.name for p in directory.glob("*.onnx"))
         raise FileNotFoundError(f"{path} does not exist "

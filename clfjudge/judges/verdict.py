@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import token_batches
-from ..card import JudgeCard
+from ..card import CARD_NAME, JudgeCard
 from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import PairOutputs, RewardHead
@@ -324,12 +324,14 @@ def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precisi
 
 def open_reader(card: JudgeCard, directory: Path | None = None, batch_size: int = 8, **kw: Any) -> VerdictReader:
     """The reader a verdict card describes: its backbone (an offline alias, a hub id, or a directory; relative to
-    the judge directory where one is given) and its questions."""
+    the judge directory where one is given, then held to it as the judge directory's own files are:
+    ``untrusted.check_directory``) and its questions."""
     from ..models.backbones import load_causal_lm, load_tokenizer, resolve_backbone
+    from ..untrusted import check_directory, inside
 
     backbone = card.backbone
-    if directory is not None and (directory / backbone).is_dir():
-        backbone = str(directory / backbone)
+    if directory is not None and not Path(backbone).is_absolute() and (directory / backbone).is_dir():
+        backbone = str(check_directory(inside(directory, backbone, f"{directory / CARD_NAME} field 'backbone'")))
     info = resolve_backbone(backbone)
     tokenizer = load_tokenizer(info, padding_side="right")
     questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], f"{directory or 'card'}")

@@ -116,7 +116,7 @@ class RunFiles:
 def score_file(job: ScoreJob) -> int:
     """Score ``job.input`` into ``job.output`` in this process (the module doc); the exit status: 0 every line
     scored, 1 some lines rejected."""
-    from ..judges.base import Judge
+    from ..judges.base import load_ready
 
     if job.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
@@ -133,7 +133,8 @@ def score_file(job: ScoreJob) -> int:
     if not job.resume and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
-    judge = Judge.load(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
+    # a judge that cannot score fails here (JudgeError), not on every line
+    judge = load_ready(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
                        threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
                        model_input=job.model_input)
     task = pick_task(job.task, judge, ((n, text) for n, text, _ in src.lines(0, 0)), job.options)

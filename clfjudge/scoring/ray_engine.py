@@ -197,9 +197,9 @@ class JudgeActor:
     rejected lines (file, line, field, error) and its tally, as ``clfjudge score`` writes and counts them."""
 
     def __init__(self, model: str, load: dict[str, Any], task: str, symmetric: bool, chunk_size: int) -> None:
-        from ..judges.base import Judge
+        from ..judges.base import load_ready
 
-        self.judge = Judge.load(model, **load)
+        self.judge = load_ready(model, **load)  # a judge that cannot score fails the actor, not every line
         self.judge.require(task)
         self.task, self.symmetric, self.chunk_size = task, symmetric, chunk_size
 

@@ -1,15 +1,17 @@
 """HTTP serving for a judge: Starlette app + dynamic batching.
 
-Requests are authenticated (optional API key), validated, measured in the judge's own tokens
-(``Judge.sequence_lengths``), queued (bounded: 503 when full), merged by one batching task into judge calls, run
-in a worker thread (the judge is not re-entrant, so one call at a time), and answered. A call waits at most
-``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to fill, then takes queued
-requests in arrival order, up to ``max_batch_size`` items and ``max_batch_tokens`` padded tokens
-(``batching.next_call``: text-embeddings-inference's queue and token budget);
-requests that arrive while the judge runs are queued for the next call, so under load calls fill without waiting;
-a request waiting longer than ``timeout_s`` gets 504. Before it listens, the server warms the judge up
-(``Judge.warm_up``: sessions loaded, memory grown for the biggest call). On shutdown the server stops accepting
-(503), drains what is queued, then stops the batcher.
+Requests are authenticated (optional API key), read (within ``read_timeout_s``), then parsed, validated and measured
+in the judge's own tokens (``Judge.sequence_lengths``) in a worker thread, so that the event loop, and /healthz and
+/metrics with it, stays free while a big body is tokenized; then queued (bounded: 503 when full), merged by one
+batching task into judge calls, run in a worker thread (the judge is not re-entrant, so one call at a time), and
+answered. A call waits at most ``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to
+fill, then takes queued requests in arrival order, up to ``max_batch_size`` items and ``max_batch_tokens`` padded
+tokens (``batching.next_call``: text-embeddings-inference's queue and token budget); requests that arrive while the
+judge runs are queued for the next call, so under load calls fill without waiting; a request waiting longer than
+``timeout_s`` gets 504. Before it listens, the server warms the judge up (``Judge.warm_up``: sessions loaded, memory
+grown for the biggest call), or without warm-up judges one short item (``Judge.self_test``): a judge that cannot
+score never starts serving, so never reports healthy. On shutdown the server stops accepting (503), drains what is
+queued, then stops the batcher.
 
 Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
 5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
@@ -25,6 +27,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +52,7 @@ class Limits:
     max_queue: int = 256  # queued items (not requests)
     timeout_s: float = 30.0
     max_body_bytes: int = 1 << 20
+    read_timeout_s: float = 10.0  # the whole body must arrive within this (a slow client, a lying Content-Length)
     max_items: int = 64  # items per request
     max_text_chars: int = 32_000
     max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]}), a conversation's text part 7
@@ -286,7 +290,9 @@ def json_depth(text: str) -> int:
 
 
 async def read_body(request, limits: Limits) -> bytes:
-    """The body, read no further than ``max_body_bytes`` (413 beyond, whether or not it declared its size)."""
+    """The body, read no further than ``max_body_bytes`` (413 beyond, whether or not it declared its size) and
+    for no longer than ``read_timeout_s`` (408: a client that sends slowly, or less than its Content-Length,
+    does not hold its connection and a worker forever)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
@@ -294,11 +300,21 @@ async def read_body(request, limits: Limits) -> bytes:
         if int(declared) > limits.max_body_bytes:
             raise HTTPError(413, f"body of {int(declared)} bytes, limit {limits.max_body_bytes}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            raise HTTPError(413, f"body of over {limits.max_body_bytes} bytes, limit {limits.max_body_bytes}")
-        chunks.append(chunk)
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise HTTPError(413, f"body of over {limits.max_body_bytes} bytes, limit {limits.max_body_bytes}")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), limits.read_timeout_s)
+    except asyncio.TimeoutError:
+        raise HTTPError(408, f"body not received within {limits.read_timeout_s} s ({size} bytes came"
+                             + (f" of the {declared} declared)" if declared is not None else ")"),
+                        {"Connection": "close"}) from None
     return b"".join(chunks)
 
 
@@ -397,7 +413,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
     """A Starlette app serving ``judge`` (a clfjudge.judges.base.Judge or anything with compare_batch/score_batch
     and ``tasks``). With ``api_key``, /compare, /score and /metrics need ``Authorization: Bearer <key>``;
     /healthz stays open (load balancers probe it). ``warm_up``: run ``judge.warm_up`` (if it has one) at startup,
-    before the server listens."""
+    before the server listens; without it, ``judge.self_test`` (one short item) runs there instead."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
@@ -424,6 +440,18 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
         """The token lengths of every sequence the judge reads for these items (none when it cannot tell)."""
         per_record = measure([build(item) for item in items])
         return [] if per_record is None else [n for seqs in per_record for n in seqs]
+
+    def prepare(task: str, raw: bytes) -> tuple[list[dict[str, Any]], bool, list[int], bool]:
+        """A body -> its items, symmetric flag, token lengths, and whether it was a batch; run in ``preparer``."""
+        body = parse_body(raw, limits)
+        fields, build = inputs[task]
+        items, symmetric = validate(body, fields, limits, build)
+        return items, symmetric, lengths(items, build), "items" in body
+
+    # Parsing, validation and tokenization of bodies (up to max_body_bytes each) run here, off the event loop. One
+    # thread: the judge's tokenizer is shared with the judge call running beside it, and more preparers would
+    # only queue on the interpreter lock; the loop meanwhile answers /healthz and /metrics.
+    preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clfjudge-prepare")
 
     def plan(call_lengths: list[int]) -> list[list[int]]:  # as the judge cuts a call into forward passes
         return token_batches(call_lengths, judge_rows, getattr(judge, "max_batch_tokens", None),
@@ -456,11 +484,11 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
                     raise HTTPError(404, f"this {judge.card.head} judge cannot {task}; it serves {served}")
                 if not state["accepting"]:
                     raise HTTPError(503, "server is shutting down")
-                body = parse_body(await read_body(request, limits), limits)
-                fields, build = inputs[task]
-                items, symmetric = validate(body, fields, limits, build)
-                results = await batchers[task].submit(items, symmetric, lengths(items, build))
-                response = JSONResponse({"results": results} if "items" in body else results[0])
+                raw = await read_body(request, limits)
+                items, symmetric, sizes, batch = await asyncio.get_running_loop().run_in_executor(
+                    preparer, prepare, task, raw)
+                results = await batchers[task].submit(items, symmetric, sizes)
+                response = JSONResponse({"results": results} if batch else results[0])
             except HTTPError as exc:
                 response = error_response(exc)
             except ClientDisconnect:  # the client left mid-body: nobody reads the answer, and it is no server fault
@@ -499,6 +527,8 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
             start = time.monotonic()
             await asyncio.to_thread(judge.warm_up, limits.max_batch_size)
             stats.warm_up_s = time.monotonic() - start
+        elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
+            await asyncio.to_thread(judge.self_test)
         for task in tasks:
             batchers[task] = Batcher(runners[task], limits, stats, plan, passes)
             batchers[task].start()
@@ -506,6 +536,7 @@ def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, war
         state["accepting"] = False
         for b in batchers.values():
             await b.drain()
+        preparer.shutdown(wait=False)
 
     schema = openapi_schema(judge, tasks, limits, secured=key is not None)
 
