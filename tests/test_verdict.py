@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 from clfjudge import best_of_n, reward_function, testing
 from clfjudge.card import JudgeCard
+from clfjudge.data.records import Verdict
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict import VerdictQuestion, presets, questions_from, verdict_card, verdict_token_ids
 from clfjudge.serving.server import create_app
@@ -231,3 +232,19 @@ def test_the_shipped_recipes_parse():
     stacked = TrainConfig.from_yaml("train/cpu/stacked-smollm2-verdict.yaml", [])
     assert "verdict_diff" in stacked.embedding["features"]
     assert TrainConfig.from_yaml(config_path("recipes/quality-verdict.yaml"), []).head == "verdict"
+
+
+@pytest.mark.slow
+def test_a_real_offline_chat_model_judges(tmp_path):
+    """SmolLM2-135M-Instruct (the offline default reader, a real chat model) as a verdict judge: its log-odds are
+    transformers' own forward pass through the model's chat template, and it scores and compares."""
+    from clfjudge.models.backbones import resolve_backbone
+
+    make(tmp_path, "smollm2")
+    judge = Judge.load(tmp_path)
+    model_dir = resolve_backbone("smollm2").path_or_id
+    for answer in ("7", "9 is a prime number."):
+        want = reference_log_odds(model_dir, presets()["correct"], {"question": QUESTION, "answer": answer})
+        assert judge.score(QUESTION, answer).value == pytest.approx(want, abs=1e-4)
+    c = judge.compare(QUESTION, "7", "9 is a prime number.", symmetric=True)
+    assert c.verdict in (Verdict.A, Verdict.B) and c.p_a + c.p_b == pytest.approx(1.0, abs=1e-6)
