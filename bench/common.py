@@ -32,3 +32,16 @@ def write(name: str, data: dict[str, Any], markdown: str, results: Path = RESULT
     path = results / f"{name}_{day}.md"
     path.write_text(markdown)
     return path
+
+
+def path_rows(rows: dict[str, dict[str, Any]], base: float | None, columns: int, cells) -> list[str]:
+    """Markdown rows of a per-path speed table: the path, answers/s, the ratio to ``base`` and ``cells(row)`` (the
+    path's own columns, already joined); a path that did not run says why across ``columns`` columns."""
+    out = []
+    for path, r in rows.items():
+        if "answers_per_s" not in r:
+            out.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} |" + " |" * (columns - 2))
+            continue
+        ratio = f"{r['answers_per_s'] / base:.2f}x" if base else "-"
+        out.append(f"| {path} | {r['answers_per_s']:.2f} | {ratio} | {cells(r)} |")
+    return out

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write  # noqa: E402
+from common import machine, path_rows, write  # noqa: E402
 
 PATHS = ("pytorch fp32 all", "pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int8", "onnx int4", "openvino bf16")
 REFERENCE = "pytorch fp32"
@@ -154,13 +154,9 @@ def markdown(d: dict[str, Any]) -> str:
     lines += ["| path | answers/s | x PyTorch fp32 all layers | min cosine | mean cosine | peak RSS MB |",
               "|---|---|---|---|---|---|"]
     base = d["rows"].get("pytorch fp32 all", {}).get("answers_per_s")
-    for path, r in d["rows"].items():
-        if "answers_per_s" not in r:
-            lines.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} | | | | |")
-            continue
-        ratio = f"{r['answers_per_s'] / base:.2f}x" if base else "-"
-        cos = (f"{r['min_cosine']:.5f} | {r['mean_cosine']:.5f}" if "min_cosine" in r else "- | -")
-        lines.append(f"| {path} | {r['answers_per_s']:.2f} | {ratio} | {cos} | {r['peak_rss_mb']:.0f} |")
+    lines += path_rows(d["rows"], base, 6, lambda r: (
+        f"{r['min_cosine']:.5f} | {r['mean_cosine']:.5f}" if "min_cosine" in r else "- | -")
+        + f" | {r['peak_rss_mb']:.0f}")
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write  # noqa: E402
+from common import machine, path_rows, write  # noqa: E402
 from reader_speed import inputs, peak_rss_mb  # noqa: E402
 
 PATHS = ("pytorch fp32", "pytorch bf16", "onnx fp32", "openvino bf16", "onnx int4")
@@ -122,14 +122,9 @@ def markdown(d: dict[str, Any]) -> str:
     lines += ["| path | answers/s | x PyTorch fp32 | sign agreement | max abs diff | precision | peak RSS MB |",
               "|---|---|---|---|---|---|---|"]
     base = d["rows"].get(REFERENCE, {}).get("answers_per_s")
-    for path, r in d["rows"].items():
-        if "answers_per_s" not in r:
-            lines.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} | | | | | |")
-            continue
-        ratio = f"{r['answers_per_s'] / base:.2f}x" if base else "-"
-        agree = f"{r['sign_agreement']:.1%} | {r['max_abs_diff']:.3g}" if "sign_agreement" in r else "- | -"
-        lines.append(f"| {path} | {r['answers_per_s']:.2f} | {ratio} | {agree} | {r['precision']} | "
-                     f"{r['peak_rss_mb']:.0f} |")
+    lines += path_rows(d["rows"], base, 7, lambda r: (
+        f"{r['sign_agreement']:.1%} | {r['max_abs_diff']:.3g}" if "sign_agreement" in r else "- | -")
+        + f" | {r['precision']} | {r['peak_rss_mb']:.0f}")
     return "\n".join(lines) + "\n"
 
 
