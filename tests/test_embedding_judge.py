@@ -180,8 +180,9 @@ def test_pair_feature_groups_are_symmetric_or_antisymmetric(name):
     rng = np.random.default_rng(0)
     q, a, b = (rng.normal(size=(4, 8)) for _ in range(3))
     a_stats, b_stats = (rng.normal(size=(4, 7)) for _ in range(2))
+    a_verdict, b_verdict = (rng.normal(size=(4, 2)) for _ in range(2))
     view = PairView(q, a, b, ["what?", "why is it so?", "q", "hm"], ["a b c", "x", "long " * 9, "z"],
-                    ["d", "e f g h", "y", "short z"], a_stats, b_stats)
+                    ["d", "e f g h", "y", "short z"], a_stats, b_stats, a_verdict, b_verdict)
     group = PAIR_FEATURES.get(name)
     forward, backward = group.compute(view), group.compute(view.swapped())
     assert forward.shape == backward.shape and forward.shape[0] == 4

@@ -13,7 +13,7 @@ import pytest
 from tiny_judges import make_judge
 
 from clfjudge.card import JudgeCard
-from clfjudge.cli import main
+from clfjudge.cli import EXIT_JUDGE, main
 
 N_ROWS = 24
 # row (from 1) -> (what is wrong, the loader's reason)
@@ -206,7 +206,8 @@ def test_a_pickle_that_runs_code_is_refused_in_one_line_naming_the_file_and_the_
         pickle.dump({"weights": state, "payload": _Payload(marker)}, f)
     items = tmp_path / "in.jsonl"
     items.write_text(json.dumps({"question": "Q?", "answer": "A."}) + "\n")
-    assert main(["score", str(model), "--input", str(items), "--output", str(tmp_path / "o.jsonl")]) == 2
+    # a judge that cannot load is a judge error (exit 3), before any input is read
+    assert main(["score", str(model), "--input", str(items), "--output", str(tmp_path / "o.jsonl")]) == EXIT_JUDGE
     error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("clfjudge: error:")]
     assert len(error) == 1 and f"{model / 'pytorch_model.bin'}:" in error[0] and "--trust-pickle" in error[0]
     assert not marker.exists()
