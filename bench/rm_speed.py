@@ -41,8 +41,10 @@ import numpy as np
 Scorer = Callable[[Sequence[tuple[str, str]]], np.ndarray]
 
 
-def train_rm(alias: str, out: Path, steps: int, threads: int) -> Path:
-    """A reward model from offline weights, trained ``steps`` steps by TRL's RewardTrainer on hh-rlhf pairs."""
+def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float = 2e-5, head_only: bool = False) -> Path:
+    """A reward model from offline weights, trained ``steps`` steps by TRL's RewardTrainer on hh-rlhf pairs;
+    ``head_only``: the backbone frozen, only the score head trained (a linear probe: a 0.5B model's full
+    fine-tuning is hours on 2 cores, and the bench needs decisive rewards, not a good reward model)."""
     from datasets import Dataset
     from trl import RewardConfig, RewardTrainer
 
@@ -55,6 +57,12 @@ def train_rm(alias: str, out: Path, steps: int, threads: int) -> Path:
     info = resolve_backbone(alias)
     tokenizer = load_tokenizer(info)
     model = load_seq_cls(info, 1, "regression", tokenizer=tokenizer)
+    if head_only:
+        head = model.score  # the sequence-classification head of a decoder (``classifier`` on encoders)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in head.parameters():
+            p.requires_grad_(True)
     records = [r for r in sources.load_usable("hh-rlhf", RewardHead().select).records if r.verdict.value != "TIE"]
     records = random.Random(0).sample(records, min(len(records), steps * 8))
     chat = info.family == "decoder"
@@ -70,7 +78,7 @@ def train_rm(alias: str, out: Path, steps: int, threads: int) -> Path:
         return {"chosen_ids": ids[0], "rejected_ids": ids[1]}
 
     args = RewardConfig(output_dir=str(out.with_name(out.name + "-run")), max_steps=steps,
-                        per_device_train_batch_size=8, learning_rate=2e-5, max_length=512, report_to=[],
+                        per_device_train_batch_size=8, learning_rate=lr, max_length=512, report_to=[],
                         save_strategy="no", logging_steps=10, use_cpu=True, seed=0, dataloader_num_workers=0)
     trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer,
                             train_dataset=Dataset.from_list([row(r) for r in records]))

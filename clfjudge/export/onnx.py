@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -109,6 +110,8 @@ class ParityConfig:
     seed: int = 0
     batch_size: int = 8
     default_sources: dict[str, list[str]] = field(default_factory=dict)  # judge kind -> sources to try
+    budget_tflop: float | None = None  # compute one run of the gate may take; None: n_records always
+    min_records: int = 16  # the budget never cuts the slice below this
 
     @classmethod
     def load(cls, path: str | Path = PARITY_CONFIG, overrides: Sequence[str] = ()) -> ParityConfig:
@@ -143,6 +146,8 @@ class ParityConfig:
             seed=int(validation.get("seed", 0)),
             batch_size=int(validation.get("batch_size", 8)),
             default_sources={k: list(v) for k, v in (validation.get("default_sources") or {}).items()},
+            budget_tflop=None if validation.get("budget_tflop") is None else float(validation["budget_tflop"]),
+            min_records=int(validation.get("min_records", 16)),
         )
 
     def for_precision(self, precision: str) -> Thresholds:
@@ -246,6 +251,39 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, source
                      f"{': ' + str(skipped) if skipped else ''}; pass --source NAME")
 
 
+def within_budget(records: Sequence[Record], lengths: Sequence[Sequence[int]], parameters: int,
+                  config: ParityConfig) -> tuple[list[Record], dict[str, Any]]:
+    """The first records of the (already seeded, shuffled) slice whose reading fits the gate's compute budget:
+    about ``2 x parameters`` FLOPs per token, summed over each record's sequences, at most ``budget_tflop`` per run
+    (and never fewer than ``min_records``). A 0.5B decoder reads tens of pairs where an encoder reads them all, so
+    a gate of six runs stays in minutes on two cores."""
+    if config.budget_tflop is None:
+        return list(records), {}
+    cost = np.cumsum([2.0 * parameters * sum(lens) / 1e12 for lens in lengths])
+    keep = max(min(config.min_records, len(records)), int(np.searchsorted(cost, config.budget_tflop, side="right")))
+    info = {"budget_tflop": config.budget_tflop, "parameters": parameters,
+            "tokens": int(sum(map(sum, lengths[:keep]))),
+            "tflop_per_run": round(float(cost[keep - 1]), 3) if keep else 0.0, "kept": keep, "of": len(records)}
+    return list(records[:keep]), info
+
+
+def read_in_chunks(judge: ModelJudge, records: Sequence[Record], size: int) -> np.ndarray:
+    """``judge.raw_outputs`` over consecutive chunks of ``size`` records: the batches every gate run reads alike."""
+    return np.concatenate([judge.raw_outputs(records[i:i + size]) for i in range(0, len(records), size)])
+
+
+def _certain_failure(ref_raw: np.ndarray, raw: np.ndarray, agree: np.ndarray, kept_total: int,
+                     thresholds: Thresholds) -> str | None:
+    """Why a run already fails whatever the records it has not read give (None: it may still pass)."""
+    if thresholds.max_abs_diff is not None and np.abs(raw - ref_raw).max() > thresholds.max_abs_diff:
+        return "max |logit diff| over the threshold"
+    if thresholds.min_agreement is not None:
+        allowed = int(np.floor((1.0 - thresholds.min_agreement) * kept_total + 1e-9))
+        if int((~agree).sum()) > allowed:
+            return f"{int((~agree).sum())} decisions differ, at most {allowed} may"
+    return None
+
+
 # -- decisions and metric ---------------------------------------------------------------------------------
 
 def _decisions(judge: ModelJudge, raw: np.ndarray) -> list[Any]:
@@ -279,31 +317,51 @@ def decision_slack(judge: ModelJudge, raw: np.ndarray) -> np.ndarray:
 
 
 def compare_to_reference(reference: ModelJudge, candidate: ModelJudge, records: Sequence[Record],
-                         ref_raw: np.ndarray | None = None, boundary_eps: float | None = None) -> dict[str, Any]:
+                         ref_raw: np.ndarray | None = None, boundary_eps: float | None = None, *,
+                         chunk: int | None = None, stop: Thresholds | None = None) -> dict[str, Any]:
     """Parity numbers of ``candidate`` against ``reference`` on the same records and the same batches.
 
     With ``boundary_eps``, records whose reference decision is within that slack of flipping are left out of
     the agreement and the metric (and counted): an fp32 graph computes the same function up to float rounding,
-    which can tip a decision that sits on a boundary (an undertrained judge puts many there)."""
+    which can tip a decision that sits on a boundary (an undertrained judge puts many there).
+    With ``chunk``, the candidate reads ``chunk`` records at a time (``read_in_chunks``: read the reference alike);
+    with ``stop`` as well, it stops as soon as it fails those thresholds whatever the rest gives, and the numbers
+    are those of the records read (``stopped_early`` says how many and why)."""
     ref_raw = reference.raw_outputs(records) if ref_raw is None else ref_raw
-    start = time.perf_counter()
-    raw = candidate.raw_outputs(records)
-    records_per_s = len(records) / max(time.perf_counter() - start, 1e-9)  # what "served" is chosen by
-    diff = np.abs(raw - ref_raw)
     keep = np.ones(len(records), dtype=bool)
     if boundary_eps:
         keep = decision_slack(reference, ref_raw) > boundary_eps
     if not keep.any():  # everything on a boundary: compare everything rather than nothing
         keep[:] = True
-    idx = np.flatnonzero(keep)
+    ref_decisions = _decisions(reference, ref_raw)
+    size = chunk or len(records)
+    parts, seconds, stopped = [], 0.0, None
+    for start in range(0, len(records), size):
+        began = time.perf_counter()
+        parts.append(candidate.raw_outputs(records[start:start + size]))
+        seconds += time.perf_counter() - began
+        read = start + len(parts[-1])
+        if stop is not None and read < len(records):
+            raw = np.concatenate(parts)
+            agree = np.array([a == b for a, b in zip(ref_decisions[:read], _decisions(candidate, raw))])[keep[:read]]
+            why = _certain_failure(ref_raw[:read], raw, agree, int(keep.sum()), stop)
+            if why:
+                stopped = {"read": read, "of": len(records), "why": why}
+                break
+    raw = np.concatenate(parts)
+    n = len(raw)
+    ref_raw, keep, records = ref_raw[:n], keep[:n], records[:n]
+    diff = np.abs(raw - ref_raw)
+    idx = np.flatnonzero(keep) if keep.any() else np.arange(n)
     kept = [records[i] for i in idx]
     metric, ref_value = _metric(reference, ref_raw[idx], kept)
     value = _metric(candidate, raw[idx], kept)[1]
     agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw[idx]), _decisions(candidate, raw[idx]))])
     return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "agreement": float(agree),
             "metric": metric, "metric_reference": float(ref_value), "metric_onnx": float(value),
-            "metric_delta": float(value - ref_value), "on_boundary": int(len(records) - len(idx)),
-            "records_per_s": records_per_s}
+            "metric_delta": float(value - ref_value), "on_boundary": int(n - len(idx)),
+            "records_per_s": n / max(seconds, 1e-9),  # what "served" is chosen by
+            **({"stopped_early": stopped} if stopped else {})}
 
 
 # -- ONNX export ------------------------------------------------------------------------------------------
@@ -549,6 +607,96 @@ def _parity_message(report: dict[str, Any]) -> str:
     return "parity gate failed, nothing was written: " + " | ".join(_failure_lines(report))
 
 
+# Every gate run reads the records in chunks of this many batches (the reference alike), so a failing run stops
+# after a chunk rather than after the whole slice.
+GATE_CHUNK_BATCHES = 4
+
+
+class Stopwatch:
+    """Seconds per named step of an export (the parity report's ``seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._started = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, step: str):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = round(time.perf_counter() - began, 2)
+            self.seconds["total"] = round(time.perf_counter() - self._started, 2)
+
+
+def decoder_parameters(model: torch.nn.Module) -> int:
+    """Parameters a token's reading multiplies through: all but the input embeddings (a lookup)."""
+    embeddings = model.get_input_embeddings()
+    skip = {id(p) for p in embeddings.parameters()} if embeddings is not None else set()
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+def head_products(path: Path, max_outputs: int = 16) -> list[str]:
+    """The graph's classification head: MatMul / Gemm nodes whose weight has at most ``max_outputs`` columns (the
+    labels). Weight-only int4 keeps them fp32: a handful of columns cost nothing and carry the decision."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    shapes = {t.name: list(t.dims) for t in graph.initializer}
+    return [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
+            and len(shapes.get(n.input[1], [])) == 2 and min(shapes[n.input[1]]) <= max_outputs]
+
+
+def write_variants(tmp: Path, model: torch.nn.Module, sample: Mapping[str, np.ndarray], opset: int | None,
+                   clock: Stopwatch, *, optimize: bool, quant: Int8Settings | None, int4: bool
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """model.onnx and the asked-for variants in ``tmp``: the files (name -> precision and how it was made) and
+    what the exporter did."""
+    fp32 = tmp / ONNX_VARIANTS["fp32"]
+    with clock("export fp32"):
+        exported = export_onnx(model, sample, fp32, opset)
+    external = exported["external_data"]
+    files: dict[str, dict[str, Any]] = {fp32.name: {"precision": "fp32"}}
+    source_for_int8 = fp32
+    if optimize:
+        optimized = tmp / ONNX_VARIANTS["optimized"]
+        with clock("optimize"):
+            files[optimized.name] = {"precision": "fp32", **optimize_onnx(fp32, optimized, model.config, external)}
+        source_for_int8 = optimized
+    if quant is not None:
+        quantized = tmp / ONNX_VARIANTS["int8"]
+        with clock("int8"):
+            files[quantized.name] = {"precision": "int8", "from": source_for_int8.name,
+                                     **quantize_onnx(source_for_int8, quantized, quant, external)}
+    if int4:
+        weight_only = tmp / ONNX_VARIANTS["int4"]
+        with clock("int4"):
+            files[weight_only.name] = {"precision": "int4", "from": fp32.name,
+                                       **quantize_int4(fp32, weight_only, nodes_to_exclude=head_products(fp32))}
+    return files, exported
+
+
+def _write_judge(tmp: Path, out: Path, card: JudgeCard, judge_dir: Path, config: Any, tokenizer: Any,
+                 reference: ModelJudge, files: dict[str, Any], exported: dict[str, Any], primary: str,
+                 report: dict[str, Any]) -> None:
+    """The gate passed: the report, config, tokenizer, signature and card into ``tmp``, then ``tmp`` -> ``out``."""
+    validation, variants = report["validation"], report["variants"]
+    (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+    config.save_pretrained(tmp)
+    if "input" not in card.truncation:  # a foreign model keeps its own chat template
+        carry_prompt(tokenizer, card.scheme, reference.encoder.length_hint)
+    tokenizer.save_pretrained(tmp)
+    signature.write(tmp, signature.sequence_classification(card, config, tokenizer, tmp, files, primary))
+    card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
+        "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
+        "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
+                   **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
+                      for name, v in variants.items()}},
+        "exported_from": str(judge_dir.resolve()),
+    }}
+    signature.finish(tmp, out, card)
+
+
 def export_judge(judge_dir: str | Path, out_dir: str | Path, *, providers: Sequence[str] = (),
                  **options: Any) -> ExportResult:
     """Export, optimize / quantize, gate on parity and write the ONNX judge directory (see the module doc and
@@ -572,13 +720,14 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, *, providers: Seque
     return result
 
 
-def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, optimize: bool = False,
-            opset: int | None = None, isa: str = "auto", source: str | None = None,
+def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = False,
+            optimize: bool = False, opset: int | None = None, isa: str = "auto", source: str | None = None,
             n_records: int | None = None, parity: ParityConfig | None = None,
             int8_config: str | Path = INT8_CONFIG, fallback: bool = False,
             providers: Sequence[str] = (), model_input: str | None = None) -> ExportResult:
-    """``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
-    (int8, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
+    """``int4``: also write the weight-only int4 file (``quantize_int4``; the primary unless ``int8``).
+    ``providers``: also gate the fp32 file as these run it. ``fallback``: when the gate refuses only lossy runs
+    (int8, int4, a bf16 provider) but passes fp32, write what passed and say why in the parity report (``refused``)
     instead of failing. The card's ``runtime.onnx.served`` names the fastest run that passed. ``model_input``: for a
     model without a judge card, its input format (``judges.foreign``)."""
     judge_dir, card = open_card(judge_dir, model_input)  # a model without a card is described (``judges.foreign``)
@@ -586,7 +735,8 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
     if card.head in EXPORTERS:
         return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
                                                  n_records=n_records, parity=parity, int8_config=int8_config,
-                                                 fallback=fallback, providers=providers)
+                                                 fallback=fallback, providers=providers,
+                                                 **({"int4": True} if int4 else {}))
     if card.head not in HEAD_TASKS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
                          f"{', '.join(HEAD_TASKS)})")
@@ -596,68 +746,49 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, o
     _check_out_dir(out)
     parity = parity or ParityConfig.load()
     quant = int8_settings(isa, int8_config) if int8 else None
-    head = HEADS.get(card.head).from_card(card)
-    records, validation = validation_records(card, head, parity, source, n_records)
-
+    clock = Stopwatch()
     tokenizer = load_tokenizer(judge_dir)
     torch_backend = TorchBackend(judge_dir)
     reference = ModelJudge(card, tokenizer, torch_backend, parity.batch_size)
-    ref_raw = reference.raw_outputs(records)
+    records, validation = validation_records(card, HEADS.get(card.head).from_card(card), parity, source, n_records)
+    records, budget = within_budget(records, reference.sequence_lengths(records),
+                                    decoder_parameters(torch_backend.model), parity)
+    validation.update(n=len(records), **({"budget": budget} if budget else {}))
+    chunk = parity.batch_size * GATE_CHUNK_BATCHES
+    with clock("reference"):
+        ref_raw = read_in_chunks(reference, records, chunk)
     sample = tokenizer.pad([s for r in records[:2] for s in reference.encode(r)], padding=True, return_tensors="np")
+    config = torch_backend.model.config
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        fp32 = tmp / ONNX_VARIANTS["fp32"]
-        exported = export_onnx(torch_backend.model, sample, fp32, opset)
-        external = exported["external_data"]
-        files: dict[str, dict[str, Any]] = {fp32.name: {"precision": "fp32"}}
-        source_for_int8 = fp32
-        if optimize:
-            optimized = tmp / ONNX_VARIANTS["optimized"]
-            files[optimized.name] = {"precision": "fp32",
-                                     **optimize_onnx(fp32, optimized, torch_backend.model.config, external)}
-            source_for_int8 = optimized
-        if quant is not None:
-            quantized = tmp / ONNX_VARIANTS["int8"]
-            files[quantized.name] = {"precision": "int8", "from": source_for_int8.name,
-                                     **quantize_onnx(source_for_int8, quantized, quant, external)}
-        primary = ONNX_VARIANTS["int8"] if int8 else ONNX_VARIANTS["optimized"] if optimize else fp32.name
-
+        files, exported = write_variants(tmp, torch_backend.model, sample, opset, clock, optimize=optimize,
+                                         quant=quant, int4=int4)
+        torch_backend.model = None  # the reference is read: its weights are not held while the gate runs
+        primary = next(ONNX_VARIANTS[k] for k in ("int8", "int4", "optimized", "fp32") if ONNX_VARIANTS[k] in files)
         variants = {}
-        for run in gate_runs(files, fp32.name, providers):
+        for run in gate_runs(files, ONNX_VARIANTS["fp32"], providers):
             thresholds = parity.for_precision(run.precision)
-            candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider), parity.batch_size)
-            measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
+            with clock(f"gate {run.key}"):
+                candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider), parity.batch_size)
+                measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps,
+                                                chunk=chunk, stop=thresholds)
+                del candidate  # one session at a time
             variants[run.key] = gate_entry(run, measured, thresholds)
         for name, meta in files.items():
             meta["bytes"] = sum(p.stat().st_size for p in tmp.glob(name + "*"))
         report = {
             "judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "validation": {**validation, "batch_size": parity.batch_size,
+            "validation": {**validation, "batch_size": parity.batch_size, "chunk_records": chunk,
                            "truncated": reference.encoder.report.to_dict()},
             "export": exported, "primary": primary, "variants": variants,
-            "passed": all(v["passed"] for v in variants.values()),
+            "passed": all(v["passed"] for v in variants.values()), "seconds": clock.seconds,
         }
         if fallback and drop_refused(report, files, tmp) and primary not in files:
-            primary = report["primary"] = ONNX_VARIANTS["optimized"] if optimize else fp32.name
+            primary = report["primary"] = ONNX_VARIANTS["optimized"] if optimize else ONNX_VARIANTS["fp32"]
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
-
-        (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
-        torch_backend.model.config.save_pretrained(tmp)
-        if "input" not in card.truncation:  # a foreign model keeps its own chat template
-            carry_prompt(tokenizer, card.scheme, reference.encoder.length_hint)
-        tokenizer.save_pretrained(tmp)
-        signature.write(tmp, signature.sequence_classification(card, torch_backend.model.config, tokenizer, tmp,
-                                                               files, primary))
-        card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
-            "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
-            "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
-                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
-                          for name, v in variants.items()}},
-            "exported_from": str(judge_dir.resolve()),
-        }}
-        signature.finish(tmp, out, card)  # the signature is written above
+        _write_judge(tmp, out, card, judge_dir, config, tokenizer, reference, files, exported, primary, report)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -139,9 +139,10 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
                     path.unlink()
 
 
-def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, isa: str = "auto",
-                         source: str | None = None, n_records: int | None = None, parity=None, int8_config=None,
-                         trust_pickle: bool = False, fallback: bool = False, providers=()):
+def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = True,
+                         isa: str = "auto", source: str | None = None, n_records: int | None = None, parity=None,
+                         int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=()):
+    """``int4`` is accepted and always on: every question's graph gets its weight-only int4 copy, gated."""
     from ..models.heads import RewardHead
     from .onnx import (
         ExportResult,

@@ -38,7 +38,8 @@ from .calibration import Calibration
 
 DEFAULT_BATCH_SIZE = 16
 # ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
-ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx"}
+ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx",
+                 "int4": "model_int4.onnx"}
 # PyTorch weights of a judge: safetensors, or pickles read as tensors only (``weights_only``), whole or in shards.
 TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
