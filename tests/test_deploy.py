@@ -26,13 +26,14 @@ EXPORT = REPO / "export"
 
 # -- presets ------------------------------------------------------------------------------------------------
 
-def test_the_presets_cover_fp32_int8_per_isa_openvino_bf16_and_cuda():
+def test_the_presets_cover_fp32_int8_per_isa_int4_openvino_bf16_and_cuda():
     presets = {p.stem: load_preset(p) for p in sorted(EXPORT.glob("*.yaml"))}
     isas = sorted((yaml.safe_load((REPO / "clfjudge/configs/int8.yaml").read_text()) or {})["isa"])
     assert presets["fp32"] == {"int8": False, "optimize": False, "fallback": False}
     for isa in isas:  # one int8 preset per instruction set int8.yaml has settings for
         assert presets[f"int8-{isa.replace('_', '-')}"]["int8"] is True
         assert presets[f"int8-{isa.replace('_', '-')}"]["isa"] == isa
+    assert presets["int4"] == {"int4": True, "fallback": False}
     assert presets["openvino-bf16"]["providers"] == ["openvino-bf16"]
     assert presets["cuda"]["providers"] == ["cuda"]
     for name in presets:  # each says what it is and how to use it
@@ -87,9 +88,11 @@ def test_clfjudge_export_takes_a_preset_and_options_given_override_it(monkeypatc
     assert main(["export", "judge", "--out", str(tmp_path / "b"), "--preset", preset, "--isa", "arm64",
                  "--fallback", "--provider", "openvino"]) == 0
     assert calls[-1]["isa"] == "arm64" and calls[-1]["fallback"] is True and calls[-1]["int8"] is True
-    assert calls[-1]["providers"] == ["openvino"]
+    assert calls[-1]["providers"] == ["openvino"] and "int4" not in calls[-1]  # named only where asked for
+    assert main(["export", "judge", "--out", str(tmp_path / "d"), "--preset", str(EXPORT / "int4.yaml")]) == 0
+    assert calls[-1]["int4"] is True and calls[-1]["int8"] is False
     assert main(["export", "judge", "--out", str(tmp_path / "c"), "--preset", str(tmp_path / "none.yaml")]) == 2
-    assert "export preset" in capsys.readouterr().err and len(calls) == 2
+    assert "export preset" in capsys.readouterr().err and len(calls) == 3
 
 
 # -- the container recipe --------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """ONNX export of a decoder embedding judge (tiny random LLaMA with a chat template): the reader graph matches
-PyTorch, the exported directory loads through Judge.load without importing PyTorch, int8 goes through the gate."""
+PyTorch, the exported directory loads through Judge.load without importing PyTorch, int8 and int4 go through the
+gate."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -11,6 +13,8 @@ import pytest
 from test_decoder_embedder import TEMPLATE, _pairs
 
 from clfjudge.card import JudgeCard
+from clfjudge.cli.export import _print_variants
+from clfjudge.export.embedding import export_embedding_judge
 from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
@@ -98,6 +102,60 @@ def test_int8_fallback_writes_fp32_when_the_gate_refuses_only_int8(judge_dir, tm
     with pytest.raises(ParityError, match="max_abs_diff"):  # a failing fp32 variant still fails the export
         export_judge(judge_dir, tmp_path / "broken", int8=True, fallback=True, n_records=12,
                      parity=_parity(**{"int8.min_cosine": 1.01, "fp32.max_abs_diff": -1.0}))
+
+
+def test_int4_reader_is_exported_gated_loaded_and_scored(judge_dir, tmp_path):
+    import onnx
+
+    out = tmp_path / "int4"
+    # a random tiny judge's decisions sit near ties: here the gate keeps int4 whatever it decides
+    result = export_embedding_judge(judge_dir, out, int4=True, n_records=12,
+                                    parity=_parity(**{"int4.min_agreement": 0.0, "int4.max_metric_delta": 1.0}))
+    assert result.primary == "reader_int4.onnx"
+    gate = result.report["variants"]["reader_int4.onnx"]
+    assert gate["passed"] and gate["precision"] == "int4" and 0.9 < gate["min_cosine"] < 0.99999  # int4 bends them
+    files = JudgeCard.load(out).runtime["reader"]["files"]
+    assert files["reader_int4.onnx"]["precision"] == "int4" and files["reader_int4.onnx"]["fp32_nodes"] == 1
+    assert files["reader_int4.onnx"]["bytes"] == sum(p.stat().st_size for p in out.glob("reader_int4.onnx*"))
+    ops = {n.name: n.op_type for n in onnx.load(str(out / "reader_int4.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops.values() and ops["/lm_head/MatMul"] == "MatMul"  # token statistics' LM head: fp32
+    assert "reader_int4.onnx" in json.loads((out / "signature.json").read_text())["graphs"]
+
+    int4 = Judge.load(out, variant="int4", provider="cpu")
+    assert int4.backend_name == "onnx (int4)" and int4.model.embedder.precision == "onnx-int4"
+    assert not int4.model.embedder.shares_prefixes  # the shared-prefix graphs are fp32 only
+    assert Judge.load(out, provider="cpu").backend_name == "onnx (int4)"  # the primary
+    items = [{"question": p.question, "answer_a": p.answer_a, "answer_b": p.answer_b} for p in _pairs(6, start=30)]
+    got = [c.p_a for c in int4.compare_batch(items)]
+    want = [c.p_a for c in Judge.load(out, variant="fp32", provider="cpu").compare_batch(items)]
+    assert np.isfinite(got).all() and got != want
+    np.testing.assert_allclose(got, want, atol=0.1)
+
+
+def test_a_refused_int4_fails_the_export_or_with_fallback_is_left_out_with_its_gap(judge_dir, tmp_path):
+    strict = _parity(**{"int4.min_agreement": 1.01, "int4.min_cosine": 1.01})  # no reader meets these
+    with pytest.raises(ParityError, match=r"reader_int4.onnx \(int4\): feature cosine"):
+        export_embedding_judge(judge_dir, tmp_path / "strict", int4=True, n_records=12, parity=strict)
+    assert not list(tmp_path.iterdir())  # refused: nothing written
+
+    out = tmp_path / "fallback"
+    result = export_embedding_judge(judge_dir, out, int4=True, fallback=True, n_records=12, parity=strict)
+    refused = result.report["refused"]
+    gap = refused["variants"]["reader_int4.onnx"]
+    assert not gap["passed"] and gap["agreement"] <= 1.0 and gap["min_cosine"] < 1.0
+    assert f"feature cosine {gap['min_cosine']:.6f} < min_cosine 1.01" in refused["reason"]
+    assert f"decision agreement {gap['agreement']:.2%} < min_agreement 101.00%" in refused["reason"]
+    assert result.primary == "reader.onnx" and list(result.report["variants"]) == ["reader.onnx"]
+    assert not list(out.glob("reader_int4*"))  # the refused file is not shipped
+    assert set(JudgeCard.load(out).runtime["reader"]["files"]) == {"reader.onnx"}
+    on_disk = json.loads((out / "parity_report.json").read_text())
+    assert on_disk["refused"]["variants"]["reader_int4.onnx"]["agreement"] == gap["agreement"]
+    assert Judge.load(out).backend_name == "onnx (fp32)"
+    printed = io.StringIO()
+    _print_variants(result.report, printed)  # what clfjudge export prints: the refused run's numbers too
+    line = next(x for x in printed.getvalue().splitlines() if "reader_int4.onnx" in x)
+    assert f"cosine {gap['min_cosine']:.4f}" in line and f"agreement {gap['agreement']:.2%}" in line
+    assert line.endswith("refused, left out")
 
 
 def test_the_gate_reads_afresh_whatever_the_embedding_cache_holds(judge_dir, tmp_path, monkeypatch):

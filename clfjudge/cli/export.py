@@ -1,5 +1,5 @@
-"""`clfjudge export JUDGE_DIR --out DIR [--preset export/NAME.yaml] [--int8] [--optimize] [--opset N] [--provider
-NAME]`: ONNX export behind a parity gate."""
+"""`clfjudge export JUDGE_DIR --out DIR [--preset export/NAME.yaml] [--int8] [--int4] [--optimize] [--opset N]
+[--provider NAME]`: ONNX export behind a parity gate."""
 from __future__ import annotations
 
 import argparse
@@ -11,17 +11,21 @@ from .common import add_model_input
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a judge or a reward model to ONNX (fp32 / optimized / "
-                                             "int8), refused unless it decides as PyTorch on real records")
+                                             "int8 / int4), refused unless it decides as PyTorch on real records")
     p.add_argument("judge_dir", metavar="JUDGE_DIR",
                    help="a trained judge directory (HF model + judge_card.json), or a reward model without a card "
                         "(a sequence-classification model's directory or hf:OWNER/NAME[@REV]: docs/your-model.md)")
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true",
-                   help="also write model_quantized.onnx (dynamic int8) as the primary (a verdict judge writes a "
-                        "weight-only int4 copy instead, always)")
+                   help="also write a dynamic int8 copy (model_quantized.onnx; an embedding judge's "
+                        "reader_quantized.onnx), the primary where the gate passes it")
+    p.add_argument("--int4", action="store_true",
+                   help="also write a weight-only int4 copy (MatMulNBits: model_int4.onnx; an embedding judge's "
+                        "reader_int4.onnx), the primary where the gate passes it (after int8); a verdict judge "
+                        "writes one always")
     p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",
-                   help="if the gate refuses only lossy runs (int8, a bf16 --provider) but passes fp32, write what "
-                        "passed and say why (as make main)")
+                   help="if the gate refuses only lossy runs (int8, int4, a bf16 --provider) but passes fp32, write "
+                        "what passed and say by how much the others missed (as make main)")
     p.add_argument("--optimize", action="store_true", help="also write model_optimized.onnx (onnxruntime fusions)")
     p.add_argument("--provider", dest="providers", action="append", default=[], metavar="NAME",
                    help="also gate the fp32 file as this provider runs it (repeatable): openvino (f32), "
@@ -40,18 +44,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_input(p)
     p.add_argument("--preset", default=None, metavar="PRESET.yaml",
                    help="export options from a YAML preset (the repository's export/*.yaml: fp32, int8 per ISA, "
-                        "OpenVINO bf16, CUDA); options given here override it")
+                        "int4, OpenVINO bf16, CUDA); options given here override it")
     p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
 
 
 def _print_variants(report: dict[str, Any], stream) -> None:
+    """One line per run through the gate, the runs a fallback left out (``refused``) included."""
     val = report["validation"]
     print(f"parity on {val['n']} records of {val['source']} (batch {val['batch_size']}):", file=stream)
-    for name, v in report["variants"].items():
-        status = "ok" if v["passed"] else "FAILED"
-        print(f"  {name:32s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  agreement {v['agreement']:.2%}  "
-              f"{v['metric']} {v['metric_onnx']:.4f} (torch {v['metric_reference']:.4f}, delta "
-              f"{v['metric_delta']:+.4f})  {status}", file=stream)
+    refused = (report.get("refused") or {}).get("variants", {})
+    for name, v in {**report["variants"], **refused}.items():
+        status = "refused, left out" if name in refused else "ok" if v["passed"] else "FAILED"
+        cosine = f"cosine {v['min_cosine']:.4f}  " if "min_cosine" in v else ""  # embedding judges' vectors
+        print(f"  {name:32s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  {cosine}agreement "
+              f"{v['agreement']:.2%}  {v['metric']} {v['metric_onnx']:.4f} (torch {v['metric_reference']:.4f}, "
+              f"delta {v['metric_delta']:+.4f})  {status}", file=stream)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
-        result = export_judge(args.judge_dir, args.out, int8=args.int8, optimize=args.optimize, opset=args.opset,
-                              isa=args.isa, source=args.source, n_records=args.n_records, parity=parity,
-                              fallback=args.fallback, providers=args.providers, model_input=args.model_input)
+        result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
+                              opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
+                              parity=parity, fallback=args.fallback, providers=args.providers,
+                              model_input=args.model_input)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

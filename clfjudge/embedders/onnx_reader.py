@@ -19,7 +19,7 @@ from ..models.onnx_session import inference_session, provider_info
 from ..untrusted import inside
 from .decoder import DecoderEmbedder
 
-READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx"}
+READER_FILES = {"fp32": "reader.onnx", "int8": "reader_quantized.onnx", "int4": "reader_int4.onnx"}
 GRAPH_INPUTS = ("input_ids", "attention_mask", "pool", "positions", "targets")
 # Shared-prefix graphs (fp32 only): a prompt's key/value cache, and answers read after it (export.embedding)
 SHARED_PREFIX_FILES = {"prefix": "prefix.onnx", "continuation": "continuation.onnx"}
@@ -44,7 +44,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         self.directory = Path(directory)
         variant = variant or reader["primary"]
         self.variant = next((key for key, file in READER_FILES.items() if file == variant), variant)  # a file name
-        # part of the cache identity: int8 readings are not fp32 ones, nor are a bf16 provider's
+        # part of the cache identity: int8 / int4 readings are not fp32 ones, nor are a bf16 provider's
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{self.variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self._reader = reader
@@ -74,7 +74,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._session = inference_session(path, self._provider, self._threads)
         self._load_tokenizer()
         # Directories exported before the shared-prefix graphs (no ``shared_prefix`` entry on the card), and
-        # variants they were not exported for (int8), read a shared prompt with every answer (``_read_shared``).
+        # variants they were not exported for (int8, int4), read a shared prompt with every answer (``_read_shared``).
         graphs = self._reader.get("shared_prefix")
         variant = next((name for name, file in READER_FILES.items() if file == self.file), self.variant)
         if graphs and variant in graphs["variants"]:  # the variant named, or its file (as the parity gate names it)
@@ -143,7 +143,8 @@ class OnnxDecoderReader(DecoderEmbedder):
     def _read_shared(self, prefix, bodies, with_log_probs):
         """The prompt's key/value cache is computed once (the prefix graph) and broadcast to every batch of
         answers (the continuation graph): the same vectors as reading each prompt + answer whole, up to float
-        rounding. Without those graphs (an older export, the int8 variant) the prompt is read with every answer."""
+        rounding. Without those graphs (an older export, the int8 and int4 variants) the prompt is read with every
+        answer."""
         self._load()
         if self._shared_files is None:
             return self._read([(prefix, body) for body in bodies], with_log_probs)

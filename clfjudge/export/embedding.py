@@ -14,13 +14,16 @@ from batch 1 in the graph; positions go on from the prompt's length); the card l
 ``runtime.reader.shared_prefix``. The three graphs hold the same layers, so their weights are written once, in
 ``weights.data`` beside them (ONNX external data; ``shared_weights.share_weights``; ``runtime.reader.shared_weights``
 records the sizes before and after). fp32 only: dynamic int8 already
-changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the int8
-variant reads a shared prompt with every answer.
+changes one decision in eight on the reader graph (docs/speed.md#the-default-judge-per-path), so the lossy
+variants read a shared prompt with every answer.
 
-Variants: fp32 (``reader.onnx``) and dynamic int8 (``reader_quantized.onnx``), both through the parity gate
-on real pairs: the pooled vectors' cosine with PyTorch fp32, the head's probabilities, decision agreement and
-accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused and nothing is written); for fp32 also
-the cosine of the vectors read after a shared prompt's cache (``shared_min_cosine``, gated by ``min_cosine``).
+Variants: fp32 (``reader.onnx``), dynamic int8 (``reader_quantized.onnx``) and weight-only int4
+(``reader_int4.onnx``: the decoder's matrices in MatMulNBits blocks, the LM head of the token statistics fp32;
+``lm_head_nodes``), each through the parity gate on real pairs: the pooled vectors' cosine with PyTorch fp32, the
+head's probabilities, decision agreement and accuracy (clfjudge/configs/parity.yaml; a variant that fails is refused
+and nothing is written, or with ``fallback`` a refused lossy one is left out and the report's ``refused`` says by how
+much it missed); for fp32 also the cosine of the vectors read after a shared prompt's cache (``shared_min_cosine``,
+gated by ``min_cosine``).
 ``providers``: ``reader.onnx`` is also gated as each of them runs it (e.g. OpenVINO in bf16,
 ``models.onnx_session``).
 """
@@ -272,34 +275,19 @@ def _parity(reference: tuple, candidate, records: Sequence[PairRecord], threshol
     return measured
 
 
-def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False,
-                           isa: str = "auto", source: str | None = None, n_records: int | None = None,
-                           parity=None, int8_config=None, trust_pickle: bool = False, fallback: bool = False,
-                           providers=()):
-    from ..embedders.decoder import DecoderEmbedder
-    from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
-    from ..judges.embedding import EmbeddingModel, embedder_config
-    from ..training.embedding import EmbeddingDataHead
-    from .onnx import (
-        INT8_CONFIG,
-        ExportResult,
-        ParityConfig,
-        ParityError,
-        _check_out_dir,
-        _parity_message,
-        drop_refused,
-        gate_entry,
-        gate_runs,
-        gated,
-        int8_settings,
-        quantize_onnx,
-        served,
-        validation_records,
-    )
+def lm_head_nodes(path: Path) -> list[str]:
+    """The reader graph's products outside the decoder: the LM head that scores answer tokens for the token
+    statistics. int4 keeps them fp32, as a verdict judge keeps its verdict rows (``verdict.head_nodes``): it runs on
+    the scored answer tokens only, so fp32 costs little there, and the statistics are log-probabilities over the
+    whole vocabulary, which 4-bit rows would bend for every token."""
+    import onnx
 
-    judge_dir, out = Path(judge_dir), Path(out_dir)
-    card = JudgeCard.load(judge_dir)
-    config = embedder_config(card)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return [n.name for n in graph.node if n.op_type == "MatMul" and not n.name.startswith("/model/")]
+
+
+def _check_exportable(judge_dir: Path, card: JudgeCard, config: dict[str, Any]) -> None:
+    """Refuse, before any work, a judge this exporter does not cover."""
     if config["kind"] != "decoder":
         raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers decoder embedders; this judge reads "
                          f"with a {config['kind']} encoder (serve it with the sklearn backend)")
@@ -309,9 +297,13 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         raise ValueError(f"{judge_dir}: a stacked judge reads a chat model's verdict beside its reader; its ONNX "
                          "export covers the reader only, so it is served with the sklearn backend (export the "
                          "verdict judge on its own with clfjudge export)")
-    _check_out_dir(out)
-    parity = parity or ParityConfig.load()
-    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
+
+
+def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], parity, trust_pickle: bool):
+    """The PyTorch fp32 judge every variant is gated against, and its decoder reader (loaded)."""
+    from ..embedders.decoder import DecoderEmbedder
+    from ..judges.embedding import EmbeddingModel
+
     options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens")
                if k in config}
     # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
@@ -319,66 +311,146 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size, cache_dir="")
     reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()
+    return embedder, reference
+
+
+def _reader_entry(judge_dir: Path, card: JudgeCard, embedder, records: Sequence[PairRecord]) -> dict[str, Any]:
+    """The card's ``runtime.reader`` as far as the model goes: what the ONNX reader needs to build its inputs."""
     before, after = embedder.template_parts()
-    reader = {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
-              "eos_token_id": embedder._eos, "template": [before, after]}
     for r in records:  # the exported reader renders prompts from the template's halves: they must agree
         if embedder._ids(embedder._render(r.question)) != embedder._ids(before + r.question + after):
             raise ValueError(f"{judge_dir}: the chat template changes the question {r.id!r}; cannot export")
+    return {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
+            "eos_token_id": embedder._eos, "template": [before, after]}
+
+
+def _write_graphs(embedder, records: Sequence[PairRecord], tmp: Path, reader: dict[str, Any], *, int8: bool,
+                  int4: bool, int8_settings) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``reader.onnx`` and the shared-prefix graphs (their weights written once; ``reader`` gets their entries),
+    then the lossy copies asked for: dynamic int8 (``int8_settings``) and weight-only int4. Returns the reader files
+    (name -> precision and how it was made) and how ``reader.onnx`` was exported."""
+    from ..embedders.onnx_reader import READER_FILES
+    from .onnx import quantize_int4, quantize_onnx
+
+    fp32 = READER_FILES["fp32"]
+    sample = [(embedder._prompt_ids(r.question), embedder._answer_ids(r.answer_a)) for r in records[:2]]
+    exported = export_reader(embedder, tmp / fp32, sample)
+    files: dict[str, dict[str, Any]] = {fp32: {"precision": "fp32"}}
+    # answers after one cached prompt: the first record's two answers, read after its prompt
+    shared = export_shared_prefix(embedder, tmp, sample[:1] + [(sample[0][0], embedder._answer_ids(
+        records[0].answer_b))])
+    reader["shared_weights"] = share_weights(tmp, [fp32, shared["prefix"], shared["continuation"]])  # one copy
+    shared["bytes"] = {shared[k]: (tmp / shared[k]).stat().st_size for k in ("prefix", "continuation")}
+    reader["shared_prefix"] = shared
+    if int8:
+        files[READER_FILES["int8"]] = {"precision": "int8", "from": fp32,
+                                       **quantize_onnx(tmp / fp32, tmp / READER_FILES["int8"], int8_settings)}
+    if int4:
+        files[READER_FILES["int4"]] = {"precision": "int4", "from": fp32, **quantize_int4(
+            tmp / fp32, tmp / READER_FILES["int4"], nodes_to_exclude=lm_head_nodes(tmp / fp32))}
+    return files, exported
+
+
+def _primary(files: dict[str, Any]) -> str:
+    """The variant a plain load runs: the fastest lossy file kept (int8 read faster than int4 on every reader:
+    docs/speed.md#bigger-readers), else fp32."""
+    from ..embedders.onnx_reader import READER_FILES
+
+    return next(v for v in ("int8", "int4", "fp32") if READER_FILES[v] in files)
+
+
+def _gate(reference_readings: tuple, judge_dir: Path, tmp: Path, reader: dict[str, Any], config: dict[str, Any],
+          files: dict[str, dict[str, Any]], records: Sequence[PairRecord], parity, providers: Sequence[str],
+          trust_pickle: bool) -> dict[str, Any]:
+    """Every reader file on onnxruntime's CPU, and ``reader.onnx`` on each of ``providers``, against the PyTorch
+    readings: the report's ``variants``."""
+    from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
+    from ..judges.embedding import EmbeddingModel
+    from .onnx import gate_entry, gate_runs
+
+    variants = {}
+    for run in gate_runs(files, READER_FILES["fp32"], providers):
+        thresholds = parity.for_precision(run.precision)
+        onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": _primary(files)}, config, variant=run.file,
+                                        provider=run.provider, batch_size=parity.batch_size, cache_dir="")
+        candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
+        variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds), thresholds)
+    return variants
+
+
+def _runtime(card: JudgeCard, judge_dir: Path, reader: dict[str, Any], files: dict[str, Any],
+             exported: dict[str, Any], report: dict[str, Any], validation: dict[str, Any]) -> dict[str, Any]:
+    """The exported card's ``runtime``: the reader (files, primary), and what the gate measured and served."""
+    from ..embedders.onnx_reader import READER_FILES
+    from .onnx import gated, served
+
+    primary = _primary(files)
+    parity = {name: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff", "agreement", "metric_delta",
+                                       "on_boundary") if k in v} for name, v in report["variants"].items()}
+    return {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files, **exported},
+            "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
+                     "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"], **parity},
+                     "exported_from": str(judge_dir.resolve())}}
+
+
+def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = False,
+                           isa: str = "auto", source: str | None = None, n_records: int | None = None,
+                           parity=None, int8_config=None, trust_pickle: bool = False, fallback: bool = False,
+                           providers=()):
+    """Export, gate and write an embedding judge's decoder reader (the module doc). ``int8`` / ``int4``: also write
+    that lossy copy of ``reader.onnx``, gated at its precision's thresholds and made the primary if it passes; a
+    refused one fails the export (nothing written), or with ``fallback`` is left out and ``parity_report.json``'s
+    ``refused`` says by how much it missed."""
+    from ..embedders.onnx_reader import READER_FILES
+    from ..judges.embedding import embedder_config
+    from ..training.embedding import EmbeddingDataHead
+    from .onnx import (
+        INT8_CONFIG,
+        ExportResult,
+        ParityConfig,
+        ParityError,
+        _check_out_dir,
+        _parity_message,
+        drop_refused,
+        int8_settings,
+        validation_records,
+    )
+
+    judge_dir, out = Path(judge_dir), Path(out_dir)
+    card = JudgeCard.load(judge_dir)
+    config = embedder_config(card)
+    _check_exportable(judge_dir, card, config)
+    _check_out_dir(out)
+    parity = parity or ParityConfig.load()
+    settings = int8_settings(isa, int8_config or INT8_CONFIG) if int8 else None
+    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
+    embedder, reference = _open_reference(judge_dir, card, config, parity, trust_pickle)
+    reader = _reader_entry(judge_dir, card, embedder, records)
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        sample = [(embedder._prompt_ids(r.question), embedder._answer_ids(r.answer_a)) for r in records[:2]]
-        exported = export_reader(embedder, tmp / READER_FILES["fp32"], sample)
-        files = {READER_FILES["fp32"]: {"precision": "fp32"}}
-        # answers after one cached prompt: the first record's two answers, read after its prompt
-        shared = export_shared_prefix(embedder, tmp, sample[:1] + [(sample[0][0], embedder._answer_ids(
-            records[0].answer_b))])
-        graphs = [READER_FILES["fp32"], shared["prefix"], shared["continuation"]]
-        reader["shared_weights"] = share_weights(tmp, graphs)  # the three graphs hold the same layers: one copy
-        shared["bytes"] = {shared[k]: (tmp / shared[k]).stat().st_size for k in ("prefix", "continuation")}
-        reader["shared_prefix"] = shared
-        if int8:
-            settings = int8_settings(isa, int8_config or INT8_CONFIG)
-            files[READER_FILES["int8"]] = {"precision": "int8", "from": READER_FILES["fp32"],
-                                          **quantize_onnx(tmp / READER_FILES["fp32"], tmp / READER_FILES["int8"],
-                                                          settings)}
+        files, exported = _write_graphs(embedder, records, tmp, reader, int8=int8, int4=int4, int8_settings=settings)
         head_file = card.runtime["sklearn_model"]
         shutil.copy(inside(judge_dir, head_file, f"{judge_dir / CARD_NAME} field 'runtime.sklearn_model'"),
                     tmp / head_file)
         embedder._tokenizer.save_pretrained(tmp)
-        primary = "int8" if int8 else "fp32"
-        variants, reference_readings = {}, _reference(reference, records)
-        for run in gate_runs(files, READER_FILES["fp32"], providers):
-            thresholds = parity.for_precision(run.precision)
-            onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": primary}, config, variant=run.file,
-                                            provider=run.provider, batch_size=parity.batch_size, cache_dir="")
-            candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
-            variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds),
-                                          thresholds)
-        for name, meta in files.items():
-            meta["bytes"] = (tmp / name).stat().st_size
+        variants = _gate(_reference(reference, records), judge_dir, tmp, reader, config, files, records, parity,
+                         providers, trust_pickle)
+        for name, meta in files.items():  # a weight-only int4 file keeps its tensors in a side file
+            meta["bytes"] = sum(p.stat().st_size for p in tmp.glob(name + "*"))
         files[READER_FILES["fp32"]]["external_data"] = reader["shared_weights"]["file"]
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
-                  "primary": READER_FILES[primary], "variants": variants,
+                  "primary": READER_FILES[_primary(files)], "variants": variants,
                   "passed": all(v["passed"] for v in variants.values())}
-        if fallback and drop_refused(report, files, tmp) and READER_FILES[primary] not in files:
-            primary, report["primary"] = "fp32", READER_FILES["fp32"]
+        if fallback and drop_refused(report, files, tmp):
+            report["primary"] = READER_FILES[_primary(files)]
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
-        card.runtime = {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files,
-                                                                      **exported},
-                        "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
-                                 "parity": {"report": REPORT_NAME, "source": validation["source"],
-                                            "n": validation["n"],
-                                            **{n: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff",
-                                                                     "agreement", "metric_delta", "on_boundary")
-                                        if k in v} for n, v in variants.items()}},
-                                 "exported_from": str(judge_dir.resolve())}}
+        card.runtime = _runtime(card, judge_dir, reader, files, exported, report, validation)
         signature.finish(tmp, out, card, signature.decoder_reader(card, tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ExportResult(out, READER_FILES[primary], report)
+    return ExportResult(out, report["primary"], report)

@@ -1,5 +1,5 @@
 """Export presets: a YAML file of `clfjudge export` options (the repository's ``export/*.yaml``: fp32, int8 per
-instruction set, OpenVINO bf16, CUDA), read as data, checked key by key and type by type.
+instruction set, int4, OpenVINO bf16, CUDA), read as data, checked key by key and type by type.
 
 A key is a `clfjudge export` option's long name (``--parity-config`` -> ``parity_config``); repeatable options
 (``provider``, ``threshold``) take lists. ``parity_config`` is relative to the preset's directory.
@@ -62,6 +62,7 @@ def _isa(value: Any) -> str:
 # preset key -> (the parsed `clfjudge export` option it sets, its check)
 OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "int8": ("int8", _bool),
+    "int4": ("int4", _bool),
     "optimize": ("optimize", _bool),
     "fallback": ("fallback", _bool),
     "provider": ("providers", _provider),

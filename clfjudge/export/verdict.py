@@ -142,7 +142,7 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
 def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = True,
                          isa: str = "auto", source: str | None = None, n_records: int | None = None, parity=None,
                          int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=()):
-    """``int4`` is accepted and always on: every question's graph gets its weight-only int4 copy, gated."""
+    """``int4``: the weight-only int4 copy beside fp32 (by default: a verdict judge offers it whatever is asked)."""
     from ..models.heads import RewardHead
     from .onnx import (
         ExportResult,
@@ -174,7 +174,7 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions])
+        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": PRIMARY,
