@@ -1,44 +1,61 @@
-"""Answers per second of one reward model, side by side: clfjudge's served path vs transformers fp32 vs
-sentence-transformers CrossEncoder (torch / onnx / openvino backends and their quantized variants), on the same pairs.
+"""Reward models side by side: what users run today (transformers fp32 / bf16, sentence-transformers' CrossEncoder)
+against every path of clfjudge's export (ONNX fp32, OpenVINO f32 / bf16, dynamic int8, weight-only int4), on the same
+pairs, each path in its own process.
 
-    python bench/rm_speed.py [--models minilm smollm2] [--rm DIR ...] [--pairs 128] [--threads 2] [--repeats 3]
-                             [--train-steps 60] [--source autoj-test] [--work DIR] [--results DIR]
+    OMP_NUM_THREADS=2 python bench/rm_speed.py [--models minilm smollm2 qwen-coder-0.5b] [--rm DIR ...]
+        [--pairs 48] [--max-tokens 320] [--threads 2] [--repeats 2] [--paths ...] [--onednn-max-cpu-isa ISA]
+        [--train-steps 12] [--work runs/rm_speed] [--results DIR]
 
 Reward models: each ``--rm DIR`` (a transformers sequence-classification directory, e.g. one TRL's RewardTrainer
-saved), and for each ``--models`` alias (offline weights: minilm, mpnet, smollm2) one trained here with TRL's
-RewardTrainer for ``--train-steps`` steps on hh-rlhf preference pairs (conversational: the decoder's chat template;
-an encoder gets text pairs) so decisions are not the near-ties of a random head.
+saved), and for each ``--models`` alias (offline weights) one trained here by TRL's RewardTrainer on hh-rlhf pairs
+(conversational for a decoder, text pairs for an encoder; a decoder of 0.5B or more as a linear probe, the backbone
+frozen) so that decisions are not the near-ties of a random head.
 
-Each model is exported by ``clfjudge export`` (fp32 + int8 with ``--fallback``, OpenVINO gated where installed);
-the rows then read the same answers (both answers of ``--pairs`` pairs of ``--source``):
-- clfjudge served: ``Judge.load(export)`` as ``clfjudge serve`` loads it (provider auto: the fastest run the gate
-  passed; token-budget batches of ``--max-batch-tokens``), and its int8 file where the gate kept one;
-- transformers fp32: ``AutoModelForSequenceClassification`` on the model's own input (chat template / text pair),
-  batches of ``--batch`` in input order;
-- CrossEncoder (sentence-transformers) with backend torch, onnx, openvino, and its dynamic-int8 ONNX export; it
-  reads (question, answer) as a text pair (its only input format; a decoder RM was trained on its chat template,
-  which the agreement then shows). Its onnx / openvino backends need optimum, which cannot be installed beside
-  transformers 5, and its static-int8 OpenVINO export calibrates on a hub data set: a row that cannot run says
-  why.
-Threads pinned (torch, onnxruntime intra-op, OpenVINO); each timing is the median of ``--repeats`` passes after a
-warm-up pass. Agreement: the fraction of pairs whose decision (which answer gets the higher reward) matches
-transformers fp32. Results: ``bench/results/rm_speed_DATE.{json,md}`` (``--results`` elsewhere) with date, machine,
-threads, load and commit.
+Fair inputs: only pairs of ``--source`` whose every answer, as each path reads it (the model's chat template for a
+decoder, a (question, answer) text pair for an encoder), fits in ``--max-tokens``: no path cuts anything, so the
+agreement column measures arithmetic, not truncation policies.
+
+Each model is exported once by ``clfjudge export`` with every variant (``--int8 --int4``, ``--provider openvino``
+and ``openvino-bf16`` where it runs), the lossy thresholds opened so that every file is written and measured; the
+gate's verdict at the shipped thresholds (clfjudge/configs/parity.yaml) is a column, and the row a user is served
+(``Judge.load``'s default: the fastest run that passes the shipped gate) is marked. The export's seconds per step
+come from its parity report.
+
+Each path runs in its own process pinned to ``--threads`` (torch, onnxruntime, OpenVINO): a warm-up on one batch,
+then ``--repeats`` timed passes over every answer (median); peak RSS of the process. Agreement: the fraction of pairs
+whose decision (which answer gets the higher reward) is transformers fp32's; max |delta reward| against it.
+``--onednn-max-cpu-isa`` caps oneDNN (``ONEDNN_MAX_CPU_ISA``, e.g. AVX512_CORE_VNNI: a CPU without bf16) in every
+path's process. Results: bench/results/rm_speed[_CAP]_DATE.{json,md}.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import common
 import numpy as np
 
-Scorer = Callable[[Sequence[tuple[str, str]]], np.ndarray]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+REFERENCE = "transformers fp32"
+# path -> (ONNX variant, provider) for clfjudge's export
+CLFJUDGE = {"clfjudge onnx fp32": ("fp32", "cpu"), "clfjudge openvino f32": ("fp32", "openvino"),
+            "clfjudge openvino bf16": ("fp32", "openvino-bf16"), "clfjudge int8": ("int8", "cpu"),
+            "clfjudge int4": ("int4", "cpu")}
+PATHS = (REFERENCE, "transformers bf16", "CrossEncoder torch", *CLFJUDGE)
+GATE_KEY = {"clfjudge onnx fp32": "model.onnx", "clfjudge openvino f32": "model.onnx @ openvino",
+            "clfjudge openvino bf16": "model.onnx @ openvino-bf16", "clfjudge int8": "model_quantized.onnx",
+            "clfjudge int4": "model_int4.onnx"}
+Scorer = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
 
 
 def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float = 2e-5, head_only: bool = False) -> Path:
@@ -87,166 +104,265 @@ def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float = 2e-5, 
     return out
 
 
-def timed(scorer: Scorer, items: Sequence[tuple[str, str]], repeats: int) -> tuple[float, np.ndarray]:
-    rewards = np.asarray(scorer(items), dtype=np.float64)  # warm-up, and the rewards for agreement
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        scorer(items)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), rewards
+def is_encoder(directory: Path) -> bool:
+    """An encoder reward model reads (question, answer) text pairs; one whose tokenizer has a chat template, it."""
+    from transformers import AutoTokenizer
+
+    return not AutoTokenizer.from_pretrained(directory).chat_template
 
 
-def clfjudge_scorer(directory: Path, args, variant: str | None = None) -> Scorer:
-    from clfjudge.judges.base import Judge
+def fair_items(rm: Path, args) -> list[tuple[str, str]]:
+    """Both answers of the first ``--pairs`` pairs (seeded order) whose every input fits ``--max-tokens``."""
+    from transformers import AutoTokenizer
 
-    judge = Judge.load(directory, variant=variant, threads=args.threads, batch_size=args.batch,
-                       max_batch_tokens=args.max_batch_tokens)
-    return lambda items: [s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in items])]
+    from clfjudge.data import sources
+
+    tokenizer = AutoTokenizer.from_pretrained(rm)
+    encoder = is_encoder(rm)
+
+    def length(question: str, answer: str) -> int:
+        if encoder:
+            return len(tokenizer(question, answer)["input_ids"])
+        text = tokenizer.apply_chat_template([{"role": "user", "content": question},
+                                              {"role": "assistant", "content": answer}], tokenize=False)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    pairs = list(sources.load(args.source).records)
+    random.Random(0).shuffle(pairs)
+    items: list[tuple[str, str]] = []
+    for p in pairs:
+        if len(items) == 2 * args.pairs:
+            break
+        both = [(p.question, p.answer_a), (p.question, p.answer_b)]
+        if all(length(q, a) <= args.max_tokens for q, a in both):
+            items += both
+    return items
 
 
-def transformers_scorer(directory: Path, args) -> Scorer:
+def export(rm: Path, onnx_dir: Path) -> dict[str, Any]:
+    """Every variant of ``rm`` written (lossy thresholds opened) and its parity report; the shipped gate's
+    verdict per run and the run it would serve."""
+    from clfjudge.export.onnx import ParityConfig, export_judge
+    from clfjudge.models.onnx_session import runnable_providers
+
+    if not (onnx_dir / "parity_report.json").is_file():
+        opened = [f"{p}.{k}={v}" for p in ("int8", "int4", "bf16")
+                  for k, v in (("min_agreement", 0), ("max_metric_delta", 1), ("min_cosine", 0))]
+        providers, _ = runnable_providers(["openvino", "openvino-bf16"])
+        export_judge(rm, onnx_dir, int8=True, int4=True, providers=providers,
+                     parity=ParityConfig.load(overrides=opened))
+    report = json.loads((onnx_dir / "parity_report.json").read_text())
+    shipped = ParityConfig.load()
+    verdicts = {key: shipped.for_precision(v["precision"]).failures(v) for key, v in report["variants"].items()}
+    passing = [k for k, f in verdicts.items() if not f]
+    served = max(passing, key=lambda k: report["variants"][k]["records_per_s"]) if passing else None
+    return {"seconds": report.get("seconds"), "validation": {k: report["validation"].get(k) for k in
+                                                             ("source", "n", "budget", "chunk_records")},
+            "gate": {k: {"agreement": v["agreement"], "max_abs_diff": v["max_abs_diff"],
+                         "records_per_s": v["records_per_s"], "failures": verdicts[k]}
+                     for k, v in report["variants"].items()},
+            "served": served, "bytes": {n: m.get("bytes") for n, m in
+                                        json.loads((onnx_dir / "judge_card.json").read_text())["runtime"]["onnx"]
+                                        ["files"].items()}}
+
+
+# -- one path, in its own process -------------------------------------------------------------------------------
+
+def transformers_scorer(rm: Path, batch: int, dtype: str) -> Scorer:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32).eval()
-    chat = bool(tokenizer.chat_template) and model.config.model_type not in ("bert", "mpnet", "deberta-v2")
+    tokenizer = AutoTokenizer.from_pretrained(rm)
+    model = AutoModelForSequenceClassification.from_pretrained(rm, dtype=getattr(torch, dtype)).eval()
+    encoder = is_encoder(rm)
 
-    def encode(batch):
-        if chat:
-            texts = [tokenizer.apply_chat_template([{"role": "user", "content": q},
-                                                    {"role": "assistant", "content": a}], tokenize=False)
-                     for q, a in batch]
-            return tokenizer(texts, add_special_tokens=False, padding=True, truncation=True, max_length=4096,
-                             return_tensors="pt")
-        return tokenizer([q for q, _ in batch], [a for _, a in batch], padding=True, truncation=True,
-                         max_length=512, return_tensors="pt")
+    def encode(chunk):
+        if encoder:
+            return tokenizer([q for q, _ in chunk], [a for _, a in chunk], padding=True, return_tensors="pt")
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                                               tokenize=False) for q, a in chunk]
+        return tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
 
     def score(items):
-        out = []
+        out: list[float] = []
         with torch.inference_mode():
-            for i in range(0, len(items), args.batch):
-                out.extend(model(**encode(items[i:i + args.batch])).logits[:, 0].tolist())
+            for i in range(0, len(items), batch):
+                out += model(**encode(items[i:i + batch])).logits[:, 0].float().tolist()
         return out
 
     return score
 
 
-def cross_encoder_scorer(directory: Path, args, backend: str, quantized: bool = False) -> Scorer:
-    """sentence-transformers' CrossEncoder on (question, answer) pairs; ``quantized``: its dynamic-int8 ONNX export
-    (onnx) or static-int8 OpenVINO export (openvino), loaded by file name."""
+def cross_encoder_scorer(rm: Path, batch: int) -> Scorer:
     import torch
     from sentence_transformers import CrossEncoder
 
-    def load(**model_kwargs):
-        return CrossEncoder(str(directory), backend=backend, num_labels=1, activation_fn=torch.nn.Identity(),
-                            model_kwargs=model_kwargs or None)
-
-    model = load()
-    if quantized and backend == "onnx":
-        from sentence_transformers.backend import export_dynamic_quantized_onnx_model
-
-        from clfjudge.export.onnx import cpu_isa
-
-        isa = cpu_isa()
-        export_dynamic_quantized_onnx_model(model, isa, str(directory))
-        model = load(file_name=f"onnx/model_qint8_{isa}.onnx")
-    elif quantized:  # static quantization calibrates on a hub data set (glue/sst2 by default)
-        raise NotImplementedError("OpenVINO static int8 needs a calibration data set from the hub; not run offline")
-    return lambda items: model.predict(list(items), batch_size=args.batch, convert_to_numpy=True)
+    if not is_encoder(rm):
+        raise NotImplementedError("a decoder reward model reads its chat template; CrossEncoder reads text pairs")
+    model = CrossEncoder(str(rm), backend="torch", num_labels=1, activation_fn=torch.nn.Identity())
+    return lambda items: model.predict(list(items), batch_size=batch, convert_to_numpy=True).tolist()
 
 
-def rows_for(rm: Path, items: Sequence[tuple[str, str]], args) -> list[dict[str, Any]]:
+def clfjudge_scorer(onnx_dir: Path, path: str, args) -> Scorer:
+    from clfjudge.judges.base import Judge
+
+    variant, provider = CLFJUDGE[path]
+    judge = Judge.load(onnx_dir, variant=variant, provider=provider, threads=args.threads, batch_size=args.batch,
+                       max_batch_tokens=args.max_batch_tokens)
+    return lambda items: [s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in items])]
+
+
+def run_path(path: str, rm: Path, onnx_dir: Path, items_file: Path, out: Path, args) -> dict[str, Any]:
     import torch
-
-    from clfjudge.export.onnx import export_judge
-    from clfjudge.models.onnx_session import PROVIDERS
+    from reader_speed import peak_rss_mb
 
     torch.set_num_threads(args.threads)
-    onnx_dir = Path(args.work) / f"{rm.name}-onnx"
-    if not (onnx_dir / "model.onnx").is_file():
-        providers = [p for p in ("openvino",) if PROVIDERS.get(p).available()]
-        export_judge(rm, onnx_dir, int8=True, fallback=True, providers=providers, n_records=args.gate_records)
-    scorers: dict[str, Callable[[], Scorer]] = {
-        "transformers fp32": lambda: transformers_scorer(rm, args),
-        "clfjudge served (auto)": lambda: clfjudge_scorer(onnx_dir, args),
-        "clfjudge int8": lambda: clfjudge_scorer(onnx_dir, args, "int8"),
-        "CrossEncoder torch": lambda: cross_encoder_scorer(rm, args, "torch"),
-        "CrossEncoder onnx": lambda: cross_encoder_scorer(rm, args, "onnx"),
-        "CrossEncoder onnx int8": lambda: cross_encoder_scorer(rm, args, "onnx", quantized=True),
-        "CrossEncoder openvino": lambda: cross_encoder_scorer(rm, args, "openvino"),
-        "CrossEncoder openvino int8": lambda: cross_encoder_scorer(rm, args, "openvino", quantized=True),
-    }
-    rows, reference = [], None
-    for name, build in scorers.items():
-        row: dict[str, Any] = {"model": rm.name, "backend": name}
-        try:
-            seconds, rewards = timed(build(), items, args.repeats)
-        except Exception as exc:  # noqa: BLE001 - a backend that cannot run here is a row saying why
-            rows.append({**row, "unavailable": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            print(f"  {name}: not run ({rows[-1]['unavailable'][:120]})", flush=True)
+    items = [tuple(x) for x in json.loads(items_file.read_text())]
+    if path.startswith("transformers"):
+        scorer = transformers_scorer(rm, args.batch, "float32" if path.endswith("fp32") else "bfloat16")
+    elif path == "CrossEncoder torch":
+        scorer = cross_encoder_scorer(rm, args.batch)
+    else:
+        scorer = clfjudge_scorer(onnx_dir, path, args)
+    scorer(items[:args.batch])  # warm-up: one batch
+    times, rewards = [], None
+    for _ in range(args.repeats):
+        began = time.perf_counter()
+        rewards = np.asarray(scorer(items), dtype=np.float64)
+        times.append(time.perf_counter() - began)
+    np.save(out, rewards)
+    seconds = statistics.median(times)
+    return {"answers_per_s": len(items) / seconds, "seconds": seconds, "peak_rss_mb": round(peak_rss_mb())}
+
+
+# -- the side by side -----------------------------------------------------------------------------------------
+
+def rows_for(rm: Path, args, env: dict[str, str]) -> dict[str, Any]:
+    from clfjudge.machine import probe
+
+    work = Path(args.work)
+    onnx_dir = work / f"{rm.name}-onnx"
+    started = time.perf_counter()
+    exported = export(rm, onnx_dir)
+    items = fair_items(rm, args)
+    items_file = work / f"{rm.name}-items.json"
+    items_file.write_text(json.dumps(items))
+    rows: dict[str, dict[str, Any]] = {}
+    for path in args.paths:
+        if path == "clfjudge openvino bf16" and not (runs := probe().openvino_bf16()):
+            rows[path] = {"skipped": f"does not run here: {runs.why}"}
             continue
-        decisions = np.sign(rewards[0::2] - rewards[1::2])
-        reference = decisions if reference is None else reference
-        row.update(answers_per_s=len(items) / seconds, seconds=seconds,
-                   agreement=float(np.mean(decisions == reference)))
-        rows.append(row)
-        print(f"  {name}: {row['answers_per_s']:.1f} answers/s, agreement {row['agreement']:.2%}", flush=True)
-    base = next(r["answers_per_s"] for r in rows if r["backend"] == "transformers fp32")
-    for r in rows:
-        if "answers_per_s" in r:
-            r["vs_transformers"] = r["answers_per_s"] / base
-    return rows
-
-
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], args) -> str:
-    lines = [f"# Reward-model speed, {meta['date']}", "",
-             f"{meta['cpu']}, {args.threads} threads (pinned), load at start {meta['loadavg_at_start']}, commit "
-             f"{meta['commit']}; {args.pairs} pairs of {args.source} ({2 * args.pairs} answers), median of "
-             f"{args.repeats} passes; agreement: same decision as transformers fp32.", "",
-             "| model | backend | answers/s | x transformers | agreement |", "|---|---|---:|---:|---:|"]
-    for r in rows:
-        if "unavailable" in r:
-            lines.append(f"| {r['model']} | {r['backend']} | not run: {r['unavailable'][:90]} | | |")
+        if path == "CrossEncoder torch" and not is_encoder(rm):
+            rows[path] = {"skipped": "encoders only: CrossEncoder reads (question, answer) text pairs, a decoder "
+                                     "reward model its chat template"}
+            continue
+        out = work / f"{rm.name}-{path.replace(' ', '_')}.npy"
+        cmd = [sys.executable, __file__, "--one-path", path, "--rm", str(rm), "--onnx-dir", str(onnx_dir),
+               "--items", str(items_file), "--out", str(out), "--threads", str(args.threads), "--repeats",
+               str(args.repeats), "--batch", str(args.batch), "--max-batch-tokens", str(args.max_batch_tokens)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode:
+            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+            rows[path] = {"failed": last[:300]}
         else:
-            lines.append(f"| {r['model']} | {r['backend']} | {r['answers_per_s']:.1f} | {r['vs_transformers']:.2f} | "
-                         f"{r['agreement']:.2%} |")
-    return "\n".join(lines) + "\n"
+            rows[path] = {**json.loads(done.stdout.strip().splitlines()[-1]), "rewards": str(out)}
+        print(f"  {path}: {rows[path]}", flush=True)
+    compare(rows, exported)
+    return {"model": rm.name, "pairs": len(items) // 2, "answers": len(items), "export": exported,
+            "rows": rows, "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=["minilm", "smollm2"])
+def compare(rows: dict[str, dict[str, Any]], exported: dict[str, Any]) -> None:
+    ref = np.load(rows[REFERENCE]["rewards"]) if "rewards" in rows.get(REFERENCE, {}) else None
+    for path, r in rows.items():
+        if "rewards" not in r:
+            continue
+        rewards = np.load(r.pop("rewards"))
+        if ref is not None:
+            r["agreement"] = float(np.mean(np.sign(rewards[0::2] - rewards[1::2]) == np.sign(ref[0::2] - ref[1::2])))
+            r["max_abs_diff"] = float(np.abs(rewards - ref).max())
+            r["vs_transformers"] = r["answers_per_s"] / rows[REFERENCE]["answers_per_s"]
+        if path in GATE_KEY:
+            gate = exported["gate"].get(GATE_KEY[path])
+            r["gate"] = "not gated" if gate is None else "refused: " + "; ".join(gate["failures"]) \
+                if gate["failures"] else "passes"
+            r["served"] = GATE_KEY[path] == exported["served"]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    cap = f"; oneDNN capped at {result['onednn_max_cpu_isa']}" if result["onednn_max_cpu_isa"] else ""
+    lines = [f"# Reward models side by side, {m['date'][:10]}", "",
+             f"{m['cpu']} ({', '.join(m['matmul_flags']) or 'no bf16/vnni flags'}), {result['threads']} threads "
+             f"pinned{cap}; load at start {m['loadavg_at_start']}; commit {m['commit']}. Pairs of "
+             f"{result['source']} whose every input fits {result['max_tokens']} tokens (nothing cut by any path); "
+             f"median of {result['repeats']} passes after a one-batch warm-up, each path in its own process. "
+             "Agreement: same decision as transformers fp32 on the same pair. **Served**: what `Judge.load` runs by "
+             "default (the fastest run the shipped gate passes).", ""]
+    for model in result["models"]:
+        e = model["export"]
+        secs = e.get("seconds") or {}
+        lines += [f"## {model['model']} ({model['pairs']} pairs, {model['answers']} answers)", "",
+                  f"Export with every variant gated: {secs.get('total', float('nan')):.0f} s "
+                  f"({', '.join(f'{k} {v:.0f}' for k, v in secs.items() if k != 'total')}); gate slice "
+                  f"{e['validation']['n']} records of {e['validation']['source']}.", "",
+                  "| path | answers/s | x transformers fp32 | agreement | max abs delta reward | peak RSS MB | "
+                  "shipped gate |", "|---|---:|---:|---:|---:|---:|---|"]
+        for path, r in model["rows"].items():
+            if "answers_per_s" not in r:
+                lines.append(f"| {path} | {r.get('skipped') or 'failed: ' + r.get('failed', '')} | | | | | |")
+                continue
+            name = f"**{path} (served)**" if r.get("served") else path
+            lines.append(f"| {name} | {r['answers_per_s']:.2f} | {r.get('vs_transformers', float('nan')):.2f}x | "
+                         f"{r.get('agreement', float('nan')):.1%} | {r.get('max_abs_diff', float('nan')):.2g} | "
+                         f"{r['peak_rss_mb']} | {r.get('gate', '-')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="*", default=["minilm", "smollm2", "qwen-coder-0.5b"])
     parser.add_argument("--rm", nargs="*", type=Path, default=[])
     parser.add_argument("--source", default="autoj-test")
-    parser.add_argument("--pairs", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--pairs", type=int, default=48)
+    parser.add_argument("--max-tokens", type=int, default=320)
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--train-steps", type=int, default=60)
-    parser.add_argument("--gate-records", type=int, default=64)
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--train-steps", type=int, default=12)
+    parser.add_argument("--onednn-max-cpu-isa", default=None, metavar="ISA")
     parser.add_argument("--work", default="runs/rm_speed")
-    parser.add_argument("--results", default=None, help="results directory (default bench/results)")
+    parser.add_argument("--results", type=Path, default=None, help="results directory (default bench/results)")
+    parser.add_argument("--one-path", help=argparse.SUPPRESS)  # internal: one path in this process
+    parser.add_argument("--onnx-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--items", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    meta = common.machine(args.threads)  # the commit is read in the repository, before results move elsewhere
-    if args.results:
-        common.RESULTS = Path(args.results)
+    if args.one_path:
+        print(json.dumps(run_path(args.one_path, args.rm[0], args.onnx_dir, args.items, args.out, args)))
+        return 0
+    meta = common.machine(args.threads)
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    from clfjudge.data import sources
-
-    pairs = random.Random(0).sample(list(sources.load(args.source).records), args.pairs)
-    items = [item for p in pairs for item in ((p.question, p.answer_a), (p.question, p.answer_b))]
-    models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads)
-                          for a in args.models)]
-    rows = []
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    if args.onednn_max_cpu_isa:
+        env["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa  # the export's probe too
+    models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads,
+                                   head_only=a.startswith("qwen")) for a in args.models)]
+    result = {"machine": meta, "source": args.source, "max_tokens": args.max_tokens, "threads": args.threads,
+              "repeats": args.repeats, "onednn_max_cpu_isa": args.onednn_max_cpu_isa, "models": []}
     for rm in models:
         print(f"{rm}:", flush=True)
-        rows += rows_for(rm, items, args)
-    print(common.write("rm_speed", {"machine": meta, "args": {k: str(v) for k, v in vars(args).items()},
-                                    "rows": rows}, markdown(meta, rows, args)))
+        result["models"].append(rows_for(rm, args, env))
+    name = "rm_speed" + (f"_{args.onednn_max_cpu_isa.lower()}" if args.onednn_max_cpu_isa else "")
+    tag = "_".join(m["model"] for m in result["models"])
+    print(common.write(f"{name}_{tag}", result, markdown(result), **({"results": args.results} if args.results
+                                                                     else {})))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
