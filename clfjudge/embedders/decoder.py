@@ -244,11 +244,31 @@ class DecoderEmbedder(CachedEmbedder):
     def _template(self, question: str) -> list[int]:
         return self._ids(self._render(question))
 
-    def _prompt_ids(self, question: str) -> list[int]:
+    # -- the tokens a reading is made of, for the exporter and the probes (each loads the tokenizer alone) ------
+    def token_ids(self, text: str) -> list[int]:
+        """``text``'s tokens, no special tokens added."""
+        self._load_tokenizer()
+        return self._ids(text)
+
+    @property
+    def eos_id(self) -> int:
+        """The token that ends every answer read (and pads a batch)."""
+        self._load_tokenizer()
+        return self._eos
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """The prompt an answer is read after: ``question`` in the chat template, its first and last
+        ``max_prompt_tokens / 2`` tokens kept."""
+        self._load_tokenizer()
         return truncate_middle(self._template(question), self.max_prompt_tokens)
 
-    def _answer_ids(self, answer: str) -> list[int]:
+    def answer_ids(self, answer: str) -> list[int]:
+        """An answer's tokens as read: its first ``max_answer_tokens`` plus EOS."""
+        self._load_tokenizer()
         return self._ids(answer)[:self.max_answer_tokens] + [self._eos]
+
+    _prompt_ids = prompt_ids  # the names export/embedding.py calls
+    _answer_ids = answer_ids
 
     def _text_ids(self, text: str) -> list[int]:
         return self._ids(text)[:self.max_seq_length - 1] + [self._eos]
@@ -427,13 +447,13 @@ class DecoderEmbedder(CachedEmbedder):
             raise ValueError("embed_answers() needs at least one answer")
         questions, answers = list(questions), list(answers)
         return self._lookup([_key("answer", q, a) for q, a in zip(questions, answers)],
-                            lambda i: (self._prompt_ids(questions[i]), self._answer_ids(answers[i])), self.stats)
+                            lambda i: (self.prompt_ids(questions[i]), self.answer_ids(answers[i])), self.stats)
 
     def pending_lengths(self, questions: Sequence[str], answers: Sequence[str]) -> list[int]:
         """Token lengths (prompt + answer) of the answers ``embed_answers`` would read now: those not in the
         in-memory cache (a token budget counts what runs, and a cached answer does not)."""
         self._load_tokenizer()
-        return [len(self._prompt_ids(q)) + len(self._answer_ids(a)) for q, a in zip(questions, answers)
+        return [len(self.prompt_ids(q)) + len(self.answer_ids(a)) for q, a in zip(questions, answers)
                 if _key("answer", q, a) not in self.memory]
 
     def pending_text_lengths(self, texts: Sequence[str]) -> list[int]:
