@@ -1,4 +1,5 @@
-"""The study's metrics, computed the way its code computes them (UnlimitedJudge ``calculate_metrics``).
+"""The metrics of the paper "An Empirical Study of LLM-as-a-Judge for LLM Evaluation: Fine-tuned Judge Models
+are Task-specific Classifiers", computed the way its code computes them (UnlimitedJudge ``calculate_metrics``).
 
 - Pairwise selection: verdicts coded as wins (A -> 1, TIE -> 0, B -> -1); accuracy and *macro* precision /
   recall / F1 over the three classes (scikit-learn, labels fixed to [1, 0, -1], zero_division=0).
@@ -30,7 +31,7 @@ from sklearn.metrics import f1_score
 from .data.records import PairRecord, PointRecord, Verdict
 from .registry import Registry
 
-# The study's class order: win, tie, lose.
+# UnlimitedJudge's class order: win, tie, lose.
 LABELS = [1, 0, -1]
 LABEL_NAMES = {1: Verdict.A.value, 0: Verdict.TIE.value, -1: Verdict.B.value}
 # Code of a failed prediction: no class has it and its negation is no class either.
@@ -117,7 +118,7 @@ class PairwiseMetrics:
 def pairwise_metrics(
     gold: Sequence[Verdict], pred: Sequence[MaybeVerdict], failures: str = "error"
 ) -> PairwiseMetrics:
-    """Accuracy and macro P/R/F1 over the three verdict classes, as in the study (sklearn, macro)."""
+    """Accuracy and macro P/R/F1 over the three verdict classes, as UnlimitedJudge computes them (sklearn, macro)."""
     n = _same_length(gold=gold, pred=pred)
     g = _codes(gold, "gold", allow_failed=False)
     p = _codes(pred, "pred", allow_failed=True)
@@ -494,7 +495,7 @@ def evaluate_pairs(
     failures: str = "error",
     baselines: bool = False,
 ) -> dict[str, Any]:
-    """A judge's verdicts on labelled pairs: the study's pairwise metrics (``PairwiseMetrics``: accuracy, macro
+    """A judge's verdicts on labelled pairs: the paper's pairwise metrics (``PairwiseMetrics``: accuracy, macro
     P/R/F1, counts); with its verdicts on the swapped pairs (``swapped``, in the swapped order's terms) also the
     Auto-J ``agreement`` and position ``consistency``; with ``baselines`` the registered baselines on the same
     pairs (``pair_baselines``). ``failures``: the policy for verdicts that failed to parse (None)."""

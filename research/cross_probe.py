@@ -42,12 +42,11 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
     from clfjudge.embedders.decoder import DecoderEmbedder
 
     reader = DecoderEmbedder(spec, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER)
-    reader._load_tokenizer()
-    sep = reader._tokenizer.encode(SEPARATOR, add_special_tokens=False)
+    sep = reader.token_ids(SEPARATOR)
     entries, spans = [], []  # (key, prompt ids, body ids) as rp.read_states takes them; the two answers' spans
     for i, r in enumerate(records):
-        prompt = reader._prompt_ids(r.question)
-        a, b = reader._answer_ids(r.answer_a), reader._answer_ids(r.answer_b)
+        prompt = reader.prompt_ids(r.question)
+        a, b = reader.answer_ids(r.answer_a), reader.answer_ids(r.answer_b)
         for order, (x, y) in (("ab", (a, b)), ("ba", (b, a))):
             entries.append((f"{i}{order}", prompt, x + sep + y))
             start = len(prompt)
@@ -64,7 +63,7 @@ def read(spec: str, layer: int, name: str, records: list, cache: Path, precision
                 out[key][j] = h[row, lo:hi].mean(0).numpy()
 
     started = time.monotonic()
-    rp.read_states(spec, [layer], entries, reader._eos, precision, keep)
+    rp.read_states(spec, [layer], entries, reader.eos_id, precision, keep)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, first_ab=out["first"][0::2], second_ab=out["second"][0::2], first_ba=out["first"][1::2],
              second_ba=out["second"][1::2])

@@ -63,13 +63,13 @@ def pooled(train: list, balanced: bool, source_weights: np.ndarray | None = None
     keep = np.ones(train[0].first.shape[1] + 1, bool) if mask is None else mask
     sw = np.ones(len(train)) if source_weights is None else source_weights
     coef = _logreg(np.vstack([_x(p, scale)[:, keep] for p in train]), np.concatenate([p.y for p in train]),
-                   np.concatenate([rp._weights(p, balanced) * s for p, s in zip(train, sw)]))
+                   np.concatenate([rp.pair_weights(p, balanced) * s for p, s in zip(train, sw)]))
     return lambda p: _x(p, scale)[:, keep] @ coef
 
 
 def _per_source(train: list, balanced: bool, scale: dict) -> np.ndarray:
     # each source alone has 1/len(train) of the data: the same regularisation per pair as the pooled head
-    return np.array([_logreg(_x(p, scale), p.y, rp._weights(p, balanced), C * len(train)) for p in train])
+    return np.array([_logreg(_x(p, scale), p.y, rp.pair_weights(p, balanced), C * len(train)) for p in train])
 
 
 def ensemble(train: list, balanced: bool) -> Margin:
@@ -97,7 +97,7 @@ def pca(train: list, balanced: bool, k: int) -> Margin:
         return np.hstack([x[:, :-1] @ proj, x[:, -1:]])
     sd = np.vstack([z(p) for p in train]).std(0) + 1e-9
     coef = _logreg(np.vstack([z(p) / sd for p in train]), np.concatenate([p.y for p in train]),
-                   np.concatenate([rp._weights(p, balanced) for p in train]))
+                   np.concatenate([rp.pair_weights(p, balanced) for p in train]))
     return lambda p: z(p) / sd @ coef
 
 

@@ -81,9 +81,8 @@ def _size(records: list) -> dict:
     from clfjudge.embedders.decoder import DecoderEmbedder
 
     reader = DecoderEmbedder("smollm2", layer=8, max_prompt_tokens=rp.MAX_PROMPT, max_answer_tokens=rp.MAX_ANSWER)
-    reader._load_tokenizer()
     items = {rp.text_key(r.question, a): (r.question, a) for r in records for a in (r.answer_a, r.answer_b)}
-    tokens = sum(len(reader._prompt_ids(q)) + len(reader._answer_ids(a)) for q, a in items.values())
+    tokens = sum(len(reader.prompt_ids(q)) + len(reader.answer_ids(a)) for q, a in items.values())
     return {"answers": len(items), "tokens": tokens}
 
 

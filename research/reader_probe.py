@@ -73,14 +73,13 @@ def answer_items(spec: str, records: list) -> tuple[list[tuple[str, list[int], l
     from clfjudge.embedders.decoder import DecoderEmbedder
 
     reader = DecoderEmbedder(spec, max_prompt_tokens=MAX_PROMPT, max_answer_tokens=MAX_ANSWER)
-    reader._load_tokenizer()
     items = {}
     for r in records:
         for answer in (r.answer_a, r.answer_b):
             key = text_key(r.question, answer)
             if key not in items:
-                items[key] = (reader._prompt_ids(r.question), reader._answer_ids(answer))
-    return [(key, prompt, body) for key, (prompt, body) in items.items()], reader._eos
+                items[key] = (reader.prompt_ids(r.question), reader.answer_ids(answer))
+    return [(key, prompt, body) for key, (prompt, body) in items.items()], reader.eos_id
 
 
 def padded_batches(entries: list, pad: int):
@@ -233,14 +232,14 @@ def head(train: list[Pairs], layer: str | None, length: str, c: float, balanced:
         scale["emb"] = np.vstack([p.emb[layer] for p in train]).std(0) + 1e-6
     x = np.vstack([design(p, layer, length, scale) for p in train])
     y = np.concatenate([p.y for p in train])
-    w = np.concatenate([_weights(p, balanced) for p in train])
+    w = np.concatenate([pair_weights(p, balanced) for p in train])
     w *= len(w) / w.sum()
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
     model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))
     return lambda p: design(p, layer, length, scale) @ model.coef_[0]
 
 
-def _weights(p: Pairs, balanced: bool) -> np.ndarray:
+def pair_weights(p: Pairs, balanced: bool) -> np.ndarray:
     """Every source the same total weight; ``balanced``: within it, the pairs the longer answer wins weigh as much
     as those the shorter one wins (``EmbeddingModel``'s ``weighting: [length, source]``)."""
     if not balanced:
@@ -295,7 +294,7 @@ def group_right(train: list[Pairs], groups: tuple[str, ...], balanced: bool, c: 
     scale = {g: np.vstack([_group(p, g) for p in train]).std(0) + 1e-6 for g in groups}
     x = np.vstack([group_design(p, groups, scale) for p in train])
     y = np.concatenate([p.y for p in train])
-    w = np.concatenate([_weights(p, balanced) for p in train])
+    w = np.concatenate([pair_weights(p, balanced) for p in train])
     w *= len(w) / w.sum()
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
     model.fit(np.vstack([x, -x]), np.concatenate([y, 1 - y]), sample_weight=np.concatenate([w, w]))

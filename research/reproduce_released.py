@@ -54,7 +54,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PAIRWISE_KEYS = ("accuracy", "precision", "recall", "f1")
 AGREEMENT_KEYS = ("agreement", "consistency", "forward_accuracy")
 
-# Published figures, in percent. "study" = the empirical study's Table 3 (paper-digest §2.1, T004-3);
+# Published figures, in percent. "study" = the empirical study's Table 3 (T004-3);
 # the authors' own numbers are what their evaluation scripts print on these very files.
 PUBLISHED: dict[str, list[dict[str, Any]]] = {
     "pandalm-7b": [

@@ -48,7 +48,7 @@ def train(recipe: str, retrain: bool) -> Path:
 
     out = REPO_ROOT / recipe_config(recipe).output_dir
     if retrain or not (out / CARD_NAME).exists():
-        subprocess.run([sys.executable, "-m", "clfjudge.cli", "train", "--config",
+        subprocess.run([sys.executable, "-m", "clfjudge.cli", "train", "--recipe",
                         str(REPO_ROOT / "train" / "cpu" / recipe), "--set", f"output_dir={out}"],
                        check=True, cwd=REPO_ROOT)
     return out

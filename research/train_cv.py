@@ -141,7 +141,7 @@ def train_all(runs: Sequence[Run], jobs: int, retrain: bool) -> dict[str, float]
 
     def one(run: Run) -> None:
         run.out.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "clfjudge.cli", "train", "--config", str(CPU / run.row.recipe)]
+        cmd = [sys.executable, "-m", "clfjudge.cli", "train", "--recipe", str(CPU / run.row.recipe)]
         for item in (*run.row.overrides, *run.overrides, f"output_dir={run.out}"):
             cmd += ["--set", item]
         print(f"  train {run.tag} {run.row.name}", flush=True)

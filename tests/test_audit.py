@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny_judges import make_judge
 
@@ -190,3 +191,22 @@ def test_semscore_in_bf16_matches_fp32():
     fp32 = SemScore(precision="fp32").similarity(answers, refs)
     bf16 = SemScore(precision="bf16").similarity(answers, refs)
     assert fp32[0] > fp32[2] and abs(fp32 - bf16).max() < 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL_DATA, reason="needs ../shared/data (present in CI)")
+def test_semscore_reads_through_the_text_embedder_as_sentence_transformers_does():
+    from sentence_transformers import SentenceTransformer
+
+    from clfjudge.audit.semscore import SemScore
+    from clfjudge.embedders.sentence import TextEmbedder, resolve_encoder
+
+    answers = ["Paris is the capital of France.", "42", "Paris is the capital of France."]
+    refs = ["The capital of France is Paris.", "forty-two", "Lyon is in France."]
+    semscore = SemScore(precision="fp32")
+    assert isinstance(semscore.embedder, TextEmbedder)
+    got = semscore.similarity(answers, refs)
+    model = SentenceTransformer(resolve_encoder("mpnet"), device="cpu")
+    a, b = (model.encode(texts, normalize_embeddings=True) for texts in (answers, refs))
+    np.testing.assert_allclose(got, np.sum(a * b, axis=1), atol=1e-5)
+    assert len(semscore.embedder) == 5  # each distinct text read once

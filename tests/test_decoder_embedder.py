@@ -108,8 +108,8 @@ def test_long_prompts_and_answers_are_truncated(llama_dir):
     embedder = DecoderEmbedder(str(llama_dir), max_prompt_tokens=8, max_answer_tokens=5)
     embedder._load()
     long = "word " * 200
-    assert len(embedder._prompt_ids(long)) == 8
-    assert len(embedder._answer_ids(long)) == 6  # five tokens + EOS
+    assert len(embedder.prompt_ids(long)) == 8
+    assert len(embedder.answer_ids(long)) == 6  # five tokens + EOS
     assert embedder.embed_answers([long], [long]).shape == (1, 32)
     assert "first and last 4 tokens" in embedder.truncation_policy
 
@@ -174,7 +174,7 @@ def test_token_stats_measure_how_much_the_question_explains_the_answer(chat_llam
     # both agree with scoring every token of template + answer from scratch
     embedder._load()
     for q, a, row in zip(questions, answers, stats):
-        prompt, body = embedder._prompt_ids(q), embedder._answer_ids(a)
+        prompt, body = embedder.prompt_ids(q), embedder.answer_ids(a)
         cond = _log_probs_from_scratch(embedder, prompt, body)
         uncond = _log_probs_from_scratch(embedder, embedder._template(""), body)
         np.testing.assert_allclose(row[STAT_NAMES.index("cond_mean")], cond.mean(), atol=1e-4)
@@ -285,8 +285,8 @@ def test_stats_over_the_first_tokens_are_exact(chat_llama_dir):
     question, answer = "What is an apple?", "A red fruit that grows on trees, often eaten raw or in pies."
     row = short.answer_stats([question], [answer])[0]
     short._load()
-    body = short._answer_ids(answer)
-    cond = _log_probs_from_scratch(short, short._prompt_ids(question), body)[:3]
+    body = short.answer_ids(answer)
+    cond = _log_probs_from_scratch(short, short.prompt_ids(question), body)[:3]
     uncond = _log_probs_from_scratch(short, short._template(""), body)[:3]
     np.testing.assert_allclose(row[STAT_NAMES.index("pmi_mean")], (cond - uncond).mean(), atol=1e-4)
     np.testing.assert_allclose(row[STAT_NAMES.index("log_tokens")], np.log(len(body)), atol=1e-6)  # whole answer

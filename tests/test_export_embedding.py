@@ -179,23 +179,23 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
 
     embedder = DecoderEmbedder(str(chat_llama_dir), layer=1, stats=stats, stats_tokens=5 if stats else None)
     embedder._load()
-    sample = [(embedder._prompt_ids("Short?"), embedder._answer_ids("An apple.")),
-              (embedder._prompt_ids("Short?"), embedder._answer_ids("A red fruit that grows on trees."))]
+    sample = [(embedder.prompt_ids("Short?"), embedder.answer_ids("An apple.")),
+              (embedder.prompt_ids("Short?"), embedder.answer_ids("A red fruit that grows on trees."))]
     export_reader(embedder, tmp_path / "reader.onnx", sample)
     graphs = export_shared_prefix(embedder, tmp_path, sample)
     assert graphs["layers"] == (2 if stats else 1)  # without statistics only the layers up to the pooled one
     assert "past_key_values.0.key" in graphs["continuation_inputs"] and "present.0.value" in graphs["prefix_outputs"]
     embedder._tokenizer.save_pretrained(tmp_path)
     before, after = embedder.template_parts()
-    card = {"encoder": str(chat_llama_dir), "depth": 2, "hidden_size": 32, "eos_token_id": embedder._eos,
+    card = {"encoder": str(chat_llama_dir), "depth": 2, "hidden_size": 32, "eos_token_id": embedder.eos_id,
             "template": [before, after], "primary": "fp32"}
     config = {"layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384, "stats": stats,
               "stats_tokens": 5 if stats else None}
     shared = OnnxDecoderReader(tmp_path, {**card, "shared_prefix": graphs}, config, batch_size=3, cache_dir="")
     old = OnnxDecoderReader(tmp_path, card, config, batch_size=3, cache_dir="")  # an export without the graphs
     assert shared.shares_prefixes and not old.shares_prefixes
-    prefix = shared._prompt_ids("What is an apple, and why do so many people eat one every single day of the year?")
-    bodies = [shared._answer_ids(f"Candidate {i}: " + "the apple is a fruit " * (i + 1)) for i in range(7)]
+    prefix = shared.prompt_ids("What is an apple, and why do so many people eat one every single day of the year?")
+    bodies = [shared.answer_ids(f"Candidate {i}: " + "the apple is a fruit " * (i + 1)) for i in range(7)]
     whole_vec, whole_lp = shared._read([(prefix, b) for b in bodies], stats)
     vec, lp = shared._read_shared(prefix, bodies, stats)
     np.testing.assert_allclose(vec, whole_vec, atol=1e-4)

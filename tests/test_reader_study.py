@@ -71,3 +71,29 @@ def test_the_bootstrap_of_a_row_against_itself_is_zero_and_a_better_row_is_above
     assert study.bootstrap(data, a, a, n=200) == (0.0, 0.0)
     low, high = study.bootstrap(data, better, a, n=200)
     assert 0 < low <= high
+
+
+def test_research_reads_the_reader_through_its_public_names_only():
+    import ast
+
+    for path in sorted((REPO / "research").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = node.value.id if isinstance(node.value, ast.Name) else ""
+                assert owner in ("self", "cls"), f"{path.name}:{node.lineno}: {ast.unparse(node)} is private"
+
+
+def test_the_probes_tokenize_as_the_reader_reads(tiny_llama_dir):
+    from clfjudge.data.records import PairRecord, Verdict
+    from clfjudge.embedders.decoder import DecoderEmbedder
+
+    probe = load_script(REPO / "research" / "reader_probe.py", "reader_probe")
+    records = [PairRecord(id="1", question="Name a prime.", answer_a="7", answer_b="9", verdict=Verdict.A),
+               PairRecord(id="2", question="Name a prime.", answer_a="9", answer_b="7", verdict=Verdict.B)]
+    items, pad = probe.answer_items(str(tiny_llama_dir), records)
+    reader = DecoderEmbedder(str(tiny_llama_dir), max_prompt_tokens=probe.MAX_PROMPT,
+                             max_answer_tokens=probe.MAX_ANSWER)
+    assert pad == reader.eos_id and len(items) == 2  # each distinct answer once
+    assert [(p, b) for _, p, b in items] == [(reader.prompt_ids("Name a prime."), reader.answer_ids(a))
+                                             for a in ("7", "9")]
+    assert items[0][2][-1] == reader.eos_id

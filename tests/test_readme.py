@@ -33,12 +33,19 @@ def _subcommand(argv: list[str]) -> list[str]:
 
 def test_the_readme_names_commands_that_exist():
     commands = _bash_commands()
-    assert ["make", "main"] in commands and ["make", "test"] in commands
+    assert [a for a in commands if a[0] == "make"] == [["make", "main"], ["make", "test"]]
     makefile = (REPO / "Makefile").read_text()
+    optional = (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n[")[0]
+    extras = re.findall(r"^([\w-]+) = \[", optional, flags=re.M)
     for argv in commands:
-        assert argv[0] in ("make", "clfjudge"), argv
+        assert argv[0] in ("make", "clfjudge", "pip"), argv
         if argv[0] == "make":
             assert re.search(rf"^{argv[1]}:", makefile, flags=re.M), argv
+        for arg in argv[2:] if argv[0] == "pip" else ():  # the package's extras and files exist
+            if arg.startswith(".["):
+                assert set(arg[2:-1].split(",")) <= set(extras), arg
+            elif not arg.startswith("-") and "==" not in arg and "://" not in arg:
+                assert (REPO / arg).is_file(), arg
     assert len([a for a in commands if a[0] == "clfjudge"]) >= 5 and len(_table_commands()) >= 8
 
 

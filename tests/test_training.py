@@ -107,6 +107,25 @@ def test_train_help_lists_the_recipe_keys(capsys):
     assert "sources: train sources" in out and "(default: [])" in out
 
 
+@pytest.mark.parametrize("command", [["train"], ["run"], ["distill", "teacher", "--pool", "p", "--out", "o"]])
+@pytest.mark.parametrize("spelling", ["--recipe", "--config"])
+def test_every_command_takes_the_recipe_as_recipe_and_still_as_config(command, spelling, capsys):
+    from clfjudge.cli import build_parser
+
+    args = build_parser().parse_args([*command, spelling, "r.yaml"])
+    assert str(args.recipe) == "r.yaml"
+    err = capsys.readouterr().err
+    assert ("--config is deprecated, use --recipe" in err) == (spelling == "--config")
+
+
+@pytest.mark.parametrize("command", ["train", "run", "distill"])
+def test_the_recipe_option_is_shown_as_recipe_only(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "--recipe" in out and "--config" not in out
+
+
 def test_cli_help_stays_cheap():
     """``clfjudge --help`` builds every sub-parser but imports neither training.config (the recipe keys are listed
     only by ``clfjudge train --help``) nor torch; training.config itself imports no torch / transformers."""

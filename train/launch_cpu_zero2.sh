@@ -16,4 +16,4 @@ export DS_ACCELERATOR=cpu
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$REPO/.cache/torch_extensions}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec "$PY" -m torch.distributed.run --nproc_per_node=1 --master_port="${MASTER_PORT:-29517}" \
-    -m clfjudge.cli train --config "$RECIPE" --set deepspeed=force "$@"
+    -m clfjudge.cli train --recipe "$RECIPE" --set deepspeed=force "$@"

@@ -16,7 +16,7 @@ RECIPE=$1; shift
 PY=${PYTHON:-python}
 NPROC=${NPROC:-$("$PY" -c 'import torch; print(max(torch.cuda.device_count(), 1))')}
 case "${LAUNCHER:-torchrun}" in
-    torchrun)  exec "$PY" -m torch.distributed.run --nproc_per_node="$NPROC" -m clfjudge.cli train --config "$RECIPE" "$@" ;;
-    deepspeed) exec deepspeed --num_gpus "$NPROC" --module clfjudge.cli train --config "$RECIPE" "$@" ;;
+    torchrun)  exec "$PY" -m torch.distributed.run --nproc_per_node="$NPROC" -m clfjudge.cli train --recipe "$RECIPE" "$@" ;;
+    deepspeed) exec deepspeed --num_gpus "$NPROC" --module clfjudge.cli train --recipe "$RECIPE" "$@" ;;
     *) echo "LAUNCHER must be torchrun or deepspeed, got ${LAUNCHER}" >&2; exit 2 ;;
 esac

@@ -168,7 +168,7 @@ class SemScoreJudge(AuditJudge):
 class RuntimeJudge(AuditJudge):
     """A ``clfjudge.judges.base.Judge`` of any kind (PyTorch, ONNX, embedding, generative).
 
-    Pair judges on point sets use the study's pairwise->pointwise transform (reference as answer 1; the
+    Pair judges on point sets use ``schemes.point_to_pair``'s pairwise->pointwise transform (reference as answer 1; the
     prediction is P(answer 2) - P(answer 1)); point judges on pair sets grade each answer (rounded to the
     scale) and compare, equal -> tie. A generative judge's outputs that did not parse stay None (and its
     comparisons have a margin only when every one parsed); how many there were is in the notes.
@@ -219,7 +219,7 @@ class RuntimeJudge(AuditJudge):
         points = [p for r in records for p in pair_to_points(replace(r, scores=None))]
         results = self.judge.score_batch(points)
         scores = np.asarray([s.value for s in results]).reshape(-1, 2)  # NaN: not parsed
-        graded = np.rint(scores)  # the study compares integer grades, so near-equal answers tie
+        graded = np.rint(scores)  # grades compared as integers (as the paper does), so near-equal answers tie
         forward = [points_to_verdict(*(None if np.isnan(x) else x for x in row)) for row in graded]
         margin = None if np.isnan(scores).any() else list(map(float, scores[:, 0] - scores[:, 1]))
         return Predictions(forward=forward, reversed=_swapped_verdicts(forward), margin=margin,

@@ -1,13 +1,17 @@
-"""The papers' numbers the report puts beside ours, transcribed from ../shared/docs/paper-digest.md §2.
+"""The papers' numbers the report puts beside ours, transcribed from their tables: "An Empirical Study of
+LLM-as-a-Judge for LLM Evaluation: Fine-tuned Judge Models are Task-specific Classifiers" ("Empirical Study"
+below), "Prometheus: Inducing Fine-grained Evaluation Capability in Language Models" and "SemScore: Automated
+Evaluation of Instruction-Tuned LLMs based on Semantic Textual Similarity".
 
 Keys are our metric names on our set names, so the report can line rows up; ``table`` names the source table.
 Percentages are stored as fractions like ours.
 """
 from __future__ import annotations
 
-# Study T004-3 (released judges cross-validated, pairwise) and T004-2 (the authors' own heads, ‡ rows).
+# Empirical Study Table 3 (released judges cross-validated, pairwise) and Table 2 (the authors' own heads, ‡ rows).
 CROSS_SCHEME = {
-    "table": "study T004-3 / T004-2 (JudgeLM / PandaLM / Auto-J test sets; Average = mean of the three acc/agreement)",
+    "table": "Empirical Study Tables 3 / 2 (JudgeLM / PandaLM / Auto-J test sets; Average = mean of the three "
+             "acc/agreement)",
     "rows": {
         "GPT 3.5": {"judgelm-val:accuracy": .7383, "pandalm-test:accuracy": .6296, "pandalm-test:f1": .5820,
                     "autoj-test:agreement": .427, "average": .5983},
@@ -41,9 +45,9 @@ POINTWISE_EVAL = {
     },
 }
 
-# Study T004-6: LLMBar accuracy.
+# Empirical Study Table 6: LLMBar accuracy.
 LLMBAR = {
-    "table": "study T004-6 (LLMBar accuracy)",
+    "table": "Empirical Study Table 6 (LLMBar accuracy)",
     "rows": {
         "GPT 4-0613": {"llmbar-natural": .935, "llmbar-neighbor": .642, "llmbar-gptinst": .766,
                        "llmbar-gptout": .766, "llmbar-manual": .750},
@@ -60,12 +64,12 @@ LLMBAR = {
     },
 }
 
-# SemScore T002-3: system-level correlation with human ratings over 12 models (absolute values).
-SEMSCORE_SYSTEM = {"table": "SemScore T002-3 (12 systems, human ratings)", "kendall_tau": .879, "pearson_r": .970}
+# SemScore Table 3: system-level correlation with human ratings over 12 models (absolute values).
+SEMSCORE_SYSTEM = {"table": "SemScore Table 3 (12 systems, human ratings)", "kendall_tau": .879, "pearson_r": .970}
 
-# Study F004-2 / F004-3: agreement between the authors' heads (JudgeLM test F1; Prometheus test Pearson).
+# Empirical Study Figures 2 / 3: agreement between the authors' heads (JudgeLM test F1; Prometheus test Pearson).
 AGREEMENT = {
-    "table": "study F004-2 / F004-3",
+    "table": "Empirical Study Figures 2 / 3",
     "text": "F1 between Vicuna-gen, Vicuna-cls and DeBERTa-cls: 82.7-84.5; each vs GPT-4: 64.3-65.0. "
             "Pearson among the three heads 0.954-0.977; each vs GPT-4 0.623-0.630.",
 }

@@ -1,5 +1,6 @@
-"""SemScore (Aynedinov & Akbik, seed 002): cosine similarity between the embeddings of a response and a
-reference response, with all-mpnet-base-v2 (mean pooling, L2-normalised) as the embedding model.
+"""SemScore (Aynedinov & Akbik, "SemScore: Automated Evaluation of Instruction-Tuned LLMs based on Semantic
+Textual Similarity"): cosine similarity between the embeddings of a response and a reference response, with
+all-mpnet-base-v2 (mean pooling, L2-normalised) as the embedding model, read by the library's ``TextEmbedder``.
 
 Two uses:
 - a reference-based pointwise judge (``SemScore.score_records``) on data with references;
@@ -19,36 +20,20 @@ from ..data.records import PointRecord
 DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base-v2
 
 
-def _resolve_model_path(spec: str) -> str:
-    from ..models.backbones import resolve_backbone
-
-    return str(resolve_backbone(spec).path_or_id)
-
-
 class SemScore:
-    """Embeds texts once per call (unique texts only) and returns cosine similarities."""
+    """Embeds each distinct text once and returns cosine similarities."""
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu",
                  precision: str = "auto") -> None:
-        from ..embedders.decoder import resolve_precision
+        from ..embedders.sentence import TextEmbedder
 
         self.model_spec = model
-        self.batch_size = batch_size
-        self.device = device
-        # bf16 autocast on AMX / AVX512-BF16 CPUs and GPUs (1.8x fp32 for MPNet without AMX), cosines within ~1e-3
-        self.precision = resolve_precision(precision, device)
-        self._encoder = None
+        # bf16 autocast on AMX / AVX512-BF16 CPUs and GPUs, cosines within ~1e-3 of fp32
+        self.embedder = TextEmbedder(model, batch_size=batch_size, device=device, precision=precision)
 
     @property
-    def encoder(self):
-        if self._encoder is None:
-            from ..machine import default_ds_accelerator
-
-            default_ds_accelerator()
-            from sentence_transformers import SentenceTransformer
-
-            self._encoder = SentenceTransformer(_resolve_model_path(self.model_spec), device=self.device)
-        return self._encoder
+    def precision(self) -> str:
+        return self.embedder.precision
 
     def similarity(self, responses: Sequence[str], references: Sequence[str],
                    show_progress: bool = False) -> np.ndarray:
@@ -63,13 +48,8 @@ class SemScore:
 
     def embed(self, texts: Sequence[str], show_progress: bool = False) -> np.ndarray:
         """L2-normalised float32 embeddings of ``texts``."""
-        from ..embedders.decoder import autocast
-
-        with autocast(self.precision, self.device):
-            emb = self.encoder.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
-                                      show_progress_bar=show_progress)
-        emb = emb.float().cpu().numpy()  # normalised in float32, not in bf16
-        return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        self.embedder.show_progress = show_progress
+        return self.embedder.embed(texts)
 
     def score_records(self, records: Sequence[PointRecord], show_progress: bool = False) -> np.ndarray:
         missing = [r.id for r in records if not r.reference]

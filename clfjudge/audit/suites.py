@@ -1,7 +1,7 @@
 """Audit test sets and suites, declared as data, and the functions that turn predictions into their tables.
 
-A ``TestSet`` names a source, its kind and the study's metric protocol for it. A suite is a function of
-(sets, judges, predictions) -> a JSON-able table; ``SUITES`` lists them in report order.
+A ``TestSet`` names a source, its kind and the metric protocol its paper scores it with (``paper``). A suite is
+a function of (sets, judges, predictions) -> a JSON-able table; ``SUITES`` lists them in report order.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ GOLD = "gold"
 class TestSet:
     name: str  # a source in clfjudge.data.sources
     kind: str  # "pair" | "point"
-    protocol: str  # a name in PROTOCOLS: how the study scores this set
+    protocol: str  # a name in PROTOCOLS: how its paper scores this set
     label: str  # column label in the report
 
 
@@ -78,7 +78,8 @@ def autoj(records, p: Predictions) -> dict[str, float]:
 
 
 def llmbar(records, p: Predictions) -> dict[str, float]:
-    """The study's LLMBar accuracy: both answer orders, averaged; plus positional agreement."""
+    """LLMBar accuracy as the Empirical Study of LLM-as-a-Judge (``paper.LLMBAR``) scores it: both answer orders,
+    averaged; plus positional agreement."""
     gold = _gold_verdicts(records)
     fwd = selection(records, p)["accuracy"]
     if p.reversed is None:
@@ -165,8 +166,8 @@ def cross_scheme(d: AuditData) -> Table:
         rows[judge] = row
     return {"rows": rows, "sets": [s.name for s in d.sets],
             "average_note": "pairwise = mean(JudgeLM acc, PandaLM acc, Auto-J agreement) over the sets available "
-                            "(study T004-3); pointwise = mean(Pearson ind, ood) (T004-4); eval = mean Pearson of "
-                            "the Prometheus MT Bench and Vicuna Bench eval files"}
+                            "(Empirical Study Table 3); pointwise = mean(Pearson ind, ood) (Table 4); eval = mean "
+                            "Pearson of the Prometheus MT Bench and Vicuna Bench eval files"}
 
 
 def _average(row: Mapping[str, Any], cells: Sequence[str]) -> dict[str, Any] | None:
@@ -268,7 +269,7 @@ def agreement_suite(d: AuditData) -> Table:
 
 
 def system_level_suite(d: AuditData) -> Table:
-    """SemScore's protocol (seed 002): per-system mean of each point judge's score against the per-system mean
+    """SemScore's protocol (its Table 3): per-system mean of each point judge's score against the per-system mean
     gold score, |Kendall tau| and |Pearson r| across systems."""
     from .semscore import system_level
 

@@ -117,6 +117,15 @@ def add_batch_size(parser, default: int, help: str, alias: str | None = None) ->
         parser.add_argument(alias, type=int, dest="batch_size", action=_DeprecatedAlias, new="--batch-size")
 
 
+def add_recipe(parser, help: str, required: bool = True, **kwargs) -> None:
+    """``--recipe``, the one name of a training recipe file (``train``, ``run``, ``distill``); ``--config``, its
+    older spelling, is still accepted."""
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--recipe", help=help, **kwargs)
+    group.add_argument("--config", dest="recipe", action=_DeprecatedAlias, new="--recipe",
+                       **{k: v for k, v in kwargs.items() if k == "type"})
+
+
 # -- --engine local | ray (clfjudge score, clfjudge audit) -------------------------------------------------------
 
 def add_engine_options(parser: argparse.ArgumentParser, engines: Sequence[str], engine_help: str,

@@ -1,8 +1,10 @@
-"""`clfjudge distill TEACHER --pool SPEC --config STUDENT.yaml --out DIR`: a fast student judge learns a teacher's
+"""`clfjudge distill TEACHER --pool SPEC --recipe STUDENT.yaml --out DIR`: a fast student judge learns a teacher's
 probabilities on a pool of pairs (training/distill.py)."""
 from __future__ import annotations
 
 import argparse
+
+from .common import add_recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", nargs="+", required=True, metavar="SPEC[:N]",
                    help="pairs the teacher labels (labelled or not; labels are ignored): built-in names or your own "
                         "files, save_to_disk directories or hf:OWNER/NAME")
-    p.add_argument("--config", required=True, metavar="STUDENT.yaml",
-                   help="the student's recipe (head: embedding); its sources are the pool, whatever it names")
+    add_recipe(p, "the student's recipe (head: embedding); its sources are the pool, whatever it names",
+               metavar="STUDENT.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable)")
     p.add_argument("--out", required=True, help="output directory: teacher_labels.jsonl (the cache), student/, "
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     # the student's training sources are the pool (its labels: the teacher's), whatever the recipe names
-    config = TrainConfig.from_yaml(args.config, [*args.overrides, f"sources={json.dumps(list(args.pool))}"])
+    config = TrainConfig.from_yaml(args.recipe, [*args.overrides, f"sources={json.dumps(list(args.pool))}"])
     check_apart([("TEACHER", args.teacher), *((f"--pool {s}", s) for s in args.pool if Path(s).exists())],
                 [("--out", args.out)])
     report = distill(DistillJob(args.teacher, tuple(args.pool), Path(args.out), tuple(args.eval), args.holdout,

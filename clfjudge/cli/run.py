@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .common import add_recipe
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..pipeline import ORDER, PROFILES, REFERENCE_JUDGES
@@ -11,9 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("run", help="the main job: check the data, train the default judge, export it to "
                                           "ONNX behind the parity gate, audit it, write the report")
     p.add_argument("--out", type=Path, default=Path("runs/main"), help="run directory (default: runs/main)")
-    p.add_argument("--recipe", type=Path, default=None,
-                   help="training recipe file (default: the profile's; for the full and quick profiles the bundled "
-                        "clfjudge/configs/recipes/main-smollm2.yaml)")
+    add_recipe(p, "training recipe file (default: the profile's; for the full and quick profiles the bundled "
+                  "clfjudge/configs/recipes/main-smollm2.yaml)", required=False, type=Path, default=None,
+               metavar="RECIPE.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable)")
     p.add_argument("--profile", choices=PROFILES.names(), default="full",

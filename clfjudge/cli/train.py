@@ -1,4 +1,4 @@
-"""`clfjudge train --config RECIPE.yaml [--set key=value ...]`: fine-tune a classifier judge."""
+"""`clfjudge train --recipe RECIPE.yaml [--set key=value ...]`: fine-tune a classifier judge."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .common import add_recipe
 
 if TYPE_CHECKING:
     from ..training.config import TrainConfig
@@ -36,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
     p.add_argument("-h", "--help", action=_HelpWithRecipeKeys,
                    help="show this help message, with every recipe key, and exit")
-    p.add_argument("--config", required=True,
-                   help="recipe YAML (keys: clfjudge.training.config.TrainConfig fields, listed below)")
+    add_recipe(p, "recipe YAML (keys: clfjudge.training.config.TrainConfig fields, listed below)",
+               metavar="RECIPE.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable), e.g. --set lr=1e-5 --set budgets.answer=200")
     # The deepspeed launcher passes --local_rank; torchrun passes LOCAL_RANK in the environment.
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
-    config = TrainConfig.from_yaml(args.config, args.overrides)
+    config = TrainConfig.from_yaml(args.recipe, args.overrides)
     check_output_dir(config)
     out = train(config)
     for line in excluded_lines(out):

@@ -56,7 +56,7 @@ class Verdict(str, enum.Enum):
 
     @property
     def win(self) -> int:
-        """The study's win coding: A -> 1, TIE -> 0, B -> -1."""
+        """The win coding ``metrics`` scores (UnlimitedJudge's): A -> 1, TIE -> 0, B -> -1."""
         return {Verdict.A: 1, Verdict.TIE: 0, Verdict.B: -1}[self]
 
     @classmethod
@@ -65,12 +65,12 @@ class Verdict(str, enum.Enum):
 
     @classmethod
     def from_scores(cls, s_a: float, s_b: float, margin: float = 0.0) -> Verdict:
-        """Score pair -> verdict with a tie margin (the study uses margin 0)."""
+        """Score pair -> verdict with a tie margin (UnlimitedJudge uses margin 0)."""
         diff = s_a - s_b
         return cls.A if diff > margin else cls.B if diff < -margin else cls.TIE
 
 
-# Class index used by every 3-way head: the study's coding (0 = tie, 1 = answer 1, 2 = answer 2).
+# Class index used by every 3-way head: UnlimitedJudge's coding (0 = tie, 1 = answer 1, 2 = answer 2).
 CLASS_OF_VERDICT = {Verdict.TIE: 0, Verdict.A: 1, Verdict.B: 2}
 VERDICT_OF_CLASS = {v: k for k, v in CLASS_OF_VERDICT.items()}
 
@@ -124,7 +124,7 @@ class PairRecord:
     def build(cls, loc: Loc, **kw: Any) -> PairRecord:
         """Validate raw values (naming file, line and field on error) and build a record.
 
-        When only ``scores`` is given the verdict is derived with margin 0, as in the study.
+        When only ``scores`` is given the verdict is derived with margin 0, as UnlimitedJudge does.
         ``allow_empty_answers=True`` accepts an empty answer (real test sets hold empty model outputs).
         """
         empty_ok = kw.pop("allow_empty_answers", False)

@@ -6,7 +6,7 @@ so a seed always gives the same split.
 
 Contamination keys are stricter than the grouping key: a question matches when its normalized text is equal
 *or* its set of normalized non-empty lines is equal. The second key catches the same prompt written with its
-parts in another order, e.g. PandaLM's "input\\ninstruction" (the study's question format) against
+parts in another order, e.g. PandaLM's "input\\ninstruction" (UnlimitedJudge's question format) against
 AlpacaEval's "instruction\\n\\ninput": 29 of PandaLM's 170 test prompts match AlpacaEval exactly, 168 do by
 line set.
 """

@@ -4,7 +4,8 @@ Reading thousands of answers with a frozen decoder costs minutes of CPU; the vec
 embedder's identity (``cache_id``: model, layer, budgets, statistics, precision) and the text. An embedder with a
 cache directory loads every shard of its identity on first use and appends one shard per batch of new vectors
 (written to a temporary name and renamed, so a killed run leaves no half-written shard). Shards are plain
-arrays (``allow_pickle=False``); the identity is checked on load.
+arrays (``allow_pickle=False``); the identity is checked on load. ``CachedEmbedder`` is the base every embedder
+keeps its vectors through (memory, disk, ``.npz`` files, ``scratch``).
 """
 from __future__ import annotations
 
@@ -128,19 +129,65 @@ class Cached:
 
 
 @contextlib.contextmanager
-def scratch(embedder):
+def scratch(embedder: CachedEmbedder):
     """Readings ``embedder`` makes inside are forgotten when it ends: none is stored on disk, and those it added to
     its in-memory cache are removed (a judge's warm-up reads made-up texts that no user asked for). The disk cache
     is loaded first, so what it holds stays in memory."""
-    embedder._disk.load(embedder.cache_id, embedder._cache)
-    before = set(embedder._cache)
+    embedder.cached(())
+    before = set(embedder.memory)
     embedder._disk._paused = True
     try:
         yield
     finally:
         embedder._disk._paused = False
-        for key in set(embedder._cache) - before:
-            del embedder._cache[key]
+        for key in set(embedder.memory) - before:
+            del embedder.memory[key]
+
+
+class CachedEmbedder:
+    """What every embedder shares: its vectors in memory (``MemoryCache``, bounded by ``memory_items``) and on disk
+    (``cache_dir``, default $CLFJUDGE_EMBEDDING_CACHE if set), under its identity ``cache_id``. A subclass reads
+    the vectors ``cached`` does not hold and hands them to ``store``."""
+
+    cache_id: str  # the embedder's identity: what its vectors depend on besides the text
+
+    def __init__(self, cache_dir: str | Path | None = None, memory_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
+        self._cache = MemoryCache(memory_items)  # least recently used vectors forgotten beyond memory_items
+        self._disk = Cached(cache_dir)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def memory(self) -> MemoryCache:
+        """The in-memory vectors; ``memory.max_items`` bounds them (least recently used forgotten first)."""
+        return self._cache
+
+    def cached(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """The vectors of ``keys`` held in memory, the disk cache loaded into memory on first use."""
+        self._disk.load(self.cache_id, self._cache)
+        return self._cache.known(keys)
+
+    def store(self, keys: list[str], vectors: np.ndarray) -> None:
+        """Keep newly read vectors in memory and on disk."""
+        self._cache.update(zip(keys, vectors))
+        self._disk.store(list(keys), vectors)
+
+    def clear_cache(self) -> None:
+        """Forget every stored vector (a long-running judge can bound its memory this way)."""
+        self._cache.clear()
+
+    def scratch(self):
+        """A context whose readings are forgotten when it ends (``cache.scratch``)."""
+        return scratch(self)
+
+    def save_cache(self, path: str | Path) -> Path:
+        return save_vectors(path, self._cache, self.cache_id)
+
+    def load_cache(self, path: str | Path) -> int:
+        """Add the vectors stored at ``path``; returns how many were added. The file must come from an embedder
+        with the same identity."""
+        return load_vectors(path, self._cache, self.cache_id)
 
 
 def save_vectors(path: str | Path, cache: dict[str, np.ndarray], cache_id: str) -> Path:

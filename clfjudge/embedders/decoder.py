@@ -29,7 +29,7 @@ import numpy as np
 
 from ..batching import token_batches
 from ..machine import decoder_precision
-from .cache import DEFAULT_MEMORY_ITEMS, Cached, MemoryCache, load_vectors, save_vectors, scratch
+from .cache import DEFAULT_MEMORY_ITEMS, CachedEmbedder
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -81,7 +81,7 @@ def token_stats(cond: np.ndarray, uncond: np.ndarray, n_tokens: int | None = Non
                      np.log(n_tokens or len(pmi))], dtype=np.float32)
 
 
-class DecoderEmbedder:
+class DecoderEmbedder(CachedEmbedder):
     """``layer``: which decoder layer's output is pooled (1-based; default the middle one, which beat the last
     layer on PandaLM: docs/training.md#embedding-judges-head-embedding). The prompt (chat template + question)
     keeps its first and last ``max_prompt_tokens / 2`` tokens; answers keep their first ``max_answer_tokens``
@@ -102,6 +102,7 @@ class DecoderEmbedder:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
+        super().__init__(cache_dir, memory_items)
         self.encoder = encoder
         self.layer = layer
         self.max_prompt_tokens = max_prompt_tokens
@@ -125,8 +126,6 @@ class DecoderEmbedder:
         self._tokenizer = None
         self._captured = None
         self._depth: int | None = None
-        self._cache = MemoryCache(memory_items)  # least recently used vectors forgotten beyond memory_items
-        self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     # -- identity --------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -175,14 +174,6 @@ class DecoderEmbedder:
     @property
     def max_seq_length(self) -> int:
         return self.max_prompt_tokens + self.max_answer_tokens + 1
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    @property
-    def memory(self) -> MemoryCache:
-        """The in-memory vectors; ``memory.max_items`` bounds them (least recently used forgotten first)."""
-        return self._cache
 
     # -- model -----------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -253,11 +244,31 @@ class DecoderEmbedder:
     def _template(self, question: str) -> list[int]:
         return self._ids(self._render(question))
 
-    def _prompt_ids(self, question: str) -> list[int]:
+    # -- the tokens a reading is made of, for the exporter and the probes (each loads the tokenizer alone) ------
+    def token_ids(self, text: str) -> list[int]:
+        """``text``'s tokens, no special tokens added."""
+        self._load_tokenizer()
+        return self._ids(text)
+
+    @property
+    def eos_id(self) -> int:
+        """The token that ends every answer read (and pads a batch)."""
+        self._load_tokenizer()
+        return self._eos
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """The prompt an answer is read after: ``question`` in the chat template, its first and last
+        ``max_prompt_tokens / 2`` tokens kept."""
+        self._load_tokenizer()
         return truncate_middle(self._template(question), self.max_prompt_tokens)
 
-    def _answer_ids(self, answer: str) -> list[int]:
+    def answer_ids(self, answer: str) -> list[int]:
+        """An answer's tokens as read: its first ``max_answer_tokens`` plus EOS."""
+        self._load_tokenizer()
         return self._ids(answer)[:self.max_answer_tokens] + [self._eos]
+
+    _prompt_ids = prompt_ids  # the names export/embedding.py calls
+    _answer_ids = answer_ids
 
     def _text_ids(self, text: str) -> list[int]:
         return self._ids(text)[:self.max_seq_length - 1] + [self._eos]
@@ -377,8 +388,7 @@ class DecoderEmbedder:
     def _lookup(self, keys: list[str], build, with_stats: bool = False) -> np.ndarray:
         """Cached rows of ``keys``; missing ones are read (``build(i)`` -> prefix ids, body ids): the body's
         normalised vector, followed by its ``STAT_NAMES`` when ``with_stats``."""
-        self._disk.load(self.cache_id, self._cache)
-        found = self._cache.known(keys)
+        found = self.cached(keys)
         missing = {k: i for i, k in enumerate(keys) if k not in found}
         if missing:
             self._load()
@@ -402,8 +412,7 @@ class DecoderEmbedder:
                 stats = np.stack([token_stats(c, u, len(body)) for c, u, (_, body) in zip(cond, uncond, items)])
                 vectors = np.hstack([vectors, stats])
             found.update(zip(block, vectors))
-            self._cache.update(zip(block, vectors))
-            self._disk.store(list(block), vectors)
+            self.store(block, vectors)
             tokens += sum(len(p) + len(b) for p, b in items)
             bar.update(len(block))
             bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # read so far, prompts included
@@ -438,19 +447,19 @@ class DecoderEmbedder:
             raise ValueError("embed_answers() needs at least one answer")
         questions, answers = list(questions), list(answers)
         return self._lookup([_key("answer", q, a) for q, a in zip(questions, answers)],
-                            lambda i: (self._prompt_ids(questions[i]), self._answer_ids(answers[i])), self.stats)
+                            lambda i: (self.prompt_ids(questions[i]), self.answer_ids(answers[i])), self.stats)
 
     def pending_lengths(self, questions: Sequence[str], answers: Sequence[str]) -> list[int]:
         """Token lengths (prompt + answer) of the answers ``embed_answers`` would read now: those not in the
         in-memory cache (a token budget counts what runs, and a cached answer does not)."""
         self._load_tokenizer()
-        return [len(self._prompt_ids(q)) + len(self._answer_ids(a)) for q, a in zip(questions, answers)
-                if _key("answer", q, a) not in self._cache]
+        return [len(self.prompt_ids(q)) + len(self.answer_ids(a)) for q, a in zip(questions, answers)
+                if _key("answer", q, a) not in self.memory]
 
     def pending_text_lengths(self, texts: Sequence[str]) -> list[int]:
         """``pending_lengths`` of ``embed``: the token lengths of the texts not in the in-memory cache."""
         self._load_tokenizer()
-        return [len(self._text_ids(t)) for t in texts if _key("text", t) not in self._cache]
+        return [len(self._text_ids(t)) for t in texts if _key("text", t) not in self.memory]
 
     def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
         """(n, hidden) of each answer read after its question in the chat template."""
@@ -462,17 +471,3 @@ class DecoderEmbedder:
         if not self.stats:
             raise ValueError("answer_stats needs an embedder built with stats=True")
         return self._answers(questions, answers)[:, -self._n_stats:]
-
-    def clear_cache(self) -> None:
-        """Forget every stored vector (a long-running judge can bound its memory this way)."""
-        self._cache.clear()
-
-    def scratch(self):
-        """A context whose readings are forgotten when it ends (``cache.scratch``)."""
-        return scratch(self)
-
-    def save_cache(self, path: str | Path) -> Path:
-        return save_vectors(path, self._cache, self.cache_id)
-
-    def load_cache(self, path: str | Path) -> int:
-        return load_vectors(path, self._cache, self.cache_id)

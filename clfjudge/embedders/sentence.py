@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import DEFAULT_MEMORY_ITEMS, Cached, MemoryCache, load_vectors, save_vectors, scratch
+from .cache import DEFAULT_MEMORY_ITEMS, CachedEmbedder
 
 DEFAULT_ENCODER = "minilm"
 
@@ -26,7 +26,7 @@ def _text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-class TextEmbedder:
+class TextEmbedder(CachedEmbedder):
     """A frozen sentence-transformers encoder that embeds each distinct text once (L2-normalised) and keeps
     the vector, so answers repeated across pairs, folds and judges sharing one embedder are encoded once.
     The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text).
@@ -36,14 +36,17 @@ class TextEmbedder:
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
                  show_progress: bool = False, cache_dir: str | Path | None = None,
-                 memory_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
+                 memory_items: int | None = DEFAULT_MEMORY_ITEMS, precision: str = "fp32") -> None:
+        from .decoder import resolve_precision
+
+        super().__init__(cache_dir, memory_items)
         self.encoder = encoder
         self.batch_size = batch_size
         self.device = device
         self.show_progress = show_progress
+        # "bf16" / "auto": autocast where the machine has bf16 (1.8x fp32 for MPNet without AMX), cosines within ~1e-3
+        self.precision = resolve_precision(precision, device)
         self._model = None
-        self._cache = MemoryCache(memory_items)  # least recently used vectors forgotten beyond memory_items
-        self._disk = Cached(cache_dir)  # default: $CLFJUDGE_EMBEDDING_CACHE, if set
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -52,7 +55,7 @@ class TextEmbedder:
 
     @property
     def cache_id(self) -> str:
-        return self.encoder
+        return self.encoder if self.precision == "fp32" else f"{self.encoder}|{self.precision}"
 
     @property
     def model(self):
@@ -69,30 +72,27 @@ class TextEmbedder:
     def max_seq_length(self) -> int:
         return int(self.model.max_seq_length)
 
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    @property
-    def memory(self) -> MemoryCache:
-        """The in-memory vectors; ``memory.max_items`` bounds them (least recently used forgotten first)."""
-        return self._cache
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), dim) float32, rows L2-normalised; only texts not seen before are encoded."""
         if not texts:
             raise ValueError("embed() needs at least one text")
         keys = [_text_key(t) for t in texts]
-        self._disk.load(self.cache_id, self._cache)
-        found = self._cache.known(keys)
+        found = self.cached(keys)
         missing = {k: t for k, t in zip(keys, texts) if k not in found}
         if missing:
-            vectors = np.asarray(self.model.encode(list(missing.values()), batch_size=self.batch_size,
-                                                   normalize_embeddings=True, convert_to_numpy=True,
-                                                   show_progress_bar=self.show_progress), dtype=np.float32)
+            vectors = self._encode(list(missing.values()))
             found.update(zip(missing, vectors))
-            self._cache.update(zip(missing, vectors))
-            self._disk.store(list(missing), vectors)
+            self.store(list(missing), vectors)
         return np.stack([found[k] for k in keys])
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        from .decoder import autocast
+
+        with autocast(self.precision, self.device):
+            vectors = self.model.encode(texts, batch_size=self.batch_size, convert_to_tensor=True,
+                                        show_progress_bar=self.show_progress)
+        vectors = vectors.float().cpu().numpy()  # normalised in float32, not in bf16
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
     def embed_answers(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
         if len(questions) != len(answers):
@@ -103,19 +103,3 @@ class TextEmbedder:
 
     def answer_stats(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
         raise ValueError(f"{self.encoder} is a sentence encoder: token statistics need a decoder backbone")
-
-    def clear_cache(self) -> None:
-        """Forget every stored vector (a long-running judge can bound its memory this way)."""
-        self._cache.clear()
-
-    def scratch(self):
-        """A context whose readings are forgotten when it ends (``cache.scratch``)."""
-        return scratch(self)
-
-    def save_cache(self, path: str | Path) -> Path:
-        return save_vectors(path, self._cache, self.cache_id)
-
-    def load_cache(self, path: str | Path) -> int:
-        """Add the vectors stored at ``path``; returns how many were added. The file must come from the same
-        encoder spec."""
-        return load_vectors(path, self._cache, self.cache_id)

@@ -761,7 +761,7 @@ def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *
 
 class SklearnJudge(Judge):
     """An embedding judge (frozen sentence encoder + scikit-learn head); its raw outputs for pairs are
-    log-probabilities in the study's class order (TIE, A, B), so temperature calibration applies as to logits."""
+    log-probabilities in the 3-way heads' class order (TIE, A, B), so temperature calibration applies as to logits."""
 
     backend_name = "sklearn"
     position_invariant = True  # EmbeddingModel.predict_proba already averages both answer orders

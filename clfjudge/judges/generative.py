@@ -1,6 +1,7 @@
-"""The study's generative baseline as a judge: the same decoder, prompt and hyperparameters as a classifier head,
-but the LM head writes the judgement (trained by ``training.generative.train_generative``, or any causal LM
-zero-shot in a scheme with a parser).
+"""The generative baseline of "An Empirical Study of LLM-as-a-Judge for LLM Evaluation: Fine-tuned Judge Models are
+Task-specific Classifiers" as a judge: the same decoder, prompt and hyperparameters as a classifier head, but the
+LM head writes the judgement (trained by ``training.generative.train_generative``, or any causal LM zero-shot in a
+scheme with a parser).
 
 ``GenerativeReader``: greedy decoding of left-padded, length-bucketed batches; every output is read by the
 scheme's released-judge parser. A failed parse stays a failure: it is counted (``ParseStats``) and scored as wrong

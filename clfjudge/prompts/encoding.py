@@ -48,7 +48,7 @@ class Encoder:
     tokenizer: PreTrainedTokenizerBase
     scheme: str
     policy: TruncationPolicy
-    use_reference: bool = False  # the study's ref_drop_ratio = 1.0 means judges never see the reference
+    use_reference: bool = False  # UnlimitedJudge's ref_drop_ratio = 1.0 means judges never see the reference
     length_hint: bool = False  # prefix each answer with its length bucket (``with_length_hints``)
     report: TruncationReport = field(default_factory=TruncationReport)
 

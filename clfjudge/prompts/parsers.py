@@ -3,7 +3,7 @@
 Each parser reads one generated text into a ``Parsed``: a verdict (pairwise selection), a score
 (pointwise grading) or, for pairwise *grading* outputs, a score pair plus the verdict it implies.
 An output that does not follow the judge's format is a failure (``ok=False``, ``value=None``), never a
-tie or a middle score. The study's repo (``src/build_prompt_judge.py``) does turn failures into a default;
+tie or a middle score. UnlimitedJudge (``src/build_prompt_judge.py``) does turn failures into a default;
 ``study_fallback=True`` reproduces that for comparison with its numbers, and the result still says it
 failed (``ok=False``, ``fallback=True``). ``ParseStats`` counts successes, failures and fallbacks.
 
@@ -35,7 +35,7 @@ class Parsed:
     ok: bool
     raw: str
     scores: tuple[float, float] | None = None  # pairwise-grading outputs keep both scores
-    fallback: bool = False  # value is the study's default for a failed parse, not read from the output
+    fallback: bool = False  # value is UnlimitedJudge's default for a failed parse, not read from the output
     reason: str | None = None  # why parsing failed
 
     @property
@@ -52,7 +52,7 @@ class OutputParser:
     name: str
     kind: str  # "pair" (value is a Verdict) | "point" (value is a score)
     read: Callable[[str], ReadResult]  # raises ParseFailure
-    study_default: ReadResult | None  # what the study's repo returns on failure (None: it has no default)
+    study_default: ReadResult | None  # what UnlimitedJudge returns on failure (None: it has no default)
     description: str = ""
 
     def __call__(self, text: str, *, study_fallback: bool = False) -> Parsed:

@@ -6,7 +6,9 @@ when the record has no reference), the chat wrapper a released checkpoint needs,
 parser of the judge's output and how a label is written as target text. ``render`` is the only way a record
 becomes judge input; ``target`` the only way a label becomes judge output text.
 
-Also here: the study's cross-scheme transforms (``pair_to_points``, ``points_to_verdict``, ``point_to_pair``).
+Also here: the cross-scheme transforms (``pair_to_points``, ``points_to_verdict``, ``point_to_pair``) of "An
+Empirical Study of LLM-as-a-Judge for LLM Evaluation: Fine-tuned Judge Models are Task-specific Classifiers"
+(the Empirical Study below), Sec. 2.2.
 """
 from __future__ import annotations
 
@@ -313,7 +315,7 @@ for _path in sorted(TEMPLATES_DIR.glob("*.yaml")):
 
 
 # ---------------------------------------------------------------------------------------------------
-# cross-scheme transforms (the study's Sec. 2.2)
+# cross-scheme transforms (the Empirical Study's Sec. 2.2)
 
 
 def pair_to_points(pair: PairRecord, scale: tuple[float, float] | None = None) -> tuple[PointRecord, PointRecord]:
@@ -346,7 +348,7 @@ def points_to_verdict(score_a: float | None, score_b: float | None) -> Verdict |
 
 
 def point_to_pair(point: PointRecord) -> PairRecord:
-    """The study's pairwise -> pointwise transform: the reference is answer 1, the graded answer answer 2.
+    """The Empirical Study's pairwise -> pointwise transform: the reference is answer 1, the graded answer answer 2.
 
     A pairwise judge then grades the pair and answer 2's score is the prediction. The pair is unlabelled;
     the point's gold score stays in ``meta["gold_score"]`` (with ``meta["scale"]``).

@@ -92,7 +92,7 @@ def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
 
 
 def evaluate(judge: EmbeddingModel, records: Sequence[Record]) -> dict[str, Any]:
-    """The study's metrics on a labelled set; pairs also with both answer orders and beside the baselines."""
+    """``metrics``' evaluation of a labelled set; pairs also with both answer orders and beside the baselines."""
     from ..metrics import evaluate_pairs, evaluate_points
 
     if judge.kind == "point":

@@ -1,7 +1,7 @@
 """Training of the generative baseline (``train_generative``, reached through ``clfjudge train`` with ``head:
 generative``): the same decoder, prompt and hyperparameters as a classifier head, but the LM head learns to write
 the judgement. The prompt is the scheme's rendering of the record (``decoder-pair-gen`` / ``decoder-point-gen``,
-the study's "[INST]" input ending in "[Feedback]"), the target is ``schemes.target`` (e.g. "1" / "2" / "Tie") plus
+UnlimitedJudge's "[INST]" input ending in "[Feedback]"), the target is ``schemes.target`` (e.g. "1" / "2" / "Tie") plus
 EOS, and the loss covers only the target tokens (prompt positions are labelled -100). Splits, decontamination,
 swap augmentation and truncation are the classifier trainer's, so the two kinds see the same data. Dev, held-out
 and eval sources are then judged greedily (``judges.generative.GenerativeReader``) and scored by ``evaluate``.
@@ -25,6 +25,7 @@ from ..prompts.truncation import TruncationPolicy
 
 if TYPE_CHECKING:
     from .config import TrainConfig
+    from .data import Splits
 
 
 class GenerativeHead(Head):
@@ -57,7 +58,7 @@ def max_target_tokens(tokenizer, scheme: str, records: Sequence[Record]) -> int:
 
 
 def evaluate(judge: GenerativeReader, records: Sequence[Record]) -> dict[str, Any]:
-    """The study's metrics on a labelled set; a parse failure counts as a wrong verdict (pairs) or is left out
+    """``metrics``' evaluation of a labelled set; a parse failure counts as a wrong verdict (pairs) or is left out
     and counted (scores). Pairs are also judged swapped (Auto-J agreement and position consistency)."""
     from ..metrics import evaluate_pairs, evaluate_points
 
@@ -72,15 +73,45 @@ def evaluate(judge: GenerativeReader, records: Sequence[Record]) -> dict[str, An
     return out
 
 
+def _lm_trainer(cfg: TrainConfig, head: GenerativeHead, model, tokenizer, prompts: PromptEncoder,
+                records: Sequence[Record], ckpt_dir: Path):
+    """The HF ``Trainer`` of the LM head on the training records (prompt + target, the prompt's labels -100)."""
+    import datasets
+    from transformers import DataCollatorForSeq2Seq, Trainer
+
+    from .config import training_arguments
+
+    rows = [prompts.example(r) for r in records]
+    for row in rows:
+        row["length"] = len(row["input_ids"])
+    args = training_arguments(cfg, head, ckpt_dir, has_dev=False)  # dev is scored by generation afterwards
+    return Trainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                   data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, padding=True),
+                   processing_class=tokenizer)
+
+
+def _validate(judge: GenerativeReader, head: GenerativeHead, splits: Splits) -> dict[str, Any]:
+    """Greedy judgements of dev, the held-out fold and every eval source, scored (pairs beside the baselines)."""
+    from ..metrics import pair_baselines
+
+    validation: dict[str, Any] = {}
+    for name, records in [("dev", splits.dev), ("test", splits.test),
+                          *((f"eval:{n}", r) for n, r in splits.evals.items())]:
+        if records:
+            validation[name] = evaluate(judge, records)
+            if head.kind == "pair":
+                validation[name]["baselines"] = pair_baselines(records)
+    return validation
+
+
 def train_generative(cfg: TrainConfig) -> Path:
     """``clfjudge train`` for ``head: generative``: LM-head fine-tuning on the judgement tokens, then greedy
     evaluation on dev / test / eval sources. Returns the judge directory (HF causal LM + judge card)."""
-    from transformers import DataCollatorForSeq2Seq, Trainer, set_seed
+    from transformers import set_seed
 
     from ..card import JudgeCard
-    from ..metrics import pair_baselines
     from ..models.backbones import load_causal_lm, resolve_backbone
-    from .config import save_arguments, training_arguments
+    from .config import save_arguments
     from .data import build_splits
 
     start = time.monotonic()
@@ -101,32 +132,15 @@ def train_generative(cfg: TrainConfig) -> Path:
                                                                 head_fraction=cfg.head_fraction),
                             use_reference=cfg.ref_drop < 1.0)
 
-    import datasets
-
-    def dataset(records: Sequence[Record]):
-        rows = [prompts.example(r) for r in records]
-        for row in rows:
-            row["length"] = len(row["input_ids"])
-        return datasets.Dataset.from_list(rows)
-
     out_dir = Path(cfg.output_dir)
     ckpt_dir = out_dir / "checkpoints"
-    args = training_arguments(cfg, head, ckpt_dir, has_dev=False)  # dev is scored by generation afterwards
-    trainer = Trainer(model=model, args=args, train_dataset=dataset(splits.train),
-                      data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, padding=True),
-                      processing_class=tokenizer)
+    trainer = _lm_trainer(cfg, head, model, tokenizer, prompts, splits.train, ckpt_dir)
     result = trainer.train()
 
     tokenizer.padding_side = "left"
     judge = GenerativeReader(model, tokenizer, scheme, cfg.max_length, budget, cfg.ref_drop < 1.0,
                             batch_size=cfg.eval_batch_size or cfg.batch_size)
-    validation: dict[str, Any] = {}
-    for name, records in [("dev", splits.dev), ("test", splits.test),
-                          *((f"eval:{n}", r) for n, r in splits.evals.items())]:
-        if records:
-            validation[name] = evaluate(judge, records)
-            if head.kind == "pair":
-                validation[name]["baselines"] = pair_baselines(records)
+    validation = _validate(judge, head, splits)
     wall = time.monotonic() - start
 
     trainer.save_model(str(out_dir))

@@ -16,9 +16,9 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.records import Record
 from ..machine import default_ds_accelerator
@@ -26,7 +26,10 @@ from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
 from ..registry import resolve
 from .config import TRAINERS, TrainConfig, save_arguments, training_arguments
-from .data import build_splits
+from .data import Splits, build_splits
+
+if TYPE_CHECKING:
+    from ..models.backbones import BackboneInfo
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
@@ -95,22 +98,29 @@ def _per_record_logits(logits, labels):
     return logits if labels is None else logits.reshape(labels.shape[0], -1)
 
 
+@dataclass
+class _Run:
+    """What a fine-tuning run builds before its trainer; the steps of ``train`` read it."""
 
-def train(cfg: TrainConfig) -> Path:
-    """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
-    if cfg.head in TRAINERS:
-        return resolve(TRAINERS.get(cfg.head))(cfg)
-    import torch
-    from transformers import EarlyStoppingCallback, Trainer, set_seed
+    cfg: TrainConfig
+    head: Head
+    info: BackboneInfo
+    scheme: str
+    splits: Splits
+    tokenizer: Any
+    model: Any
+    encoders: dict[str, Any]  # split or eval-source name -> its ``Encoder`` (each with its truncation report)
 
-    from ..card import JudgeCard
+
+def _prepare(cfg: TrainConfig) -> _Run:
+    """Seed, head, scheme, the splits, the backbone with the head's labels and one encoder per split."""
+    from transformers import set_seed
+
     from ..models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
-    from ..prompts.chat_template import carry_prompt
-    from ..prompts.encoding import Encoder, collate
+    from ..prompts.encoding import Encoder
     from ..prompts.schemes import SCHEMES
     from ..prompts.truncation import TruncationPolicy, TruncationReport
 
-    start = time.monotonic()
     default_ds_accelerator()
     set_seed(cfg.seed)
     head = HEADS.get(cfg.head)()
@@ -126,12 +136,23 @@ def train(cfg: TrainConfig) -> Path:
     model.config.label2id = {v: k for k, v in head.id2label().items()}
     policy = TruncationPolicy(max_length=cfg.max_length, budgets=dict(cfg.budgets), head_fraction=cfg.head_fraction)
     encoders = {name: Encoder(tokenizer, scheme, policy, use_reference=cfg.ref_drop < 1.0,
-                             length_hint=cfg.length_hint, report=TruncationReport())
+                              length_hint=cfg.length_hint, report=TruncationReport())
                 for name in ("train", "dev", "test", *splits.evals)}
-    train_ds = _encode(head, encoders["train"], splits.train)
+    return _Run(cfg, head, info, scheme, splits, tokenizer, model, encoders)
+
+
+def _hf_trainer(run: _Run, ckpt_dir: Path):
+    """The HF ``Trainer`` with the head's loss, early stopping and calibration on the dev split."""
+    import torch
+    from transformers import EarlyStoppingCallback, Trainer
+
+    from ..prompts.encoding import collate
+
+    cfg, head, splits, tokenizer = run.cfg, run.head, run.splits, run.tokenizer
+    train_ds = _encode(head, run.encoders["train"], splits.train)
     dev_ds, dev_records = None, list(splits.dev)
     if splits.dev:  # evaluated in this (length-sorted) order: compute_metrics pairs logits with dev_records
-        dev_ds, order = _by_length(_encode(head, encoders["dev"], splits.dev))
+        dev_ds, order = _by_length(_encode(head, run.encoders["dev"], splits.dev))
         dev_records = [splits.dev[i] for i in order]
 
     def compute_metrics(pred) -> dict[str, float]:
@@ -140,11 +161,9 @@ def train(cfg: TrainConfig) -> Path:
         head.calibrate(logits, dev_records)
         return _floats(head.evaluate(head.outputs(logits), dev_records))
 
-    out_dir = Path(cfg.output_dir)
-    ckpt_dir = out_dir / "checkpoints"
     label_dtype = torch.float32 if head.label_is_float else torch.long
-    trainer = in_order_eval(Trainer)(
-        model=model,
+    return in_order_eval(Trainer)(
+        model=run.model,
         args=training_arguments(cfg, head, ckpt_dir, has_dev=dev_ds is not None),
         data_collator=lambda feats: collate(tokenizer, feats, label_dtype),
         train_dataset=train_ds,
@@ -156,9 +175,11 @@ def train(cfg: TrainConfig) -> Path:
         callbacks=[EarlyStoppingCallback(cfg.early_stopping_patience)]
         if dev_ds is not None and cfg.early_stopping_patience else None,
     )
-    result = trainer.train()
-    trainer.compute_metrics = None  # it scores the dev split; the predictions below are of other record sets
 
+
+def _validate(run: _Run, trainer) -> dict[str, Any]:
+    """Calibration on dev, then the metrics of dev, the held-out fold and every eval source."""
+    head, splits, encoders = run.head, run.splits, run.encoders
     validation: dict[str, Any] = {}
     if splits.dev:
         head.calibrate(_predict(trainer, head, encoders["dev"], splits.dev), splits.dev)
@@ -167,30 +188,55 @@ def train(cfg: TrainConfig) -> Path:
         validation["test"] = _score(trainer, head, encoders["test"], splits.test)
     for name, recs in splits.evals.items():
         validation[f"eval:{name}"] = _score(trainer, head, encoders[name], recs)
+    return validation
+
+
+def _save_judge(run: _Run, trainer, result, validation: dict[str, Any], wall: float, out_dir: Path) -> None:
+    """The tokenizer (carrying the prompt), ``judge_card.json`` and the training arguments beside the model."""
+    from ..card import JudgeCard
+    from ..prompts.chat_template import carry_prompt
+    from ..prompts.schemes import SCHEMES
+
+    cfg, head, encoders, splits = run.cfg, run.head, run.encoders, run.splits
+    carry_prompt(run.tokenizer, run.scheme, encoders["train"].length_hint)  # transformers / TRL then read our text
+    run.tokenizer.save_pretrained(str(out_dir))
+    card = JudgeCard(
+        head=head.name, kind=head.kind, backbone=cfg.backbone, scheme=run.scheme, max_length=cfg.max_length,
+        truncation={**encoders["train"].card_entry(),
+                    "report": {k: e.report.to_dict() for k, e in encoders.items()}},
+        template=getattr(SCHEMES.get(run.scheme), "template", ""),
+        training={
+            "sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
+            "content": splits.content,
+            "backbone": asdict(run.info), "global_steps": result.global_step,
+            "train_loss": result.training_loss, "best_checkpoint": trainer.state.best_model_checkpoint,
+            "log_history": trainer.state.log_history, "wall_time_s": round(wall, 1),
+            "deepspeed": trainer.args.deepspeed, "device": str(trainer.args.device),
+            "precision": "fp16" if trainer.args.fp16 else "bf16" if trainer.args.bf16 else "fp32",
+        },
+        validation=validation,
+        **head.card_fields(),
+    )
+    card.save(out_dir)
+    save_arguments(trainer, out_dir)
+
+
+def train(cfg: TrainConfig) -> Path:
+    """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
+    if cfg.head in TRAINERS:
+        return resolve(TRAINERS.get(cfg.head))(cfg)
+    start = time.monotonic()
+    run = _prepare(cfg)
+    out_dir = Path(cfg.output_dir)
+    ckpt_dir = out_dir / "checkpoints"
+    trainer = _hf_trainer(run, ckpt_dir)
+    result = trainer.train()
+    trainer.compute_metrics = None  # it scores the dev split; the predictions below are of other record sets
+    validation = _validate(run, trainer)
     wall = time.monotonic() - start
 
     trainer.save_model(str(out_dir))
     if trainer.is_world_process_zero():
-        carry_prompt(tokenizer, scheme, encoders["train"].length_hint)  # transformers / TRL then read our text
-        tokenizer.save_pretrained(str(out_dir))
-        card = JudgeCard(
-            head=head.name, kind=head.kind, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,
-            truncation={**encoders["train"].card_entry(),
-                        "report": {k: e.report.to_dict() for k, e in encoders.items()}},
-            template=getattr(SCHEMES.get(scheme), "template", ""),
-            training={
-                "sources": splits.sources, "split": splits.counts, "config": asdict(cfg),
-                "content": splits.content,
-                "backbone": asdict(info), "global_steps": result.global_step,
-                "train_loss": result.training_loss, "best_checkpoint": trainer.state.best_model_checkpoint,
-                "log_history": trainer.state.log_history, "wall_time_s": round(wall, 1),
-                "deepspeed": trainer.args.deepspeed, "device": str(trainer.args.device),
-                "precision": "fp16" if trainer.args.fp16 else "bf16" if trainer.args.bf16 else "fp32",
-            },
-            validation=validation,
-            **head.card_fields(),
-        )
-        card.save(out_dir)
-        save_arguments(trainer, out_dir)
+        _save_judge(run, trainer, result, validation, wall, out_dir)
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return out_dir

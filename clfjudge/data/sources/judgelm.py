@@ -6,8 +6,8 @@ The source path is a directory holding the two official files:
 - ``judgelm_val_5k_gpt4.jsonl``: review_id, question_id, answer1_id, answer2_id, reviewer_id, metadata,
   text (GPT-4's judgement, first line "s1 s2"), score [s1, s2] (1-10 each).
 
-They are joined on question_id (the study zips them by position). Pairs whose GPT-4 score is [-1, -1]
-(GPT-4 gave no usable judgement) are excluded and counted, as the study drops them (151 of 5000 there).
+They are joined on question_id (UnlimitedJudge zips them by position). Pairs whose GPT-4 score is [-1, -1]
+(GPT-4 gave no usable judgement) are excluded and counted, as UnlimitedJudge drops them (151 of 5000 there).
 The verdict follows from the score pair with margin 0; the scores are kept for regression heads.
 """
 from __future__ import annotations

@@ -5,12 +5,12 @@ annotator1..3 (0 = tie, 1 = response1 better, 2 = response2 better).
 
 Gold label = the **median** of the three votes on the ordinal scale B < TIE < A. It equals the majority
 whenever two or three annotators agree, and a 1-1-1 split (one A, one B, one tie vote) becomes TIE: the A and
-B votes cancel, which is what the tie vote says. The study's code picks a random annotator there instead
+B votes cancel, which is what the tie vote says. UnlimitedJudge picks a random annotator there instead
 (and, through a typo, also when only annotator1 and annotator3 agree); a deterministic rule keeps runs
 comparable. How many pairs each case covers is reported in the load notes (the real file has no 1-1-1
-split, and 49 pairs where only annotator1 and annotator3 agree, which the study labels at random).
+split, and 49 pairs where only annotator1 and annotator3 agree, which UnlimitedJudge labels at random).
 
-question = input + "\\n" + instruction when input is non-empty (exactly as the study), else instruction.
+question = input + "\\n" + instruction when input is non-empty (exactly as UnlimitedJudge), else instruction.
 Six responses are JSON ``true`` in the file (a model answered "True"); they are read as that text.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def load(path: Path) -> LoadResult:
         )
     out.note(f"{no_majority} pair(s) with a 1-1-1 annotator split -> TIE (median vote)")
     out.note(f"{study_random} pair(s) where only annotator1 and annotator3 agree (majority used; "
-             "the study's code draws a random annotator there)")
+             "UnlimitedJudge draws a random annotator there)")
     if coerced:
         out.note(f"{coerced} response(s) stored as JSON booleans read as the text 'True'/'False'")
     return out.result()

@@ -10,11 +10,11 @@
   shared data here). A JSON list of records with the Feedback Collection fields orig_instruction,
   orig_response, orig_reference_answer, orig_criteria, orig_score1..5_description, orig_feedback,
   orig_score, plus the rendered prompt ``instruction`` and ``output``. When the orig_* fields are absent the
-  prompt in ``instruction`` is parsed instead. The label is ``gpt4_score`` when present (the field the study
-  reads), else ``orig_score`` (the GPT-4 score of the data generation). id = "{source}:{0-based index}".
+  prompt in ``instruction`` is parsed instead. The label is ``gpt4_score`` when present (the field
+  UnlimitedJudge reads), else ``orig_score`` (the GPT-4 score of the data generation). id = "{source}:{0-based index}".
 
 The rubric is kept whole ("[criteria]\\nScore 1: ...\\n...Score 5: ...", as the Prometheus prompt shows it);
-the bare criteria (what the study's prompts show) and the five descriptions are in meta.
+the bare criteria (what UnlimitedJudge's prompts show) and the five descriptions are in meta.
 """
 from __future__ import annotations
 
