@@ -58,10 +58,11 @@ GATE_KEY = {"clfjudge onnx fp32": "model.onnx", "clfjudge openvino f32": "model.
 Scorer = Callable[[Sequence[tuple[str, str]]], Sequence[float]]
 
 
-def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float = 2e-5, head_only: bool = False) -> Path:
-    """A reward model from offline weights, trained ``steps`` steps by TRL's RewardTrainer on hh-rlhf pairs;
-    ``head_only``: the backbone frozen, only the score head trained (a linear probe: a 0.5B model's full
-    fine-tuning is hours on 2 cores, and the bench needs decisive rewards, not a good reward model)."""
+def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float | None = None) -> Path:
+    """A reward model from offline weights, trained ``steps`` steps by TRL's RewardTrainer on hh-rlhf pairs. A
+    decoder's backbone is frozen and only its score head trained (a linear probe, learning rate 1e-3: full
+    fine-tuning is hours on 2 cores, and the bench needs decisive rewards, not a good reward model); an encoder is
+    fine-tuned whole (1e-4)."""
     from datasets import Dataset
     from trl import RewardConfig, RewardTrainer
 
@@ -74,6 +75,8 @@ def train_rm(alias: str, out: Path, steps: int, threads: int, lr: float = 2e-5, 
     info = resolve_backbone(alias)
     tokenizer = load_tokenizer(info)
     model = load_seq_cls(info, 1, "regression", tokenizer=tokenizer)
+    head_only = info.family == "decoder"
+    lr = lr or (1e-3 if head_only else 1e-4)
     if head_only:
         head = model.score  # the sequence-classification head of a decoder (``classifier`` on encoders)
         for p in model.parameters():
@@ -145,7 +148,7 @@ def export(rm: Path, onnx_dir: Path) -> dict[str, Any]:
     from clfjudge.export.onnx import ParityConfig, export_judge
     from clfjudge.models.onnx_session import runnable_providers
 
-    if not (onnx_dir / "parity_report.json").is_file():
+    if not (onnx_dir / "parity_report.json").is_file():  # every variant written: the lossy gates opened
         opened = [f"{p}.{k}={v}" for p in ("int8", "int4", "bf16")
                   for k, v in (("min_agreement", 0), ("max_metric_delta", 1), ("min_cosine", 0))]
         providers, _ = runnable_providers(["openvino", "openvino-bf16"])
@@ -243,6 +246,9 @@ def rows_for(rm: Path, args, env: dict[str, str]) -> dict[str, Any]:
     work = Path(args.work)
     onnx_dir = work / f"{rm.name}-onnx"
     started = time.perf_counter()
+    if not (onnx_dir / "parity_report.json").is_file():  # in its own process: this one stays idle while paths run
+        subprocess.run([sys.executable, __file__, "--export-only", "--rm", str(rm), "--onnx-dir", str(onnx_dir)],
+                       env=env, check=True)
     exported = export(rm, onnx_dir)
     items = fair_items(rm, args)
     items_file = work / f"{rm.name}-items.json"
@@ -332,15 +338,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
-    parser.add_argument("--train-steps", type=int, default=12)
+    parser.add_argument("--train-steps", type=int, default=12, help="steps of a reward model trained here (the MiniLM "
+                                                                       "one of the results: 60)")
     parser.add_argument("--onednn-max-cpu-isa", default=None, metavar="ISA")
     parser.add_argument("--work", default="runs/rm_speed")
     parser.add_argument("--results", type=Path, default=None, help="results directory (default bench/results)")
     parser.add_argument("--one-path", help=argparse.SUPPRESS)  # internal: one path in this process
+    parser.add_argument("--export-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--onnx-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--items", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.export_only:
+        export(args.rm[0], args.onnx_dir)
+        return 0
     if args.one_path:
         print(json.dumps(run_path(args.one_path, args.rm[0], args.onnx_dir, args.items, args.out, args)))
         return 0
@@ -350,8 +361,8 @@ def main() -> int:
     if args.onednn_max_cpu_isa:
         env["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa
         os.environ["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa  # the export's probe too
-    models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads,
-                                   head_only=a.startswith("qwen")) for a in args.models)]
+    models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads)
+                          for a in args.models)]
     result = {"machine": meta, "source": args.source, "max_tokens": args.max_tokens, "threads": args.threads,
               "repeats": args.repeats, "onednn_max_cpu_isa": args.onednn_max_cpu_isa, "models": []}
     for rm in models:
