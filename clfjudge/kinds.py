@@ -128,8 +128,8 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
         if backend != "auto":
             check_backend(backend)  # a name no kind has: refused as unknown
         whence = f"{where} field 'runtime.backend'" if backend == "auto" else f"{directory}: backend"
-        raise ValueError(f"{whence} {asked!r} does not load a {name} judge (head {card.head!r}); its backends: "
-                         f"{', '.join(kind.loaders) or '(none)'}")
+        raise ValueError(f"{whence} {asked!r} is not a backend of the {name} kind (head {card.head!r}): it loads "
+                         f"with {', '.join(kind.loaders) or 'none'}")
     return chosen, LOADERS.get((name, chosen))
 
 

@@ -79,7 +79,7 @@ class Head:
     supports_length_covariate: ClassVar[bool] = False
     trainable: ClassVar[bool] = True  # False: a head that only reads a model someone else trained
     best_metric: ClassVar[str]  # dev metric for early stopping / best checkpoint (greater is better)
-    # What a judge with this head can do, "compare" and / or "score"; unless a head says: its kind's own.
+    # What a judge with this head can do, "compare" and / or "score"; unless a head says: what its kind answers.
     tasks: ClassVar[tuple[str, ...]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
