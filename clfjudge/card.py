@@ -38,7 +38,7 @@ def library_versions() -> dict[str, str]:
 
 @dataclass
 class JudgeCard:
-    head: str  # "cls3" | "regression" | "reward" | "reward-binary" | "generative" | "embedding"
+    head: str  # a judge kind (clfjudge/kinds.py: "embedding", "verdict", ...) or a fine-tuned head ("cls3", ...)
     kind: str  # what the judge answers: "pair" (compare) or "point" (score)
     backbone: str  # the spec the user gave (alias, hub id or path)
     scheme: str  # scheme name used to render inputs

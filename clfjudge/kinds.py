@@ -1,78 +1,157 @@
 """The judge kinds: one entry per kind names, lazily, what loads it, what trains it and what exports it.
 
-A judge kind is what a judge directory's card says it is (``head``) and what ``Judge.load`` opens it with
-(``runtime.backend``). Its loader lives in ``judges/``, its trainer in ``training/``, its exporter in ``export/``,
+A judge kind is what a judge directory's card says it is (``head``: the kind's name, or for the fine-tuned kind
+one of its heads) and what ``Judge.load`` opens it with (a backend: ``runtime.backend``, else what the kind finds
+in the directory). Its loaders live in ``judges/``, its trainer in ``training/``, its exporter in ``export/``,
 and those modules build on one another in that order, so the entry names them as ``"module:function"`` targets
-(``registry.resolve``) and imports none of them: this module sits below every subpackage and any of them may read
-it. ``register_kind`` fills the three registries the runtime dispatches on (``LOADERS``: backend name -> loader,
-``TRAINERS``: head name -> trainer, ``EXPORTERS``: head name -> exporter); registering a kind once makes its
-directories loadable (``Judge.load``, ``clfjudge score / serve / audit``), trainable (``clfjudge train`` with
-``head: NAME``) and exportable (``clfjudge export``).
+(``Registry.get`` imports them on first use) and imports none of them: this module sits below every subpackage and
+any of them may read it. ``register_kind`` fills the registries the runtime dispatches on (``LOADERS``: (kind,
+backend) -> loader, ``TRAINERS``: kind -> trainer, ``EXPORTERS``: kind -> exporter); registering a kind once makes
+its directories loadable (``Judge.load``, ``clfjudge score / serve / audit``), trainable (``clfjudge train`` with
+``head: NAME``) and exportable (``clfjudge export``). Every kind calls its exported form's backend ``onnx``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .registry import Registry
+from .registry import Registry, resolve
+
+Target = Callable[..., Any] | str  # a function, or a lazy "module:function" target
+ONNX = "onnx"  # every kind's exported form: its loader resolves provider "auto" from the card (Judge.load)
 
 
 @dataclass(frozen=True)
 class JudgeKind:
-    """``loaders``: backend name (the card's ``runtime.backend``) -> loader ``(directory, card, *, provider, variant,
-    threads, batch_size, trust_pickle=False) -> Judge``. ``trainer``: ``(TrainConfig) -> Path``, trains ``head:
-    NAME`` (None: the fine-tuned heads' Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir,
-    out_dir, *, int8, isa, source, n_records, parity, int8_config, fallback, providers) -> ExportResult`` (None: the
-    fine-tuned heads' ONNX export; a kind without ONNX form is refused there). Targets are ``"module:function"``
-    strings, or the function itself."""
+    """``loaders``: backend name -> loader ``(directory, card, *, provider, variant, threads, batch_size,
+    trust_pickle=False) -> Judge``; the first is the one a card that names none opens with, unless ``detect``.
+    ``trainer``: ``(TrainConfig) -> Path``, trains ``head: NAME`` (None: the fine-tuned heads' Trainer loop, for
+    heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source, n_records, parity,
+    int8_config, fallback, providers) -> ExportResult`` (None: the fine-tuned heads' ONNX export; a kind without
+    ONNX form is refused there). ``heads``: the card heads besides the kind's own name that are this kind (a
+    collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for a card that
+    names no backend, from the files the directory holds. ``aliases``: other backend names, as older cards or
+    users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
 
-    loaders: Mapping[str, Callable[..., Any] | str]
-    trainer: Callable[..., Any] | str | None = None
-    exporter: Callable[..., Any] | str | None = None
+    loaders: Mapping[str, Target] = field(default_factory=dict)
+    trainer: Target | None = None
+    exporter: Target | None = None
+    heads: Collection[str] | str = ()
+    detect: Target | None = None
+    aliases: Mapping[str, str] = field(default_factory=dict)
     help: str = field(default="", compare=False)
 
 
 KINDS: Registry[JudgeKind] = Registry("judge kind")
-LOADERS: Registry[Callable[..., Any] | str] = Registry("judge backend")
-TRAINERS: Registry[Callable[..., Any] | str] = Registry("trainer")
-EXPORTERS: Registry[Callable[..., Any] | str] = Registry("exporter")
+LOADERS: Registry[Callable[..., Any]] = Registry("judge loader")  # (kind, backend) -> loader
+TRAINERS: Registry[Callable[..., Any]] = Registry("trainer")
+EXPORTERS: Registry[Callable[..., Any]] = Registry("exporter")
+
+
+def _entries(name: str, kind: JudgeKind) -> list[tuple[Registry, Any, Any]]:
+    return ([(KINDS, name, kind)] + [(LOADERS, (name, backend), loader) for backend, loader in kind.loaders.items()]
+            + [(TRAINERS, name, kind.trainer)] * bool(kind.trainer)
+            + [(EXPORTERS, name, kind.exporter)] * bool(kind.exporter))
 
 
 def register_kind(name: str, kind: JudgeKind) -> JudgeKind:
     """Register a judge kind (``name``: the card's ``head``) and its loaders, trainer and exporter."""
-    wanted = ([(LOADERS, backend) for backend in kind.loaders] + [(TRAINERS, name)] * bool(kind.trainer)
-              + [(EXPORTERS, name)] * bool(kind.exporter) + [(KINDS, name)])
-    taken = [f"{registry.kind} {key!r}" for registry, key in wanted if key in registry]
+    unknown = {alias: to for alias, to in kind.aliases.items() if to not in kind.loaders}
+    if unknown:
+        raise ValueError(f"judge kind {name!r}: aliases {unknown} name no backend of its loaders "
+                         f"({', '.join(kind.loaders)})")
+    entries = _entries(name, kind)
+    taken = [f"{registry.kind} {'/'.join(key) if isinstance(key, tuple) else key!r}"
+             for registry, key, _ in entries if key in registry]
     if taken:  # checked first, so that a refused kind leaves nothing half-registered
         raise ValueError(f"judge kind {name!r}: {', '.join(taken)} is registered already")
-    KINDS.register(name, kind)
-    for backend, loader in kind.loaders.items():
-        LOADERS.register(backend, loader)
-    if kind.trainer:
-        TRAINERS.register(name, kind.trainer)
-    if kind.exporter:
-        EXPORTERS.register(name, kind.exporter)
+    for registry, key, item in entries:
+        registry.register(key, item)
     return kind
 
 
+def unregister_kind(name: str) -> None:
+    for registry, key, _ in reversed(_entries(name, KINDS.get(name))):
+        registry.unregister(key)
+
+
+@contextlib.contextmanager
+def registered_kind(name: str, kind: JudgeKind) -> Iterator[JudgeKind]:
+    """``register_kind`` for the block, undone after it (for tests: the registries are process-global)."""
+    register_kind(name, kind)
+    try:
+        yield kind
+    finally:
+        unregister_kind(name)
+
+
+def kind_of(head: str, where: str = "judge_card.json") -> str:
+    """The kind a card's ``head`` is: the kind of that name, else the kind whose ``heads`` hold it."""
+    if head in KINDS:
+        return head
+    for name, kind in KINDS.items():
+        if head in resolve(kind.heads):
+            return name
+    raise ValueError(f"{where} field 'head': {head!r} is no registered judge kind ({', '.join(KINDS.names())}) "
+                     f"nor a head of one")
+
+
+def backends() -> list[str]:
+    """Every backend name some kind loads with (its aliases included)."""
+    return sorted({backend for _, backend in LOADERS.names()}
+                  | {alias for _, kind in KINDS.items() for alias in kind.aliases})
+
+
+def check_backend(name: str) -> None:
+    """Refuse a backend name that no kind has (``KeyError`` naming the known ones)."""
+    if name not in backends():
+        raise KeyError(f"unknown judge backend {name!r}; known: {', '.join(backends())}")
+
+
+def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str, Callable[..., Any]]:
+    """The backend and loader that open a judge directory: those of its card's kind (``head``) and of ``backend``,
+    or for "auto" the backend the card names (``runtime.backend``), else the one the kind's ``detect`` finds in the
+    directory, else the kind's first."""
+    where = str(Path(directory) / "judge_card.json")
+    name = kind_of(card.head, where)
+    kind = KINDS.get(name)
+    asked = card.runtime.get("backend") if backend == "auto" else backend
+    if asked is None:
+        if kind.detect is None and not kind.loaders:
+            raise ValueError(f"{where}: the {name} judge kind has no loader")
+        asked = resolve(kind.detect)(directory, card) if kind.detect else next(iter(kind.loaders))
+    chosen = kind.aliases.get(asked, asked)
+    if (name, chosen) not in LOADERS:
+        if backend != "auto":
+            check_backend(backend)  # a name no kind has: refused as unknown
+        whence = f"{where} field 'runtime.backend'" if backend == "auto" else f"{directory}: backend"
+        raise ValueError(f"{whence} {asked!r} is not a backend of the {name} kind (head {card.head!r}): it loads "
+                         f"with {', '.join(kind.loaders) or 'none'}")
+    return chosen, LOADERS.get((name, chosen))
+
+
 # The built-in kinds. The fine-tuned heads (cls3, regression, reward: ``models.heads.HEADS``) train in the Trainer
-# loop and export through ``export.onnx``'s own path; an exported judge of any kind loads with the onnx backend.
+# loop and export through ``export.onnx``'s own path.
 register_kind("fine-tuned", JudgeKind(
-    loaders={"torch": "clfjudge.judges.model:_load_torch", "onnx": "clfjudge.judges.model:_load_onnx"},
+    loaders={"torch": "clfjudge.judges.model:_load_torch", ONNX: "clfjudge.judges.model:_load_onnx"},
+    heads="clfjudge.models.heads:HEADS", detect="clfjudge.judges.model:detect_backend",
     help="a classification / regression / reward head fine-tuned with its backbone; PyTorch or ONNX"))
 register_kind("embedding", JudgeKind(
-    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn"},
+    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn", ONNX: "clfjudge.judges.embedding:_load_onnx"},
     trainer="clfjudge.training.embedding:train_embedding",
     exporter="clfjudge.export.embedding:export_embedding_judge",
-    help="a frozen encoder or decoder reader + a scikit-learn head"))
+    help="a frozen encoder or decoder reader + a scikit-learn head; exported: the decoder reader in ONNX"))
 register_kind("generative", JudgeKind(
     loaders={"generate": "clfjudge.judges.generative:_load_generate"},
     trainer="clfjudge.training.generative:train_generative",
     help="a causal LM that writes its judgement (no ONNX form)"))
 register_kind("verdict", JudgeKind(
     loaders={"verdict": "clfjudge.judges.verdict:_load_verdict",
-             "verdict-onnx": "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
+             ONNX: "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
+    aliases={"verdict-onnx": ONNX},  # what an exported verdict judge's card names
     trainer="clfjudge.training.verdict:train_verdict",
     exporter="clfjudge.export.verdict:export_verdict_judge",
     help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass; PyTorch "

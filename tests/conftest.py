@@ -2,6 +2,7 @@
 huggingface_hub (it reads HF_HUB_OFFLINE once, at import), so hub lookups fail fast instead of retrying."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -9,6 +10,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 from clfjudge import testing  # noqa: E402
+
+
+@pytest.fixture()
+def override():
+    """``override(REGISTRY, name, item)``: ``REGISTRY.override(name, item)`` until the test ends (the registries are
+    process-global)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda registry, name, item: stack.enter_context(registry.override(name, item))
 
 
 @pytest.fixture(scope="session")

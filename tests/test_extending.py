@@ -2,8 +2,9 @@
 loader), audit judge adapter or audit suite as the doc says and uses it end to end at the smallest scale.
 
 The toy modules are written out below, each under the heading of its recipe. Registries are process-global, so a
-test registers with ``monkeypatch.setitem(REGISTRY._items, name, item)`` (the doc's ``REGISTRY.register(name,
-item)``, undone when the test ends) and plain dicts (``HEAD_TASKS``, ``SUITES``) with ``monkeypatch.setitem``.
+test registers for its own duration: ``REGISTRY.override(name, item)`` (the ``override`` fixture) where the doc says
+``REGISTRY.register(name, item)``, ``kinds.registered_kind(name, kind)`` where it says ``register_kind(name, kind)``,
+and ``monkeypatch.setitem`` for the plain dict ``SUITES``.
 """
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verd
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
 from clfjudge.export.onnx import ExportResult
-from clfjudge.judges.base import DEFAULT_BATCH_SIZE, LOADERS, Judge
-from clfjudge.judges.model import HEAD_TASKS
+from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Judge
+from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind, registered_kind
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
-from clfjudge.training.config import TRAINERS, TrainConfig
+from clfjudge.training.config import TrainConfig
 from clfjudge.training.data import build_splits
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -68,12 +69,11 @@ def write_toy_data(root: Path) -> Path:
 
 
 @pytest.fixture()
-def toy_source(tmp_path, monkeypatch):
+def toy_source(tmp_path, monkeypatch, override):
     """The toy source registered (as ``SOURCES.register(TOY_SOURCE, TOY)``) over a data root holding its file."""
     write_toy_data(tmp_path / "data")
     monkeypatch.setenv("CLFJUDGE_DATA", str(tmp_path / "data"))
-    monkeypatch.setitem(SOURCES._items, TOY_SOURCE, TOY)
-    return TOY
+    return override(SOURCES, TOY_SOURCE, TOY)
 
 
 def test_a_source_loads_through_the_registry_data_stats_and_build_splits(toy_source, capsys):
@@ -100,7 +100,7 @@ def test_a_bad_toy_line_is_an_error_naming_file_line_and_field(toy_source, tmp_p
         toy_source.load(bad)
 
 
-# -- recipe 2: a head (models/heads.py: @HEADS.register; judges.model.HEAD_TASKS; CALIBRATORS if calibrated) -
+# -- recipe 2: a head (models/heads.py: @HEADS.register; CALIBRATORS if calibrated) ------------------------
 
 class BinaryHead(Head):
     """Pairwise, two classes (A better / B better): ties are neither learned nor predicted."""
@@ -138,11 +138,10 @@ class BinaryHead(Head):
 
 
 def test_a_head_trains_on_a_tiny_backbone_and_its_judge_loads_and_compares(toy_source, tiny_bert_dir, tmp_path,
-                                                                           monkeypatch):
+                                                                           override):
     from clfjudge.training.trainer import train
 
-    monkeypatch.setitem(HEADS._items, "binary", BinaryHead)
-    monkeypatch.setitem(HEAD_TASKS, "binary", ("compare",))
+    override(HEADS, "binary", BinaryHead)
     cfg = TrainConfig.from_dict({
         "backbone": str(tiny_bert_dir), "head": "binary", "sources": [TOY_SOURCE], "max_length": 128,
         "dev_fraction": 0.3, "batch_size": 4, "max_steps": 1, "logging_steps": 1, "early_stopping_patience": 0,
@@ -154,13 +153,13 @@ def test_a_head_trains_on_a_tiny_backbone_and_its_judge_loads_and_compares(toy_s
         "tie (binary head needs a winner)": 2}
     assert 0.0 <= card.validation["dev"]["accuracy"] <= 1.0
 
-    judge = Judge.load(out)  # torch: HF weights; HEADS + HEAD_TASKS give the head and what it can do
+    judge = Judge.load(out)  # the fine-tuned kind (a head in HEADS) on torch: the head says what it can do
     assert judge.backend_name == "torch" and judge.tasks == {"compare"}
     (c,) = judge.compare_batch([{"question": "Q?", "answer_a": "long answer", "answer_b": "short"}])
     assert c.p_tie == 0.0 and c.p_a + c.p_b == pytest.approx(1.0) and c.verdict in (Verdict.A, Verdict.B)
 
 
-# -- recipe 3: a trainer (training.config.TRAINERS: head name -> lazy "module:function") -----------------------
+# -- recipe 3: a trainer (kinds.py: register_kind(name, JudgeKind(trainer="module:function"))) --------------
 
 def train_longer(cfg: TrainConfig) -> Path:
     """``head: toy-longer``: no network; how often the longer answer wins the training split's decisive pairs."""
@@ -175,20 +174,20 @@ def train_longer(cfg: TrainConfig) -> Path:
     return out
 
 
-def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path, monkeypatch):
+def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path):
     from clfjudge.training.trainer import train
 
     settings = {"head": "toy-longer", "sources": [TOY_SOURCE], "dev_fraction": 0.25, "output_dir": str(tmp_path)}
     with pytest.raises(KeyError, match="unknown head 'toy-longer'"):
         TrainConfig.from_dict(settings)  # not registered yet: refused when the config is read
-    monkeypatch.setitem(TRAINERS._items, "toy-longer", f"{__name__}:train_longer")
-    out = train(TrainConfig.from_dict(settings))
+    with registered_kind("toy-longer", JudgeKind(trainer=f"{__name__}:train_longer")):
+        out = train(TrainConfig.from_dict(settings))
     card = JudgeCard.load(out)
     assert card.head == "toy-longer" and card.runtime["p_longer"] == 1.0  # the longer answer always wins here
     assert card.training["split"]["train"] + card.training["split"]["dev"] == 16
 
 
-# -- recipe 4: a judge kind (judges/: a Judge subclass, a loader, LOADERS.register) -------------------------
+# -- recipe 4: a judge kind's loader (judges/: a Judge subclass, a loader; JudgeKind(loaders=...)) ----------
 
 class LongerJudge(Judge):
     """Compares answers by length alone: the longer wins with the card's ``p_longer``, equal lengths tie."""
@@ -217,25 +216,28 @@ def load_longer(directory: Path, card: JudgeCard, *, provider: str, variant: str
     return LongerJudge(card, batch_size)
 
 
-def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path, monkeypatch):
+def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):
     from starlette.testclient import TestClient
 
     from clfjudge.serving.server import create_app
 
     JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
               runtime={"backend": "toy-longer", "p_longer": 0.8}).save(tmp_path)
-    monkeypatch.setitem(LOADERS._items, "toy-longer", load_longer)
-    judge = Judge.load(tmp_path, backend="toy-longer")
-    assert isinstance(judge, LongerJudge) and judge.card.head == "toy-longer"
-    results = judge.compare_batch([{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"},
-                                   {"question": "Q?", "answer_a": "short", "answer_b": "a longer answer"},
-                                   {"question": "Q?", "answer_a": "same", "answer_b": "same"}])
-    assert [c.verdict for c in results] == [Verdict.A, Verdict.B, Verdict.TIE]
-    assert results[0].p_a == pytest.approx(0.8) and results[1].p_b == pytest.approx(0.8)
-    with TestClient(create_app(judge)) as client:
-        got = client.post("/compare", json={"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"})
-        assert got.status_code == 200 and got.json()["verdict"] == "A"
-    assert isinstance(Judge.load(tmp_path), type(judge))  # backend="auto" reads the card's runtime.backend
+    with pytest.raises(ValueError, match="field 'head': 'toy-longer' is no registered judge kind"):
+        Judge.load(tmp_path)  # not registered yet: the card names a kind nobody loads
+    with registered_kind("toy-longer", JudgeKind(loaders={"toy-longer": load_longer})):
+        judge = Judge.load(tmp_path, backend="toy-longer")
+        assert isinstance(judge, LongerJudge) and judge.card.head == "toy-longer"
+        results = judge.compare_batch([{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"},
+                                       {"question": "Q?", "answer_a": "short", "answer_b": "a longer answer"},
+                                       {"question": "Q?", "answer_a": "same", "answer_b": "same"}])
+        assert [c.verdict for c in results] == [Verdict.A, Verdict.B, Verdict.TIE]
+        assert results[0].p_a == pytest.approx(0.8) and results[1].p_b == pytest.approx(0.8)
+        with TestClient(create_app(judge)) as client:
+            got = client.post("/compare", json={"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"})
+            assert got.status_code == 200 and got.json()["verdict"] == "A"
+        assert isinstance(Judge.load(tmp_path), type(judge))  # backend="auto" reads the card's runtime.backend
+    assert ("toy-longer", "toy-longer") not in LOADERS  # the block undid the registration
 
 
 # -- recipe 4b: a whole judge kind, registered once (clfjudge/kinds.py: register_kind) -------------------------
@@ -253,16 +255,21 @@ def export_longer(judge_dir: Path, out_dir: Path, *, int8: bool, isa: str, sourc
     return ExportResult(out_dir=Path(out_dir), primary="judge_card.json", report={"variants": {}})
 
 
-def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_source, tmp_path, monkeypatch):
-    from clfjudge.export.onnx import export_judge
-    from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind
-    from clfjudge.training.trainer import train
-
-    for registry in (KINDS, LOADERS, TRAINERS, EXPORTERS):  # process-global: each restored when the test ends
-        monkeypatch.setattr(registry, "_items", dict(registry._items))
+@pytest.fixture()
+def toy_kind():
+    """The toy-longer kind, as ``register_kind("toy-longer", JudgeKind(...))`` in clfjudge/kinds.py registers it."""
     kind = JudgeKind(loaders={"toy-longer": f"{__name__}:load_longer"}, trainer=f"{__name__}:train_longer",
                      exporter=f"{__name__}:export_longer")
-    register_kind("toy-longer", kind)
+    with registered_kind("toy-longer", kind):
+        yield kind
+    assert all("toy-longer" not in r for r in (KINDS, TRAINERS, EXPORTERS))  # undone when the test ends
+
+
+def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_source, toy_kind, tmp_path):
+    from clfjudge.export.onnx import export_judge
+    from clfjudge.training.trainer import train
+
+    kind = toy_kind
 
     judge_dir = train(TrainConfig.from_dict({"head": "toy-longer", "sources": [TOY_SOURCE], "dev_fraction": 0.25,
                                              "output_dir": str(tmp_path / "judge")}))
@@ -275,7 +282,8 @@ def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_s
     assert isinstance(again, LongerJudge) and again.card.runtime["exported_from"] == str(judge_dir)
     with pytest.raises(ValueError, match="no int8 form"):
         export_judge(judge_dir, tmp_path / "int8", int8=True)
-    with pytest.raises(ValueError, match="judge backend 'toy-longer', trainer 'toy-longer', exporter 'toy-longer'"):
+    with pytest.raises(ValueError, match="judge kind 'toy-longer', judge loader 'toy-longer/toy-longer', trainer "
+                                         "'toy-longer', exporter 'toy-longer' is registered already"):
         register_kind("toy-longer", kind)  # one registration per kind
     assert KINDS.get("toy-longer") is kind
 
@@ -301,8 +309,8 @@ def fixture_data(monkeypatch):
     monkeypatch.setenv("CLFJUDGE_DATA", str(FIXTURES))
 
 
-def test_an_audit_judge_adapter_is_audited_on_the_fixture_sets(fixture_data, tmp_path, monkeypatch):
-    monkeypatch.setitem(JUDGE_KINDS._items, "always", AlwaysJudge)
+def test_an_audit_judge_adapter_is_audited_on_the_fixture_sets(fixture_data, tmp_path, override):
+    override(JUDGE_KINDS, "always", AlwaysJudge)
     m = run_audit(["always:A"], tmp_path, suites=["cross-scheme", "position"], sets=["pandalm-test", "prometheus-ind"],
                   bootstrap=0, progress=False)
     assert m["judges"]["always A"] == "always:A"

@@ -216,7 +216,7 @@ def test_asking_for_a_provider_that_does_not_run_here_is_a_clear_error(bf16_serv
 
 
 # --- a failed step keeps what earlier steps wrote and says how to resume --------------------------------------------
-def test_a_failed_late_step_prints_the_resume_command_and_keeps_the_training(tmp_path, monkeypatch, capsys):
+def test_a_failed_late_step_prints_the_resume_command_and_keeps_the_training(tmp_path, override, capsys):
     judge_dir = tmp_path / "run" / "judge"
 
     def fake_train(state):
@@ -227,8 +227,8 @@ def test_a_failed_late_step_prints_the_resume_command_and_keeps_the_training(tmp
     def broken_export(state):
         raise MemoryError("out of memory in the gate")
 
-    monkeypatch.setitem(STEPS._items, "train", fake_train)
-    monkeypatch.setitem(STEPS._items, "export", broken_export)
+    override(STEPS, "train", fake_train)
+    override(STEPS, "export", broken_export)
     out = tmp_path / "run"
     args = ["run", "--out", str(out), "--profile", "quick", "--set", "max_steps=2", "--steps", "train", "export",
             "audit"]
@@ -242,8 +242,8 @@ def test_a_failed_late_step_prints_the_resume_command_and_keeps_the_training(tmp
     assert "MemoryError" in record["steps"]["export"]["failed"]
 
     # the printed command resumes: the export reads the kept training output, the train timing stays recorded
-    monkeypatch.setitem(STEPS._items, "export", lambda state: {"onnx_dir": _needs(state, "train", "judge_dir")})
-    monkeypatch.setitem(STEPS._items, "audit", lambda state: {"report": "r"})
+    override(STEPS, "export", lambda state: {"onnx_dir": _needs(state, "train", "judge_dir")})
+    override(STEPS, "audit", lambda state: {"report": "r"})
     assert main(resume.split()[1:]) == 0
     record = json.loads((out / "run.json").read_text())
     assert list(record["steps"]) == ["train", "export", "audit"]
@@ -258,11 +258,11 @@ def test_the_resume_command_names_only_what_differs_from_the_defaults(tmp_path):
     assert resume_command(config, ["export"]).endswith("--steps export --judges semscore")
 
 
-def test_an_interrupted_step_is_recorded_and_not_wrapped(tmp_path, monkeypatch):
+def test_an_interrupted_step_is_recorded_and_not_wrapped(tmp_path, override):
     def interrupted(state):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(STEPS._items, "data", interrupted)
+    override(STEPS, "data", interrupted)
     said = []
     with pytest.raises(KeyboardInterrupt):
         run(RunConfig(out=tmp_path, steps=["data"]), log=said.append)

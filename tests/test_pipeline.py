@@ -20,13 +20,14 @@ def test_unknown_step_fails_before_any_work(tmp_path):
     assert not (tmp_path / "run.json").exists()
 
 
-def test_the_run_gives_its_steps_the_embedding_cache_and_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
+def test_the_run_gives_its_steps_the_embedding_cache_and_leaves_the_environment_as_it_was(tmp_path, monkeypatch,
+                                                                                         override):
     from clfjudge import pipeline
     from clfjudge.embedders.cache import ENV
 
     seen = []
     monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.setitem(pipeline.STEPS._items, "probe", lambda state: seen.append(os.environ.get(ENV)) or {})
+    override(pipeline.STEPS, "probe", lambda state: seen.append(os.environ.get(ENV)) or {})
     record = run(RunConfig(out=tmp_path, steps=["probe"]), log=lambda _: None)
     assert seen[0] and ENV not in os.environ  # set for the steps, unset again for the caller
     assert record["machine"]["cores"] and "matmul_flags" in record["machine"]

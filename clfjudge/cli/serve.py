@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int_in(0, 65535), default=8000, help="TCP port (0: one the system picks)")
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
-                        "sklearn, generate, or one registered in clfjudge.judges.base.LOADERS")
+                        "sklearn, generate, or one registered in clfjudge.kinds")
     add_provider(p)
     p.add_argument("--threads", type=THREADS, help="intra-op threads of the judge")
     add_trust_pickle(p)

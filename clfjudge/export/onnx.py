@@ -45,14 +45,14 @@ from ..configs import config_path
 from ..data.records import Record
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
 from ..judges.foreign import write_card
-from ..judges.model import HEAD_TASKS, ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
+from ..judges.model import ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..kinds import EXPORTERS  # kinds exported by another module (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..models.onnx_session import gate_key, provider_info
 from ..outputs import check_writable
 from ..prompts.chat_template import carry_prompt
 from ..prompts.encoding import MODEL_INPUTS
-from ..registry import Registry, resolve
+from ..registry import Registry
 from . import quiet, signature
 
 if TYPE_CHECKING:
@@ -733,13 +733,12 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, i
     judge_dir, card = open_card(judge_dir, model_input)  # a model without a card is described (``judges.foreign``)
     out = Path(out_dir)
     if card.head in EXPORTERS:
-        return resolve(EXPORTERS.get(card.head))(judge_dir, out, int8=int8, isa=isa, source=source,
-                                                 n_records=n_records, parity=parity, int8_config=int8_config,
-                                                 fallback=fallback, providers=providers,
-                                                 **({"int4": True} if int4 else {}))
-    if card.head not in HEAD_TASKS:
+        return EXPORTERS.get(card.head)(judge_dir, out, int8=int8, isa=isa, source=source, n_records=n_records,
+                                        parity=parity, int8_config=int8_config, fallback=fallback,
+                                        providers=providers, **({"int4": True} if int4 else {}))
+    if card.head not in HEADS:
         raise ValueError(f"{judge_dir}: a {card.head!r} judge has no ONNX export (only fine-tuned heads: "
-                         f"{', '.join(HEAD_TASKS)})")
+                         f"{', '.join(HEADS.names())})")
     if not any((judge_dir / name).exists() for name in TORCH_WEIGHTS):
         raise FileNotFoundError(f"{judge_dir}: no PyTorch weights ({' / '.join(TORCH_WEIGHTS)}) to export "
                                 "(an exported directory cannot be exported again)")

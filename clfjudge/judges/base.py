@@ -1,10 +1,11 @@
 """The judge runtime: ``Judge.load(dir)`` -> a judge that takes a batch and returns typed results.
 
-The directory says what it is (judge_card.json), and its card names the loader (``LOADERS``, registered with its
-kind in ``clfjudge/kinds.py``): a fine-tuned head served by PyTorch (model.safetensors) or onnxruntime (model.onnx
-and its variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge (a scikit-learn head over a
-frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that writes its verdict, read by
-the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes through the same steps:
+The directory says what it is (judge_card.json): its card's kind and backend pick the loader (``kinds.find_loader``;
+the kinds are registered in ``clfjudge/kinds.py``): a fine-tuned head served by PyTorch (model.safetensors) or
+onnxruntime (model.onnx and its variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge
+(a scikit-learn head over a frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that
+writes its verdict, read by the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes
+through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
 in training) -> length-bucketed batches (sorted by token length so little padding is computed, cut at
@@ -29,7 +30,7 @@ import numpy as np
 from ..batching import check_budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
-from ..kinds import LOADERS  # the loaders of every judge kind (clfjudge/kinds.py)
+from ..kinds import ONNX, check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
 from ..registry import resolve
@@ -161,8 +162,9 @@ class Judge:
              model_input: str | None = None) -> Judge:
         """Load a judge directory, or a transformers sequence-classification model without a judge card (a local
         directory or ``hf:OWNER/NAME[@REV]``; ``judges.foreign``: ``model_input`` overrides its input format,
-        "chat-template" | "text-pair"). ``backend``: "auto" (from what the directory holds), "torch", "onnx",
-        "sklearn" (embedding judges) or "generate" (generative judges); ``provider``, what runs an ONNX file
+        "chat-template" | "text-pair"). ``backend``: "auto" (what the card names, else what the directory holds) or
+        one of the card's kind (``clfjudge.kinds``): "onnx" (any kind's export), "torch" (fine-tuned heads),
+        "sklearn" (embedding judges), "generate" (generative judges) or "verdict"; ``provider``, what runs an ONNX file
         (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16", or
         "auto": what the export measured fastest among the runs its parity gate passed, where this machine has it
         (else "cpu"; "cpu" for a judge that is not ONNX);
@@ -172,12 +174,9 @@ class Judge:
         ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
         check_budget(batch_size, max_batch_tokens, max_padding)
         directory, card = open_card(directory, model_input)
-        name = detect_backend(directory, card) if backend == "auto" else backend
-        exported = name == "onnx" or (name == card.runtime.get("backend") and "onnx" in card.runtime)
-        if provider == AUTO and not exported:  # an ONNX loader resolves it from the card
+        name, loader = find_loader(directory, card, backend)
+        if provider == AUTO and name != ONNX:  # a kind's exported form resolves it from the card
             provider = "cpu"
-        loader = LOADERS.get(name)
-        loader = resolve(loader) if isinstance(loader, str) else loader  # a lazy "module:function" target
         judge = loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
                        trust_pickle=trust_pickle)
         judge.max_batch_tokens, judge.max_padding = max_batch_tokens, max_padding
@@ -324,32 +323,13 @@ def load_ready(directory: str | Path, **options: Any) -> Judge:
     check_budget(options.get("batch_size", DEFAULT_BATCH_SIZE), options.get("max_batch_tokens"),
                  options.get("max_padding"))
     if options.get("backend", "auto") != "auto":
-        LOADERS.get(options["backend"])  # an unknown name: refused naming the known ones
+        check_backend(options["backend"])  # an unknown name: refused naming the known ones
     try:
         judge = Judge.load(directory, **options)
         judge.self_test()
     except Exception as exc:  # noqa: BLE001 - whatever fails in loading or the first forward pass is the judge's
         raise JudgeError(directory, exc) from exc
     return judge
-
-
-def detect_backend(directory: Path, card: JudgeCard) -> str:
-    """The loader the card names (every export says "onnx", a generative judge "generate", a registered kind its
-    own name); else sklearn for embedding judges, generate for generative judges, onnx when the directory holds an
-    export, torch for HF weights."""
-    named = card.runtime.get("backend")
-    if named in LOADERS.names():
-        return named
-    if card.head == "embedding":
-        return "onnx" if card.runtime.get("backend") == "onnx" else "sklearn"
-    if card.head == "generative":
-        return "generate"
-    if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
-        return "onnx"
-    if any((directory / name).exists() for name in TORCH_WEIGHTS):
-        return "torch"
-    raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
-                            f"{' / '.join(TORCH_WEIGHTS)})")
 
 
 # A directory without judge_card.json: a model clfjudge did not write, described by the foreign kind.

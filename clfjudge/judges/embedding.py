@@ -827,3 +827,22 @@ def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: s
         torch.set_num_threads(threads)
     embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
     return SklearnJudge(card, EmbeddingModel.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)
+
+
+def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
+               batch_size: int, trust_pickle: bool = False) -> Judge:
+    """An exported embedding judge: the decoder reader in onnxruntime, the head in NumPy."""
+    from ..embedders.onnx_reader import OnnxDecoderReader
+    from ..models.onnx_session import check_gated, resolve_provider
+
+    if "reader" not in card.runtime:
+        raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
+                         "clfjudge export first, or load it with backend='sklearn'")
+    variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
+    reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
+                               provider=provider, threads=threads, batch_size=batch_size)
+    check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
+    judge = SklearnJudge(card, EmbeddingModel.load(directory, embedder=reader, trust_pickle=trust_pickle), batch_size)
+    judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
+    judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
+    return judge

@@ -1,7 +1,7 @@
 """Fine-tuned classifier judges: a sequence-classification model (``TorchBackend``) or its ONNX export
 (``OnnxBackend``) behind ``ModelJudge``, which encodes records the way the judge was trained, runs them in
-length-bucketed batches and maps the logits through the head and the card's calibration; and the ``torch`` /
-``onnx`` loaders of ``Judge.load`` (an exported embedding judge opens through ``onnx`` too)."""
+length-bucketed batches and maps the logits through the head and the card's calibration; and the fine-tuned
+kind's ``torch`` / ``onnx`` loaders of ``Judge.load`` and how it tells them apart (``detect_backend``)."""
 from __future__ import annotations
 
 import inspect
@@ -90,11 +90,6 @@ class OnnxBackend:
         return self.session.run([self.output], feed)[0]
 
 
-# What each fine-tuned head can do: a reward head also scores one answer (its reward).
-HEAD_TASKS = {"cls3": ("compare",), "reward": ("compare", "score"), "regression": ("score",),
-              "reward-binary": ("compare", "score")}
-
-
 class ModelJudge(Judge):
     """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
 
@@ -102,12 +97,12 @@ class ModelJudge(Judge):
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         from ..prompts.encoding import Encoder
 
-        if card.head not in HEAD_TASKS:
+        if card.head not in HEADS:
             raise ValueError(f"judge_card.json field 'head': {card.head!r} is not a fine-tuned classifier head "
-                             f"({', '.join(HEAD_TASKS)})")
+                             f"({', '.join(HEADS.names())})")
         if tokenizer.pad_token_id is None:
             raise ValueError("the judge's tokenizer has no pad token: batches cannot be padded")
-        super().__init__(card, HEAD_TASKS[card.head], batch_size)
+        super().__init__(card, HEADS.get(card.head).tasks, batch_size)
         self.tokenizer = tokenizer
         self.backend = backend
         self.backend_name = getattr(backend, "name", type(backend).__name__)
@@ -219,22 +214,6 @@ def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str
 
 def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
                batch_size: int, trust_pickle: bool = False) -> Judge:
-    if card.head == "embedding":  # an exported embedding judge: the decoder reader in onnxruntime, head in NumPy
-        from ..embedders.onnx_reader import OnnxDecoderReader
-        from .embedding import EmbeddingModel, SklearnJudge, embedder_config
-
-        if "reader" not in card.runtime:
-            raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
-                             "clfjudge export first, or load it with backend='sklearn'")
-        variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
-        reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
-                                   provider=provider, threads=threads, batch_size=batch_size)
-        check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
-        judge = SklearnJudge(card, EmbeddingModel.load(directory, embedder=reader, trust_pickle=trust_pickle),
-                             batch_size)
-        judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
-        judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
-        return judge
     variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
@@ -242,3 +221,14 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
     judge = ModelJudge(card, load_tokenizer(directory), backend, batch_size)
     judge.runtime_choice = {"provider": provider, "file": path.name, "why": why}
     return judge
+
+
+def detect_backend(directory: Path, card: JudgeCard) -> str:
+    """The fine-tuned kind's backend for a card that names none: onnx when the directory holds an export, torch
+    for HF weights."""
+    if card.runtime.get("onnx") or (directory / ONNX_VARIANTS["fp32"]).exists():
+        return "onnx"
+    if any((directory / name).exists() for name in TORCH_WEIGHTS):
+        return "torch"
+    raise FileNotFoundError(f"{directory}: no model found (neither {ONNX_VARIANTS['fp32']} nor "
+                            f"{' / '.join(TORCH_WEIGHTS)})")

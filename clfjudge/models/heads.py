@@ -79,6 +79,13 @@ class Head:
     supports_length_covariate: ClassVar[bool] = False
     trainable: ClassVar[bool] = True  # False: a head that only reads a model someone else trained
     best_metric: ClassVar[str]  # dev metric for early stopping / best checkpoint (greater is better)
+    # What a judge with this head can do, "compare" and / or "score"; unless a head says: what its kind answers.
+    tasks: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not hasattr(cls, "tasks") and hasattr(cls, "kind"):
+            cls.tasks = {"pair": ("compare",), "point": ("score",)}[cls.kind]
 
     def default_scheme(self, family: str) -> str:
         return f"{family}-{self.scheme_suffix}"
@@ -343,6 +350,7 @@ class RewardHead(Head):
     label_is_float = True
     supports_length_covariate = True
     best_metric = "accuracy"
+    tasks = ("compare", "score")  # a reward head also scores one answer: its reward
 
     def __init__(self, scale: float = 1.0, nu: float = 0.0, length_covariate: bool = False,
                  length_coef: float = 0.0) -> None:

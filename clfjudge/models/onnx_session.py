@@ -113,7 +113,7 @@ def inference_session(path: str | Path, provider: str = "cpu", threads: int | No
     entry = provider_info(provider)
     if not (runs := entry.available()):
         raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")
-    opener = resolve(entry.open) if isinstance(entry.open, str) else entry.open
+    opener = resolve(entry.open)
     return opener(Path(path), threads)
 
 

@@ -24,7 +24,6 @@ from ..data.records import Record
 from ..machine import default_ds_accelerator
 from ..metrics import pair_baselines
 from ..models.heads import HEADS, Head, PairOutputs
-from ..registry import resolve
 from .config import TRAINERS, TrainConfig, save_arguments, training_arguments
 from .data import Splits, build_splits
 
@@ -224,7 +223,7 @@ def _save_judge(run: _Run, trainer, result, validation: dict[str, Any], wall: fl
 def train(cfg: TrainConfig) -> Path:
     """Run one training and return the judge directory (HF model + tokenizer + judge_card.json)."""
     if cfg.head in TRAINERS:
-        return resolve(TRAINERS.get(cfg.head))(cfg)
+        return TRAINERS.get(cfg.head)(cfg)
     start = time.monotonic()
     run = _prepare(cfg)
     out_dir = Path(cfg.output_dir)
