@@ -636,15 +636,17 @@ def decoder_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
-def head_products(path: Path, max_outputs: int = 16) -> list[str]:
-    """The graph's classification head: MatMul / Gemm nodes whose weight has at most ``max_outputs`` columns (the
-    labels). Weight-only int4 keeps them fp32: a handful of columns cost nothing and carry the decision."""
+def head_products(path: Path) -> list[str]:
+    """The graph's classification head: its last weight product (nodes are stored in topological order, and a
+    sequence-classification model ends in its score / classifier layer). Weight-only int4 keeps it fp32: a handful
+    of columns cost nothing and carry the decision."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    shapes = {t.name: list(t.dims) for t in graph.initializer}
-    return [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
-            and len(shapes.get(n.input[1], [])) == 2 and min(shapes[n.input[1]]) <= max_outputs]
+    weights = {t.name for t in graph.initializer}
+    products = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
+                and n.input[1] in weights]
+    return products[-1:]
 
 
 def write_variants(tmp: Path, model: torch.nn.Module, sample: Mapping[str, np.ndarray], opset: int | None,
