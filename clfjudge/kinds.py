@@ -20,12 +20,12 @@ from .registry import Registry
 
 @dataclass(frozen=True)
 class JudgeKind:
-    """``loaders``: backend name (the card's ``runtime.backend``) -> loader ``(directory, card, *, provider, variant,
-    threads, batch_size, trust_pickle=False) -> Judge``. ``trainer``: ``(TrainConfig) -> Path``, trains ``head:
-    NAME`` (None: the fine-tuned heads' Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir,
-    out_dir, *, int8, isa, source, n_records, parity, int8_config, fallback, providers) -> ExportResult`` (None: the
-    fine-tuned heads' ONNX export; a kind without ONNX form is refused there). Targets are ``"module:function"``
-    strings, or the function itself."""
+    """``loaders``: backend name (the card's ``runtime.backend``) -> loader ``(directory, card, options) -> Judge``
+    (``options``: the caller's ``options.LoadOptions``, built once and handed down). ``trainer``: ``(TrainConfig) ->
+    Path``, trains ``head: NAME`` (None: the fine-tuned heads' Trainer loop, for heads in ``models.heads.HEADS``).
+    ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source, n_records, parity, int8_config, fallback, providers)
+    -> ExportResult`` (None: the fine-tuned heads' ONNX export; a kind without ONNX form is refused there). Targets
+    are ``"module:function"`` strings, or the function itself."""
 
     loaders: Mapping[str, Callable[..., Any] | str]
     trainer: Callable[..., Any] | str | None = None
