@@ -228,11 +228,13 @@ class VerdictReader:
         for k, (question, module) in enumerate(zip(self.questions, self.modules)):
             prompts = [self.prompt_ids(question, r) for r in records]
             keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p in prompts]
-            todo = list(dict.fromkeys(key for key in keys if key not in self.memory))
+            # this call's readings are held here: a memory smaller than the call forgets some before they are used
+            known = self.memory.known(keys)
+            todo = [key for key in dict.fromkeys(keys) if key not in known]
             where = {key: keys.index(key) for key in todo}
             for key, value in zip(todo, self._run(module, [prompts[where[key]] for key in todo])):
-                self.memory[key] = value
-            out[:, k] = [self.memory[key] for key in keys]
+                known[key] = self.memory[key] = value
+            out[:, k] = [known[key] for key in keys]
         return out
 
     def _run(self, module, prompts: list[list[int]]) -> list[float]:

@@ -54,7 +54,8 @@ def _load(judge: Judge | str | Path, options: LoadOptions | None = None) -> Judg
 
 def reward_function(judge: Judge | str | Path, reference: str | None = None, reference_column: str = "reference",
                     memory_items: int | None = None) -> Callable[..., list[float]]:
-    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs``.
+    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs`` (its ``judge``
+    attribute: the judge it calls).
     ``memory_items``: how many readings the judge's reader keeps in memory (least recently used forgotten first;
     default ``embedders.cache.DEFAULT_MEMORY_ITEMS``): an RL loop reads new completions at every step. Only a
     judge directory takes it (``LoadOptions.memory_items``), and only a judge whose reader keeps readings (an
@@ -79,6 +80,7 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None, ref
         return [c.p_a - c.p_b for c in results]
 
     reward_func.__name__ = f"clfjudge_{judge.card.head}_{Path(str(judge.card.backbone)).name}"
+    reward_func.judge = judge  # the judge it calls (loaded here when given a directory)
     return reward_func
 
 
