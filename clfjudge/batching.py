@@ -12,7 +12,9 @@ kernels, which no clfjudge backend has. Sorting by length before cutting keeps t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+DEFAULT_BATCH_SIZE = 16  # rows per forward pass (records per judge call) when the caller names none
 # What ``clfjudge serve`` batches by (--max-batch-tokens, --max-padding): padded token positions per judge call and
 # forward pass, and the padding a forward pass may hold (docs/serving.md#serving-under-load).
 DEFAULT_MAX_BATCH_TOKENS = 4096
@@ -31,6 +33,28 @@ def check_budget(max_rows: int, max_tokens: int | None, max_padding: float | Non
         raise ValueError(f"max_tokens must be a positive number of tokens or None, got {max_tokens}")
     if max_padding is not None and not 0 <= max_padding <= 1:
         raise ValueError(f"max_padding must be a fraction in [0, 1] or None, got {max_padding}")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one judge call or forward pass may hold, owned by whoever calls the judge (the server, the batch scorer,
+    a user's ``Judge.load``), as text-embeddings-inference's router owns its budget: ``max_batch_size`` rows (items
+    per call, records per forward pass), ``max_batch_tokens`` padded tokens (None: rows only), ``max_padding`` the
+    fraction of a forward pass that may be padding (None: any). A judge is given it once, when it loads
+    (``options.LoadOptions.budget``), and hands it to its reader then; it only reports what it reads
+    (``Judge.sequence_lengths``)."""
+
+    max_batch_size: int = DEFAULT_BATCH_SIZE
+    max_batch_tokens: int | None = None
+    max_padding: float | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.max_batch_size, self.max_batch_tokens, self.max_padding)
+
+    def batches(self, lengths: Sequence[int], rows_per_item: int = 1) -> list[list[int]]:
+        """``token_batches`` within this budget; ``rows_per_item``: sequences one record reads (a reward head
+        reads two answers of a pair), so a forward pass holds ``max_batch_size`` records' worth of rows."""
+        return token_batches(lengths, self.max_batch_size * rows_per_item, self.max_batch_tokens, self.max_padding)
 
 
 def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int | None = None,

@@ -26,15 +26,15 @@ ONNX = "onnx"  # every kind's exported form: its loader resolves provider "auto"
 
 @dataclass(frozen=True)
 class JudgeKind:
-    """``loaders``: backend name -> loader ``(directory, card, *, provider, variant, threads, batch_size,
-    trust_pickle=False) -> Judge``; the first is the one a card that names none opens with, unless ``detect``.
-    ``trainer``: ``(TrainConfig) -> Path``, trains ``head: NAME`` (None: the fine-tuned heads' Trainer loop, for
-    heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source, n_records, parity,
-    int8_config, fallback, providers) -> ExportResult`` (None: the fine-tuned heads' ONNX export; a kind without
-    ONNX form is refused there). ``heads``: the card heads besides the kind's own name that are this kind (a
-    collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for a card that
-    names no backend, from the files the directory holds. ``aliases``: other backend names, as older cards or
-    users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
+    """``loaders``: backend name -> loader ``(directory, card, options) -> Judge`` (``options``: the caller's
+    ``options.LoadOptions``, built once and handed down); the first is the one a card that names none opens with,
+    unless ``detect``. ``trainer``: ``(TrainConfig) -> Path``, trains ``head: NAME`` (None: the fine-tuned heads'
+    Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source,
+    n_records, parity, int8_config, fallback, providers[, int4]) -> ExportResult`` (None: the fine-tuned heads' ONNX
+    export; a kind without ONNX form is refused there). ``heads``: the card heads besides the kind's own name that
+    are this kind (a collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
+    a card that names no backend, from the files the directory holds. ``aliases``: other backend names, as older
+    cards or users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
 
     loaders: Mapping[str, Target] = field(default_factory=dict)
     trainer: Target | None = None

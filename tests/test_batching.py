@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clfjudge.batching import next_call, padded_tokens, token_batches
+from clfjudge.batching import Budget, next_call, padded_tokens, token_batches
 from clfjudge.serving.server import Batcher, Limits, Stats
 
 lengths_st = st.lists(st.integers(0, 600), max_size=60)
@@ -96,7 +96,7 @@ def test_the_batcher_serves_every_request_once_in_order_within_budget(requests, 
         return [{"req": it["req"], "pos": it["pos"], "symmetric": symmetric} for it in items]
 
     async def main():
-        limits = Limits(max_batch_size=max_batch, max_batch_tokens=budget, max_wait_ms=1, max_queue=10_000)
+        limits = Limits(budget=Budget(max_batch, budget), max_wait_ms=1, max_queue=10_000)
         batcher = Batcher(run, limits, Stats())
         batcher.start()
 
@@ -132,7 +132,8 @@ def test_a_judge_gives_the_same_results_under_any_token_budget(tiny_bert_dir, tm
 
     from clfjudge.judges.base import Judge, as_pair
 
-    judge = Judge.load(make_judge(tiny_bert_dir, tmp_path / head, head), batch_size=4)
+    directory = make_judge(tiny_bert_dir, tmp_path / head, head)
+    judge = Judge.load(directory, batch_size=4)
     words = "the a prime number seven is odd and nine is not".split()
     pairs = [{"question": "Name a prime " + " ".join(words[:i % 5]), "answer_a": " ".join(words[:i % 11 + 1]),
               "answer_b": " ".join(words[(i * 3) % 7:])} for i in range(13)]
@@ -141,7 +142,9 @@ def test_a_judge_gives_the_same_results_under_any_token_budget(tiny_bert_dir, tm
     assert len(lengths) == len(pairs) and all(len(seqs) == (2 if head == "reward" else 1) for seqs in lengths)
     assert judge.truncation["records"] == len(pairs) * len(lengths[0])  # measuring does not count as encoding
     budgets = [(max(n for seqs in lengths for n in seqs), None), (None, 0.0)]  # ~ one sequence / equal lengths
-    for judge.max_batch_tokens, judge.max_padding in budgets:
-        for want, got in zip(unbudgeted, judge.compare_batch(pairs)):
+    for tokens, padding in budgets:  # the budget is the caller's, given when the judge loads
+        budgeted = Judge.load(directory, batch_size=4, max_batch_tokens=tokens, max_padding=padding)
+        assert budgeted.budget == Budget(4, tokens, padding)
+        for want, got in zip(unbudgeted, budgeted.compare_batch(pairs)):
             assert got.verdict == want.verdict
             assert (got.p_a, got.p_tie, got.p_b) == pytest.approx((want.p_a, want.p_tie, want.p_b), abs=1e-5)

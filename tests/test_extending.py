@@ -24,7 +24,7 @@ from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verd
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
 from clfjudge.export.onnx import ExportResult
-from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Judge
+from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
 from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind, registered_kind
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
 from clfjudge.training.config import TrainConfig
@@ -195,8 +195,8 @@ class LongerJudge(Judge):
     backend_name = "toy-longer"
     position_invariant = True
 
-    def __init__(self, card: JudgeCard, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        super().__init__(card, ("compare",), batch_size)
+    def __init__(self, card: JudgeCard, budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(card, ("compare",), budget)
         self.p_longer = float(card.runtime["p_longer"])
 
     def raw_outputs(self, records):
@@ -209,11 +209,11 @@ class LongerJudge(Judge):
         return PairOutputs(p_a=p_a, p_tie=p_tie, p_b=1.0 - p_a - p_tie)
 
 
-def load_longer(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                batch_size: int, trust_pickle: bool = False) -> Judge:
-    if variant is not None:
-        raise ValueError(f"variant {variant!r} applies to ONNX judges, not to a toy-longer judge")
-    return LongerJudge(card, batch_size)
+def load_longer(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges, not to a toy-longer judge")
+    options.refuse_memory("a toy-longer judge")  # it keeps no readings
+    return LongerJudge(card, options.budget)
 
 
 def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):

@@ -66,3 +66,70 @@ def test_best_of_n(judges):
     for judge in judges.values():
         best, scores = best_of_n(judge, "Name a prime.", cands)
         assert len(scores) == 3 and scores[best] == max(scores)
+
+
+# -- memory_items: the reader's memory, through the load options --------------------------------------------------
+
+TOPICS = ["the Moon", "coffee", "chess", "glaciers"]
+
+
+def _embedding_judge(directory, embedder):
+    """A small embedding judge on ``embedder``, trained on a few answers against an evasion of the question."""
+    from clfjudge.data.records import Loc, PairRecord
+    from clfjudge.judges.embedding import EmbeddingModel
+
+    pairs = [PairRecord.build(Loc("test", i + 1), id=str(i), question=f"Tell me about {t}.",
+                              answer_a=f"{t} is well known." if i % 2 else "I do not know.",
+                              answer_b="I do not know." if i % 2 else f"{t} is well known.",
+                              verdict="A" if i % 2 else "B", source="test") for i, t in enumerate(TOPICS * 2)]
+    model = EmbeddingModel(encoder=embedder.encoder, embedder=embedder, head_params={"C": 1.0})
+    return model.fit(pairs).save(directory)
+
+
+@pytest.fixture(scope="module")
+def readers(tmp_path_factory):
+    """Judge directories of every kind whose reader keeps readings, and how to reach each judge's reader."""
+    from clfjudge import testing
+    from clfjudge.embedders.decoder import DecoderEmbedder
+    from clfjudge.embedders.sentence import TextEmbedder
+    from clfjudge.judges.verdict import questions_from, verdict_card
+
+    root = tmp_path_factory.mktemp("readers")
+    llama, chat = testing.tiny_llama(root / "llama"), testing.tiny_llama(root / "chat", chat=True)
+    verdict = root / "verdict"
+    verdict.mkdir()
+    verdict_card(str(chat), questions_from(["correct"], "test"), precision="fp32").save(verdict)
+    embedded = lambda judge: judge.model.embedder  # noqa: E731
+    return {"embedding, sentence reader": (_embedding_judge(root / "sentence", TextEmbedder("minilm")), embedded),
+            "embedding, decoder reader": (_embedding_judge(root / "decoder", DecoderEmbedder(str(llama), layer=2)),
+                                          embedded),
+            "verdict": (verdict, lambda judge: judge.reader)}
+
+
+@pytest.mark.parametrize("kind", ["embedding, sentence reader", "embedding, decoder reader", "verdict"])
+def test_reward_function_memory_items_bounds_the_readers_memory(readers, kind):
+    from clfjudge.embedders.cache import DEFAULT_MEMORY_ITEMS
+
+    directory, reader_of = readers[kind]
+    completions = [f"Answer number {i}: the Moon is Earth's satellite." for i in range(6)]
+    bounded = reward_function(str(directory), reference="I do not know.", memory_items=2)
+    reader = reader_of(bounded.judge)
+    assert reader.memory.max_items == 2
+    rewards = bounded(prompts=["Tell me about the Moon."] * 6, completions=completions)
+    assert len(rewards) == 6 and 0 < len(reader.memory) <= 2  # six answers read, the two most recent kept
+    free = reward_function(str(directory), reference="I do not know.")
+    assert reader_of(free.judge).memory.max_items == DEFAULT_MEMORY_ITEMS
+    assert free(prompts=["Tell me about the Moon."] * 6, completions=completions) == pytest.approx(rewards, abs=1e-5)
+    assert len(reader_of(free.judge).memory) > 2
+
+
+def test_memory_items_is_refused_where_it_cannot_apply(judges, tiny_bert_dir, tiny_llama_dir, tmp_path):
+    """A judge kind that keeps no readings says so, and a judge loaded already cannot take it any more."""
+    from tiny_judges import make_generative_judge
+
+    for directory in (make_judge(tiny_bert_dir, tmp_path / "reward", "reward"),
+                      make_generative_judge(tiny_llama_dir, tmp_path / "generative")):
+        with pytest.raises(ValueError, match="memory_items=2: .* keeps no readings"):
+            reward_function(str(directory), memory_items=2)
+    with pytest.raises(ValueError, match="loaded already"):
+        reward_function(judges["reward"], memory_items=2)

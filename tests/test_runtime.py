@@ -82,6 +82,26 @@ def test_load_picks_the_backend_from_the_directory(cls3_dir, onnx_dir, tmp_path)
         Judge.load(bare)
 
 
+def test_load_options_are_one_typed_value(cls3_dir):
+    """Judge.load's keywords build one LoadOptions, the value every loader takes; a misspelt option or a bad
+    budget is refused before anything loads."""
+    from clfjudge.batching import Budget
+    from clfjudge.options import LoadOptions
+
+    options = LoadOptions(backend="torch", threads=1, budget=Budget(4, 256, 0.5))
+    assert LoadOptions.of(backend="torch", threads=1, batch_size=4, max_batch_tokens=256, max_padding=0.5) == options
+    judge = Judge.load(cls3_dir, options)
+    assert judge.budget == Budget(4, 256, 0.5) and judge.batch_size == 4
+    with pytest.raises(TypeError, match=r"unknown judge load option\(s\) \['thread'\]"):
+        Judge.load(cls3_dir, thread=2)
+    with pytest.raises(TypeError, match="not both"):
+        Judge.load(cls3_dir, options, threads=2)
+    with pytest.raises(ValueError, match="max_padding must be a fraction"):
+        Judge.load(cls3_dir, max_padding=2.0)
+    with pytest.raises(ValueError, match="memory_items must be a positive"):
+        LoadOptions(memory_items=0)
+
+
 @pytest.mark.parametrize("damage, where, words", [
     (lambda text: text.replace('"', "", 1), ":2:", "not valid JSON: Expecting property name"),
     (lambda text: "[" + text + "]", ":?:", "a judge card is a JSON object, got list"),

@@ -11,8 +11,15 @@ import pytest
 from starlette.testclient import TestClient
 from tiny_judges import make_judge
 
+from clfjudge.batching import DEFAULT_MAX_BATCH_TOKENS, Budget
 from clfjudge.judges.base import WARM_UP_CHARS, WARM_UP_TEXT, Judge, as_pair
 from clfjudge.serving.server import Limits, create_app
+
+
+def rows(n: int) -> Budget:
+    """A server budget of ``n`` items per call and the default token budget."""
+    return Budget(n, DEFAULT_MAX_BATCH_TOKENS)
+
 
 PAIR = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9 is a prime number."}
 
@@ -108,7 +115,7 @@ def test_bad_json_and_big_body(pair_judge):
 
 
 def test_concurrent_requests_are_batched(pair_judge):
-    app = create_app(SlowJudge(pair_judge, 0.2), Limits(max_batch_size=16, max_wait_ms=50))
+    app = create_app(SlowJudge(pair_judge, 0.2), Limits(budget=rows(16), max_wait_ms=50))
     with TestClient(app) as client, ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda _: client.post("/compare", json=PAIR).status_code, range(16)))
         metrics = client.get("/metrics").text
@@ -127,7 +134,7 @@ def test_token_budget_batching_gives_the_same_answers_and_its_metrics(pair_judge
     longest = max(n for seqs in pair_judge.sequence_lengths([as_pair(b) for b in bodies]) for n in seqs)
     answers = {}
     for budget in (None, 2 * longest):  # a call of the longest fits two
-        app = create_app(SlowJudge(pair_judge, 0.05), Limits(max_batch_size=8, max_batch_tokens=budget,
+        app = create_app(SlowJudge(pair_judge, 0.05), Limits(budget=Budget(8, budget),
                                                              max_wait_ms=20))
         with TestClient(app) as client, ThreadPoolExecutor(6) as pool:
             answers[budget] = list(pool.map(lambda b: client.post("/compare", json=b).json(), bodies))
@@ -146,7 +153,7 @@ def test_token_budget_batching_gives_the_same_answers_and_its_metrics(pair_judge
 
 
 def test_full_queue_gives_503_and_nothing_is_lost(pair_judge):
-    app = create_app(SlowJudge(pair_judge, 0.3), Limits(max_batch_size=1, max_wait_ms=0, max_queue=2))
+    app = create_app(SlowJudge(pair_judge, 0.3), Limits(budget=rows(1), max_wait_ms=0, max_queue=2))
     with TestClient(app) as client, ThreadPoolExecutor(12) as pool:
         codes = list(pool.map(lambda _: client.post("/compare", json=PAIR).status_code, range(12)))
     assert set(codes) <= {200, 503} and 503 in codes and 200 in codes
@@ -161,7 +168,7 @@ def test_timeout_gives_504(pair_judge):
 
 
 def test_shutdown_drains_the_queue(pair_judge):
-    app = create_app(SlowJudge(pair_judge, 0.2), Limits(max_batch_size=1, max_wait_ms=0))
+    app = create_app(SlowJudge(pair_judge, 0.2), Limits(budget=rows(1), max_wait_ms=0))
     with TestClient(app) as client, ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(client.post, "/compare", json=PAIR) for _ in range(3)]
         time.sleep(0.05)
@@ -237,7 +244,7 @@ class PickyJudge(SlowJudge):
 
 
 def test_a_failing_judge_call_fails_only_the_request_that_broke_it(pair_judge):
-    app = create_app(PickyJudge(pair_judge, 0.05), Limits(max_batch_size=16, max_wait_ms=100))
+    app = create_app(PickyJudge(pair_judge, 0.05), Limits(budget=rows(16), max_wait_ms=100))
     bodies = [PAIR, {**PAIR, "question": "BOOM"}, PAIR, PAIR]
     with TestClient(app) as client, ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda body: client.post("/compare", json=body), bodies))
@@ -247,7 +254,7 @@ def test_a_failing_judge_call_fails_only_the_request_that_broke_it(pair_judge):
 
 
 def test_503_says_when_to_retry(pair_judge):
-    app = create_app(SlowJudge(pair_judge, 0.3), Limits(max_batch_size=1, max_wait_ms=0, max_queue=1,
+    app = create_app(SlowJudge(pair_judge, 0.3), Limits(budget=rows(1), max_wait_ms=0, max_queue=1,
                                                         retry_after_s=2))
     with TestClient(app) as client, ThreadPoolExecutor(6) as pool:
         got = list(pool.map(lambda _: client.post("/compare", json=PAIR), range(6)))
@@ -364,7 +371,7 @@ def test_overload_on_loopback_sheds_load_without_a_crash(pair_judge):
         judge.compare_batch([PAIR] * batch)
         took.append(time.monotonic() - t0)
     capacity = batch / sorted(took)[1]  # requests per second the judge can answer (one item each)
-    app = create_app(judge, Limits(max_batch_size=batch, max_wait_ms=2, max_queue=8, timeout_s=1.0))
+    app = create_app(judge, Limits(budget=rows(batch), max_wait_ms=2, max_queue=8, timeout_s=1.0))
     server, thread, url = _serve_in_thread(app)
     try:
         answers, polls = asyncio.run(_offer_load(url, rate=3 * capacity, seconds=4.0))
@@ -478,8 +485,8 @@ class Recording(SlowJudge):
         return Judge.warm_up(self, max_items)  # the base method, through this judge's recorded calls
 
     @property
-    def max_batch_tokens(self):
-        return self.judge.max_batch_tokens
+    def budget(self):
+        return self.judge.budget
 
     @property
     def batch_size(self):
@@ -488,7 +495,7 @@ class Recording(SlowJudge):
 
 def test_the_server_warms_the_judge_up_before_it_listens(pair_judge):
     judge = Recording(pair_judge)
-    with TestClient(create_app(judge, Limits(max_batch_size=8))) as client:
+    with TestClient(create_app(judge, Limits(budget=rows(8)))) as client:
         assert judge.warm_ups == [8] and len(judge.calls) == 2  # the biggest call, then answers sharing a question
         seconds = [line for line in client.get("/metrics").text.splitlines()
                    if line.startswith("clfjudge_warm_up_seconds ")]

@@ -447,13 +447,27 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
         assert 1.0 <= judge.score("q?", "yes").value <= 5.0
 
 
-def test_embedding_options_are_checked():
+def test_embedding_options_are_checked(tmp_path):
+    """The recipe's embedding block is an EmbeddingOptions: values coerced to each key's type, an unknown key
+    refused naming the file, the block and every known key with its help."""
+    from clfjudge.training.config import EmbeddingOptions
     from clfjudge.training.embedding import model_from_config
 
-    cfg = TrainConfig.from_dict({"backbone": "minilm", "head": "embedding", "sources": ["pandalm-test"],
-                                 "embedding": {"layers": 3}})
-    with pytest.raises(ValueError, match=r"embedding: unknown option\(s\) \['layers'\]; known: kind"):
-        model_from_config(cfg)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("backbone: minilm\nhead: embedding\nsources: [pandalm-test]\nembedding: {layers: 3}\n")
+    with pytest.raises(ValueError, match=r"recipe.yaml: embedding: unknown option\(s\) \['layers'\]; known: kind: "
+                                         r"pair \(verdicts\)"):
+        TrainConfig.from_yaml(recipe)
+    recipe.write_text("backbone: minilm\nhead: embedding\nsources: [pandalm-test]\n"
+                      "embedding: {kind: point, use_length: 'no', batch_size: '8'}\n")
+    cfg = TrainConfig.from_yaml(recipe, ["embedding.head=gbdt"])
+    assert cfg.embedding == EmbeddingOptions(kind="point", use_length=False, batch_size=8, head="gbdt")
+    assert cfg.embedding.reader_options() == {"batch_size": 8}
+    assert cfg.with_overrides(["seed=1"]).embedding == cfg.embedding  # survives the round trip through a dict
+    model = model_from_config(cfg)
+    assert (model.kind, model.head, model.use_length) == ("point", "gbdt", False)
+    with pytest.raises(ValueError, match=r"--set: embedding.use_length: expected bool"):
+        cfg.with_overrides(["embedding.use_length=maybe"])
 
 
 def test_capped_sources_are_nested_samples():

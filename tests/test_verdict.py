@@ -230,7 +230,7 @@ def test_the_shipped_recipes_parse():
     zero_shot = TrainConfig.from_yaml("train/cpu/verdict-qwen1.5b.yaml", [])
     assert zero_shot.head == "verdict" and not zero_shot.sources
     stacked = TrainConfig.from_yaml("train/cpu/stacked-smollm2-verdict.yaml", [])
-    assert "verdict_diff" in stacked.embedding["features"]
+    assert "verdict_diff" in stacked.embedding.features
     assert TrainConfig.from_yaml(config_path("recipes/quality-verdict.yaml"), []).head == "verdict"
 
 

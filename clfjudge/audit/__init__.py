@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.formats import ReadOptions
 from ..data.records import LoadResult, PairRecord, exclusion_lines
 from ..models.onnx_session import AUTO
+from ..options import LoadOptions
 from ..outputs import write_whole
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
@@ -204,9 +205,9 @@ class _OnRay:
             self.stack.enter_context(ray_engine.connected(self.options.address))
             self.connected = True
         calls = sorted(todo, key=lambda s: -len(records[s.name]))
-        load = {"directory": str(directory), "trust_pickle": self.trust_pickle,
-                "threads": max(1, int(self.options.cpus_per_actor)),
-                "provider": "cuda" if self.options.gpus_per_actor else AUTO}
+        load = {"directory": str(directory), "options": LoadOptions(
+            trust_pickle=self.trust_pickle, threads=max(1, int(self.options.cpus_per_actor)),
+            provider="cuda" if self.options.gpus_per_actor else AUTO)}
         for index, result in ray_engine.map_on_actors(DirectoryJudge, load, predict_or_reason,
                                                       [(s.name, s.kind, records[s.name]) for s in calls],
                                                       self.options, f"audit: {name}"):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..data.records import PairRecord, PointRecord, Verdict
 from ..metrics import longer_answer_wins, majority_class, shorter_answer_wins
+from ..options import LoadOptions
 from ..registry import Registry
 
 
@@ -242,15 +243,15 @@ class RuntimeJudge(AuditJudge):
 
 
 class DirectoryJudge(RuntimeJudge):
-    """A judge directory of any kind, loaded by ``clfjudge.judges.base.Judge.load`` (``load``: its options, e.g.
-    threads and provider for a judge on a Ray actor)."""
+    """A judge directory of any kind, loaded by ``clfjudge.judges.base.Judge.load`` (``options``: its
+    ``LoadOptions``, e.g. threads and provider for a judge on a Ray actor)."""
 
-    def __init__(self, directory: str | Path, trust_pickle: bool = False, **load: Any) -> None:
+    def __init__(self, directory: str | Path, options: LoadOptions | None = None) -> None:
         from ..judges.base import Judge
         from ..judges.foreign import write_card
 
         self.directory = Path(directory)
-        judge = Judge.load(directory, trust_pickle=trust_pickle, **load)
+        judge = Judge.load(directory, options or LoadOptions())
         write_card(self.directory, judge.card)  # a model without a card gets the one it was read with
         super().__init__(judge, self.display_name(self.directory, judge.card))
 
@@ -333,4 +334,4 @@ def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:
     if kind is not None:
         return JUDGE_KINDS.get(kind[0])(kind[1])
     check_spec(spec)
-    return DirectoryJudge(spec, trust_pickle=trust_pickle)
+    return DirectoryJudge(spec, LoadOptions(trust_pickle=trust_pickle))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.records import PairRecord, Record, exclusion_lines
-from .common import add_data_options, judge_options, local_inputs, read_options
+from .common import add_data_options, judge_options, load_options, local_inputs, read_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,9 +50,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     card_path = Path(args.judge_dir) / "judge_card.json"
     check_apart(local_inputs([args.source], "--source"), [("the judge card", card_path)])
-    judge = load_ready(args.judge_dir, backend=args.backend, provider=args.provider, variant=args.variant,
-                       threads=args.threads, batch_size=args.batch_size, trust_pickle=args.trust_pickle,
-                       model_input=args.model_input)
+    judge = load_ready(args.judge_dir, load_options(args))
     name, limit = sources.parse_source(args.source)
     if name in card_sources(judge.card):
         print(f"warning: {name} is a training or evaluation source of this judge: calibrating on it makes the "

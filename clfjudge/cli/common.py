@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from ..batching import Budget
+    from ..options import LoadOptions
     from ..scoring.ray_engine import RayOptions
 
 
@@ -182,3 +184,14 @@ def judge_options(p: argparse.ArgumentParser) -> None:
     add_batch_size(p, 16, "records per judge call (and forward pass)")
     add_trust_pickle(p)
     add_model_input(p)
+
+
+def load_options(args: argparse.Namespace, budget: Budget | None = None, **changes) -> LoadOptions:
+    """The ``LoadOptions`` of a command's judge options (``judge_options``, or serve's own), built once here and
+    passed down; ``budget``: the caller's (default: ``--batch-size`` rows); ``changes``: what the command fixes."""
+    from ..batching import Budget
+    from ..options import LoadOptions
+
+    return LoadOptions(backend=args.backend, provider=args.provider, variant=getattr(args, "variant", None),
+                       threads=args.threads, budget=budget or Budget(args.batch_size),
+                       trust_pickle=args.trust_pickle, model_input=args.model_input).with_(**changes)

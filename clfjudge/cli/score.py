@@ -21,6 +21,7 @@ from .common import (
     add_engine_options,
     check_local_options,
     judge_options,
+    load_options,
     ray_engine,
     ray_options,
     read_options,
@@ -77,10 +78,8 @@ def run_local(args: argparse.Namespace) -> int:
     check_local_options(args)
     return score_file(ScoreJob(
         model=args.model, input=args.input, output=args.output, rejected=args.rejected, task=args.task,
-        symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, backend=args.backend,
-        provider=args.provider, variant=args.variant, threads=args.threads, batch_size=args.batch_size,
-        trust_pickle=args.trust_pickle, model_input=args.model_input, options=read_options(args), format=args.format,
-        columns=args.columns, encoding=args.encoding))
+        symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, load=load_options(args),
+        options=read_options(args), format=args.format, columns=args.columns, encoding=args.encoding))
 
 
 def run_ray(args: argparse.Namespace) -> int:
@@ -110,8 +109,7 @@ def run_ray(args: argparse.Namespace) -> int:
     task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
-    load = {"backend": args.backend, "provider": args.provider, "variant": args.variant, "threads": threads,
-            "batch_size": args.batch_size, "trust_pickle": args.trust_pickle, "model_input": args.model_input}
+    load = load_options(args, threads=threads)
     # What must be the same for the shards of two runs to be one output (byte for byte what a single run writes).
     settings = {"model": str(Path(args.model).resolve()), "task": task, "symmetric": args.symmetric,
                 "backend": args.backend, "variant": args.variant, "chunk_size": args.chunk_size,

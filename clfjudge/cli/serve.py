@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import THREADS, add_batch_size, add_model_input, add_provider, add_trust_pickle, int_in
+from .common import THREADS, add_batch_size, add_model_input, add_provider, add_trust_pickle, int_in, load_options
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=THREADS, help="intra-op threads of the judge")
     add_trust_pickle(p)
     add_model_input(p)
-    add_batch_size(p, d.max_batch_size, "items per judge call", alias="--max-batch-size")
-    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+    add_batch_size(p, d.budget.max_batch_size, "items per judge call", alias="--max-batch-size")
+    p.add_argument("--max-batch-tokens", type=int, default=d.budget.max_batch_tokens,
                    help="token budget of a judge call and of each forward pass, padding included (rows x longest "
                         "sequence, in the judge's own tokens); queued requests join the call in arrival order. 0: no "
                         "budget, calls are cut at --batch-size only")
@@ -70,6 +70,7 @@ def is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ..batching import Budget
     from ..judges.base import load_ready
     from ..serving.server import Limits, create_app
 
@@ -79,12 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if api_key is None and not is_loopback(args.host):
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
-    budget = args.max_batch_tokens or None
+    # the server's budget: it cuts the server's calls, and the judge is loaded with it to cut its forward passes
+    budget = Budget(args.batch_size, args.max_batch_tokens or None, args.max_padding)
     # a judge that cannot score exits here (JudgeError) and is never reported healthy
-    judge = load_ready(args.model, backend=args.backend, provider=args.provider, threads=args.threads,
-                       batch_size=args.batch_size, trust_pickle=args.trust_pickle, max_batch_tokens=budget,
-                       max_padding=args.max_padding, model_input=args.model_input)
-    limits = Limits(max_batch_size=args.batch_size, max_batch_tokens=budget, max_wait_ms=args.max_wait_ms,
+    judge = load_ready(args.model, load_options(args, budget))
+    limits = Limits(budget=budget, max_wait_ms=args.max_wait_ms,
                     max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
                     read_timeout_s=args.read_timeout_s,
                     max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)

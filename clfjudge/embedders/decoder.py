@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..batching import token_batches
+from ..batching import Budget
 from ..machine import decoder_precision
 from .cache import DEFAULT_MEMORY_ITEMS, CachedEmbedder
 
@@ -89,7 +89,9 @@ class DecoderEmbedder(CachedEmbedder):
     ``stats``: also compute the answers' token statistics (runs the whole model and its LM head), over each
     answer's first ``stats_tokens`` tokens (None: all of them; 64-128 tokens judge as well as all).
     ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
-    ``cache_dir``: keep vectors on disk between runs (``embedders.cache``; default $CLFJUDGE_EMBEDDING_CACHE)."""
+    ``cache_dir``: keep vectors on disk between runs (``embedders.cache``; default $CLFJUDGE_EMBEDDING_CACHE).
+    ``budget``: rows, padded tokens and padding per forward pass (``batching.Budget``; default ``batch_size`` rows),
+    the judge's caller's, given here once."""
 
     kind = "decoder"
 
@@ -98,7 +100,8 @@ class DecoderEmbedder(CachedEmbedder):
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False,
                  stats_tokens: int | None = None, precision: str = "fp32",
                  batch_size: int = 8, device: str = "cpu", show_progress: bool = False,
-                 cache_dir: str | Path | None = None, memory_items: int | None = DEFAULT_MEMORY_ITEMS) -> None:
+                 cache_dir: str | Path | None = None, memory_items: int | None = DEFAULT_MEMORY_ITEMS,
+                 budget: Budget | None = None) -> None:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
@@ -113,9 +116,7 @@ class DecoderEmbedder(CachedEmbedder):
         self.stats_tokens = stats_tokens
         self.precision_spec = precision  # as asked ("auto" is resolved per machine)
         self.precision, self.precision_why = decoder_precision(precision, device)
-        self.batch_size = batch_size
-        self.max_batch_tokens: int | None = None  # padded tokens per forward pass (None: rows only)
-        self.max_padding: float | None = None  # the fraction of them that may be padding
+        self.budget = budget if budget is not None else Budget(batch_size)
         self.shared_prefix_min = SHARED_PREFIX_MIN
         self.store_every = STORE_EVERY
         self.device = device
@@ -126,6 +127,10 @@ class DecoderEmbedder(CachedEmbedder):
         self._tokenizer = None
         self._captured = None
         self._depth: int | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return self.budget.max_batch_size
 
     # -- identity --------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -288,9 +293,8 @@ class DecoderEmbedder(CachedEmbedder):
         return body if self.stats_tokens is None else body[:self.stats_tokens]
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices by token length in batches of at most ``batch_size`` rows, ``max_batch_tokens`` padded
-        tokens and ``max_padding`` padding (``batching.token_batches``)."""
-        return token_batches(lengths, self.batch_size, self.max_batch_tokens, self.max_padding)
+        """Indices by token length in batches within the reader's ``budget`` (``batching.Budget``)."""
+        return self.budget.batches(lengths)
 
     def _read(self, items: list[tuple[list[int], list[int]]],
               with_log_probs: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:

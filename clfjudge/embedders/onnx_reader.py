@@ -32,14 +32,16 @@ SHARED_PREFIX_MIN = 4
 
 
 class OnnxDecoderReader(DecoderEmbedder):
-    """``directory``: an exported embedding judge; ``reader``: the card's ``runtime.reader`` entry."""
+    """``directory``: an exported embedding judge; ``reader``: the card's ``runtime.reader`` entry; ``reading``:
+    the ``DecoderEmbedder`` options a loader sets (``budget``, ``memory_items``)."""
 
     def __init__(self, directory: str | Path, reader: dict[str, Any], config: dict[str, Any], *,
                  variant: str | None = None, provider: str = "cpu", threads: int | None = None,
-                 batch_size: int = 8, cache_dir: str | Path | None = None) -> None:
+                 batch_size: int = 8, cache_dir: str | Path | None = None, **reading: Any) -> None:
         super().__init__(reader["encoder"], layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
                          max_answer_tokens=config["max_answer_tokens"], stats=config.get("stats", False),
-                         stats_tokens=config.get("stats_tokens"), batch_size=batch_size, cache_dir=cache_dir)
+                         stats_tokens=config.get("stats_tokens"), batch_size=batch_size, cache_dir=cache_dir,
+                         **reading)
         self._depth = reader["depth"]
         self.directory = Path(directory)
         variant = variant or reader["primary"]

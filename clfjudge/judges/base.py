@@ -9,7 +9,7 @@ through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
 in training) -> length-bucketed batches (sorted by token length so little padding is computed, cut at
-``batch_size`` rows or ``max_batch_tokens`` padded tokens: ``clfjudge.batching``; order restored) -> raw outputs
+the caller's ``batching.Budget``, given once at load: ``options.LoadOptions``; order restored) -> raw outputs
 (logits) -> head mapping with the card's calibration -> ``Comparison`` / ``Score``.
 
 ``compare(..., symmetric=True)`` judges both answer orders and averages P(A) of (A, B) with P(B) of (B, A)
@@ -27,17 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from ..batching import check_budget
+from ..batching import DEFAULT_BATCH_SIZE, Budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import Loc, PairRecord, PointRecord, Verdict
 from ..kinds import ONNX, check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
+from ..options import LoadOptions
 from ..registry import resolve
 from ..untrusted import check_directory
 from .calibration import Calibration
 
-DEFAULT_BATCH_SIZE = 16
 # ONNX files in an exported judge directory, named as optimum's ORTModel* expect them.
 ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int8": "model_quantized.onnx",
                  "int4": "model_int4.onnx"}
@@ -136,51 +136,46 @@ class Judge:
     """A loaded judge. ``compare*`` for pair judges, ``score*`` for point judges (and reward heads, whose score
     is the raw reward of one answer). Subclasses provide ``raw_outputs``, ``pair_outputs`` and ``point_scores``,
     and where they can tell cheaply ``sequence_lengths`` (what the server's token budget counts).
-    ``max_batch_tokens`` / ``max_padding``: padded token positions per forward pass, and the fraction of them
-    that may be padding (None: no limit; ``batching.token_batches``)."""
+    ``budget``: rows, padded tokens and padding per forward pass (``batching.Budget``; an int: rows only), the
+    caller's, given once when the judge is built."""
 
     backend_name: str
     position_invariant: bool = False
-    max_batch_tokens: int | None = None
-    max_padding: float | None = None
     # what runs it on this machine and why (provider, variant, why), for /metrics and a run's record
     runtime_choice: dict[str, Any] = {}
 
-    def __init__(self, card: JudgeCard, tasks: Iterable[str], batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+    def __init__(self, card: JudgeCard, tasks: Iterable[str], budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
         self.card = card
         self.tasks = frozenset(tasks)
-        self.batch_size = batch_size
+        self.budget = budget if isinstance(budget, Budget) else Budget(budget)
         self.calibration = Calibration.from_card(card)
+
+    @property
+    def batch_size(self) -> int:
+        return self.budget.max_batch_size
 
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
-    def load(directory: str | Path, backend: str = "auto", provider: str = "auto", variant: str | None = None,
-             threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE, trust_pickle: bool = False,
-             max_batch_tokens: int | None = None, max_padding: float | None = None,
-             model_input: str | None = None) -> Judge:
+    def load(directory: str | Path, options: LoadOptions | None = None, **keywords: Any) -> Judge:
         """Load a judge directory, or a transformers sequence-classification model without a judge card (a local
-        directory or ``hf:OWNER/NAME[@REV]``; ``judges.foreign``: ``model_input`` overrides its input format,
-        "chat-template" | "text-pair"). ``backend``: "auto" (what the card names, else what the directory holds) or
-        one of the card's kind (``clfjudge.kinds``): "onnx" (any kind's export), "torch" (fine-tuned heads),
-        "sklearn" (embedding judges), "generate" (generative judges) or "verdict"; ``provider``, what runs an ONNX file
-        (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" | "openvino-bf16", or
-        "auto": what the export measured fastest among the runs its parity gate passed, where this machine has it
-        (else "cpu"; "cpu" for a judge that is not ONNX);
-        ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (default: the card's primary file);
-        ``threads``: intra-op threads; ``batch_size`` / ``max_batch_tokens`` / ``max_padding``: rows, padded
-        tokens and the padding fraction per forward pass (``clfjudge.batching.token_batches``);
-        ``trust_pickle``: allow a head stored as a pickle by an older clfjudge (runs code from the directory)."""
-        check_budget(batch_size, max_batch_tokens, max_padding)
-        directory, card = open_card(directory, model_input)
-        name, loader = find_loader(directory, card, backend)
-        if provider == AUTO and name != ONNX:  # a kind's exported form resolves it from the card
-            provider = "cpu"
-        judge = loader(directory, card, provider=provider, variant=variant, threads=threads, batch_size=batch_size,
-                       trust_pickle=trust_pickle)
-        judge.max_batch_tokens, judge.max_padding = max_batch_tokens, max_padding
-        return judge
+        directory or ``hf:OWNER/NAME[@REV]``; ``judges.foreign``), with ``options`` (``options.LoadOptions``:
+        backend, provider, variant, threads, budget, trust_pickle, model_input, memory_items) or the same as
+        keywords (the budget as ``batch_size``, ``max_batch_tokens``, ``max_padding``), e.g.
+        ``Judge.load(path, provider="cpu", threads=4)``. ``backend``: "auto" (what the card names, else what the
+        directory holds) or one of the card's kind (``clfjudge.kinds``): "onnx" (any kind's export), "torch"
+        (fine-tuned heads), "sklearn" (embedding judges), "generate" (generative judges) or "verdict"; ``provider``,
+        what runs an ONNX file (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" |
+        "openvino-bf16", or "auto": what the export measured fastest among the runs its parity gate passed, where
+        this machine has it (else "cpu"; "cpu" for a judge that is not ONNX); ``variant``: for ONNX, "fp32" |
+        "optimized" | "int8" | "int4" or a file name (default: the card's primary file)."""
+        if options is not None and keywords:
+            raise TypeError("Judge.load takes options= or keywords, not both")
+        options = options if options is not None else LoadOptions.of(**keywords)
+        directory, card = open_card(directory, options.model_input)
+        name, loader = find_loader(directory, card, options.backend)
+        if options.provider == AUTO and name != ONNX:  # a kind's exported form resolves it from the card
+            options = options.with_(provider="cpu")
+        return loader(directory, card, options)
 
     # -- what subclasses provide --------------------------------------------------------------------------
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
@@ -218,8 +213,8 @@ class Judge:
         probe = item("Warm-up question 0.", 0, long)
         lengths = self.sequence_lengths([as_pair(probe) if task == "compare" else as_point(probe)])
         rows = 1
-        if lengths and self.max_batch_tokens:
-            rows = max(1, self.max_batch_tokens // (max(lengths[0]) * len(lengths[0])))
+        if lengths and self.budget.max_batch_tokens:
+            rows = max(1, self.budget.max_batch_tokens // (max(lengths[0]) * len(lengths[0])))
         rows = min(rows, max_items or self.batch_size)
         biggest = [item(f"Warm-up question {k}.", k, long) for k in range(rows)]
         shared = [item("Warm-up question.", k, WARM_UP_TEXT) for k in range(2 if task == "compare" else 4)]
@@ -316,16 +311,17 @@ class JudgeError(Exception):
         self.directory = str(directory)
 
 
-def load_ready(directory: str | Path, **options: Any) -> Judge:
-    """``Judge.load(directory, **options)``, then one real judgement (``Judge.self_test``): a judge ready to score,
-    or a ``JudgeError`` naming the directory and the reason, raised before any input is read (a command line's
-    options that are wrong in themselves stay ``ValueError``s: ``batching.check_budget``, an unknown backend)."""
-    check_budget(options.get("batch_size", DEFAULT_BATCH_SIZE), options.get("max_batch_tokens"),
-                 options.get("max_padding"))
-    if options.get("backend", "auto") != "auto":
-        check_backend(options["backend"])  # an unknown name: refused naming the known ones
+def load_ready(directory: str | Path, options: LoadOptions | None = None, **keywords: Any) -> Judge:
+    """``Judge.load(directory, options)``, then one real judgement (``Judge.self_test``): a judge ready to score,
+    or a ``JudgeError`` naming the directory and the reason, raised before any input is read (options that are wrong
+    in themselves stay ``ValueError``s / ``TypeError``s: a bad budget, an unknown backend)."""
+    if options is not None and keywords:
+        raise TypeError("load_ready takes options= or keywords, not both")
+    options = options if options is not None else LoadOptions.of(**keywords)
+    if options.backend != AUTO:
+        check_backend(options.backend)  # an unknown name: refused naming the known ones
     try:
-        judge = Judge.load(directory, **options)
+        judge = Judge.load(directory, options)
         judge.self_test()
     except Exception as exc:  # noqa: BLE001 - whatever fails in loading or the first forward pass is the judge's
         raise JudgeError(directory, exc) from exc

@@ -27,7 +27,7 @@ from ..embedders.decoder import STAT_NAMES
 from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
 from ..models.heads import Cls3Head, PairOutputs
 from ..registry import Registry
-from .base import DEFAULT_BATCH_SIZE, Judge
+from .base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
 from .features import (
     EMPTY_COMPRESSED,
     ZLIB_LEVEL,
@@ -766,19 +766,15 @@ class SklearnJudge(Judge):
     backend_name = "sklearn"
     position_invariant = True  # EmbeddingModel.predict_proba already averages both answer orders
 
-    def __init__(self, card: JudgeCard, model: EmbeddingModel, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, card: JudgeCard, model: EmbeddingModel, budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
         # a pair judge of difference features also scores one answer: its reward r(question, answer)
         tasks = ("compare", "score") if model.decomposable else ("compare",) if model.kind == "pair" else ("score",)
-        super().__init__(card, tasks, batch_size)
-        self.model = model
-        self.model.embedder.batch_size = batch_size
+        super().__init__(card, tasks, budget)
+        self.model = model  # its reader batches by the budget it was built with (``_load_sklearn``)
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding import PROBA_COLUMNS
 
-        if hasattr(self.model.embedder, "max_batch_tokens"):  # a decoder reader batches by the judge's budget
-            self.model.embedder.max_batch_tokens = self.max_batch_tokens
-            self.model.embedder.max_padding = self.max_padding
         if self.model.kind == "pair" and records and isinstance(records[0], PointRecord):
             return self.model.rewards(records).reshape(-1, 1)
         if self.model.kind == "point":
@@ -815,22 +811,22 @@ class SklearnJudge(Judge):
         return raw.reshape(-1)
 
 
-def _load_sklearn(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                  batch_size: int, trust_pickle: bool = False) -> Judge:
+def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .embedding import EmbeddingModel, embedder_for_card
 
-    if variant is not None:
-        raise ValueError(f"variant {variant!r} applies to ONNX judges, not to an embedding judge")
-    if threads:
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges, not to an embedding judge")
+    if options.threads:
         import torch
 
-        torch.set_num_threads(threads)
-    embedder = embedder_for_card(card, batch_size=batch_size, device=provider)
-    return SklearnJudge(card, EmbeddingModel.load(directory, embedder=embedder, trust_pickle=trust_pickle), batch_size)
+        torch.set_num_threads(options.threads)
+    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
+    embedder = embedder_for_card(card, budget=options.budget, device=options.provider, **memory)
+    model = EmbeddingModel.load(directory, embedder=embedder, trust_pickle=options.trust_pickle)
+    return SklearnJudge(card, model, options.budget)
 
 
-def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-               batch_size: int, trust_pickle: bool = False) -> Judge:
+def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     """An exported embedding judge: the decoder reader in onnxruntime, the head in NumPy."""
     from ..embedders.onnx_reader import OnnxDecoderReader
     from ..models.onnx_session import check_gated, resolve_provider
@@ -838,11 +834,13 @@ def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str 
     if "reader" not in card.runtime:
         raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
                          "clfjudge export first, or load it with backend='sklearn'")
-    variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
+    variant, provider, why = resolve_provider(options.provider, options.variant, card.runtime.get("onnx", {}))
+    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
     reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
-                               provider=provider, threads=threads, batch_size=batch_size)
+                               provider=provider, threads=options.threads, budget=options.budget, **memory)
     check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
-    judge = SklearnJudge(card, EmbeddingModel.load(directory, embedder=reader, trust_pickle=trust_pickle), batch_size)
+    model = EmbeddingModel.load(directory, embedder=reader, trust_pickle=options.trust_pickle)
+    judge = SklearnJudge(card, model, options.budget)
     judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
     judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
     return judge

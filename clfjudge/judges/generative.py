@@ -22,7 +22,19 @@ from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
 from ..prompts.parsers import PARSERS, Parsed, ParseStats
 from ..prompts.schemes import SCHEMES, target
 from ..prompts.truncation import TruncationPolicy, TruncationReport
-from .base import BATCH, DEFAULT_BATCH_SIZE, Comparison, Judge, PairInput, PointInput, Score, as_pair, as_point
+from .base import (
+    BATCH,
+    DEFAULT_BATCH_SIZE,
+    Budget,
+    Comparison,
+    Judge,
+    LoadOptions,
+    PairInput,
+    PointInput,
+    Score,
+    as_pair,
+    as_point,
+)
 
 GENERATIVE = "generative"  # the judge card's head name
 DEFAULT_SCHEMES = {"pair": "decoder-pair-gen", "point": "decoder-point-gen"}
@@ -144,10 +156,10 @@ class GenerateJudge(Judge):
     backend_name = "generate"
 
     def __init__(self, card: JudgeCard, generator: GenerativeReader,
-                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), batch_size)
+                 budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
+        super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), budget)
         self.generator = generator
-        self.generator.batch_size = batch_size
+        self.generator.batch_size = self.batch_size  # decoding runs rows only: no token budget applies
         self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
 
     @classmethod
@@ -196,16 +208,16 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
     return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
 
 
-def _load_generate(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                   batch_size: int, trust_pickle: bool = False) -> Judge:
+def _load_generate(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .generative import GenerativeReader
 
-    if variant is not None:
-        raise ValueError(f"variant {variant!r} applies to ONNX judges; a generative judge has no ONNX form")
-    if provider != "cpu":
-        raise ValueError(f"provider {provider!r}: the generate backend runs on the CPU only")
-    if threads:
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; a generative judge has no ONNX form")
+    if options.provider != "cpu":
+        raise ValueError(f"provider {options.provider!r}: the generate backend runs on the CPU only")
+    options.refuse_memory("a generative judge")
+    if options.threads:
         import torch
 
-        torch.set_num_threads(threads)
-    return GenerateJudge(card, GenerativeReader.load(directory, batch_size), batch_size)
+        torch.set_num_threads(options.threads)
+    return GenerateJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..batching import token_batches
+from ..batching import Budget
 from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import HEADS, Head, PairOutputs, RewardHead
 from ..models.onnx_session import check_gated, inference_session, resolve_provider
+from ..options import LoadOptions
 from ..untrusted import inside, read_json
 from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
 
@@ -94,7 +95,7 @@ class ModelJudge(Judge):
     """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
 
     def __init__(self, card: JudgeCard, tokenizer: PreTrainedTokenizerBase, backend: Backend,
-                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+                 budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
         from ..prompts.encoding import Encoder
 
         if card.head not in HEADS:
@@ -102,7 +103,7 @@ class ModelJudge(Judge):
                              f"({', '.join(HEADS.names())})")
         if tokenizer.pad_token_id is None:
             raise ValueError("the judge's tokenizer has no pad token: batches cannot be padded")
-        super().__init__(card, HEADS.get(card.head).tasks, batch_size)
+        super().__init__(card, HEADS.get(card.head).tasks, budget)
         self.tokenizer = tokenizer
         self.backend = backend
         self.backend_name = getattr(backend, "name", type(backend).__name__)
@@ -121,15 +122,13 @@ class ModelJudge(Judge):
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         """Logits per record, shape (records, k * num_labels) for k sequences per record. The sequences are
-        encoded, sorted by token length, run in batches of at most ``batch_size`` records' worth of rows,
-        ``max_batch_tokens`` padded tokens and ``max_padding`` padding (``batching.token_batches``) and put back in
-        order."""
+        encoded, sorted by token length, run in batches within the judge's ``budget`` (``batching.Budget``: rows
+        per record counted) and put back in order."""
         encoded = [self.encode(r) for r in records]
         seqs = [s for e in encoded for s in e]
         per_record = max(len(e) for e in encoded)
         rows: list[np.ndarray | None] = [None] * len(seqs)
-        for chunk in token_batches([len(s["input_ids"]) for s in seqs], self.batch_size * per_record,
-                                   self.max_batch_tokens, self.max_padding):
+        for chunk in self.budget.batches([len(s["input_ids"]) for s in seqs], per_record):
             batch = self.tokenizer.pad([seqs[i] for i in chunk], padding=True, return_tensors="np")
             logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
             for i, row in zip(chunk, logits):
@@ -201,24 +200,25 @@ def pickle_refusal(directory: Path, exc: Exception) -> str:
             "to model.safetensors")
 
 
-def _load_torch(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                batch_size: int, trust_pickle: bool = False) -> Judge:
-    if variant is not None:
-        raise ValueError(f"variant {variant!r} applies to ONNX judges; the torch backend loads the HF weights")
+def _load_torch(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; the torch backend loads the HF "
+                         "weights")
+    options.refuse_memory("a fine-tuned judge")
     if not any((directory / name).exists() for name in TORCH_WEIGHTS):
         raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
                                 "an exported directory holds ONNX files only (use backend='onnx')")
-    return ModelJudge(card, load_tokenizer(directory), TorchBackend(directory, provider, threads, trust_pickle),
-                      batch_size)
+    backend = TorchBackend(directory, options.provider, options.threads, options.trust_pickle)
+    return ModelJudge(card, load_tokenizer(directory), backend, options.budget)
 
 
-def _load_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-               batch_size: int, trust_pickle: bool = False) -> Judge:
-    variant, provider, why = resolve_provider(provider, variant, card.runtime.get("onnx", {}))
+def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
+    options.refuse_memory("a fine-tuned judge")
+    variant, provider, why = resolve_provider(options.provider, options.variant, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
-    backend = OnnxBackend(path, provider, threads)
-    judge = ModelJudge(card, load_tokenizer(directory), backend, batch_size)
+    backend = OnnxBackend(path, provider, options.threads)
+    judge = ModelJudge(card, load_tokenizer(directory), backend, options.budget)
     judge.runtime_choice = {"provider": provider, "file": path.name, "why": why}
     return judge
 

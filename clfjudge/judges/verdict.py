@@ -16,23 +16,24 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..batching import token_batches
+from ..batching import Budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import PairOutputs, RewardHead
-from .base import DEFAULT_BATCH_SIZE, Judge
+from .base import DEFAULT_BATCH_SIZE, Judge, LoadOptions
 
 VERDICT = "verdict"  # the judge card's head name
 PRESETS = "verdict.yaml"  # the shipped questions, package data (clfjudge/configs)
 DEFAULT_QUESTION = "correct"
 DEFAULT_MAX_QUESTION_TOKENS, DEFAULT_MAX_ANSWER_TOKENS = 384, 512
+DEFAULT_VERDICT_TOKENS = 4096  # padded tokens per forward pass when the caller's budget names none
 _POINT_FIELDS, _PAIR_FIELDS = {"question", "answer"}, {"question", "answer_a", "answer_b"}
 
 
@@ -178,13 +179,15 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
 class VerdictReader:
     """A chat model asked ``questions``: ``log_odds(records)`` -> (records, questions) array. Prompts are rendered in
     the model's chat template with the question and answers cut to their token budgets (first and last tokens kept),
-    run in token-budget batches (``batching.token_batches``), and remembered per prompt (least recently used
-    forgotten beyond ``memory_items``), so an answer compared twice is read once."""
+    run in token-budget batches (``budget``, a ``batching.Budget``; default ``batch_size`` rows and
+    ``max_batch_tokens`` padded tokens), and remembered per prompt (least recently used forgotten beyond
+    ``memory_items``), so an answer compared twice is read once."""
 
     def __init__(self, model, tokenizer, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
                  max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
-                 max_batch_tokens: int | None = 4096, memory_items: int | None = 65_536) -> None:
+                 max_batch_tokens: int | None = DEFAULT_VERDICT_TOKENS, memory_items: int | None = 65_536,
+                 budget: Budget | None = None) -> None:
         from ..embedders.cache import MemoryCache
         from ..machine import decoder_precision
 
@@ -194,7 +197,7 @@ class VerdictReader:
         self.tokenizer, self.questions = tokenizer, list(questions)
         self.precision, self.precision_why = decoder_precision(precision)
         self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
-        self.batch_size, self.max_batch_tokens = batch_size, max_batch_tokens
+        self.budget = budget if budget is not None else Budget(batch_size, max_batch_tokens)
         self.modules = self._modules(model)
         self.memory = MemoryCache(memory_items)
         self.truncated = 0  # texts cut to their budget so far
@@ -225,11 +228,13 @@ class VerdictReader:
         for k, (question, module) in enumerate(zip(self.questions, self.modules)):
             prompts = [self.prompt_ids(question, r) for r in records]
             keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p in prompts]
-            todo = list(dict.fromkeys(key for key in keys if key not in self.memory))
+            # this call's readings are held here: a memory smaller than the call forgets some before they are used
+            known = self.memory.known(keys)
+            todo = [key for key in dict.fromkeys(keys) if key not in known]
             where = {key: keys.index(key) for key in todo}
             for key, value in zip(todo, self._run(module, [prompts[where[key]] for key in todo])):
-                self.memory[key] = value
-            out[:, k] = [self.memory[key] for key in keys]
+                known[key] = self.memory[key] = value
+            out[:, k] = [known[key] for key in keys]
         return out
 
     def _run(self, module, prompts: list[list[int]]) -> list[float]:
@@ -240,7 +245,7 @@ class VerdictReader:
         values = [math.nan] * len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         with torch.inference_mode(), autocast(self.precision):
-            for chunk in token_batches([len(p) for p in prompts], self.batch_size, self.max_batch_tokens):
+            for chunk in self.budget.batches([len(p) for p in prompts]):
                 width = max(len(prompts[i]) for i in chunk)
                 ids = torch.full((len(chunk), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -262,9 +267,9 @@ class VerdictJudge(Judge):
 
     backend_name = "torch"
 
-    def __init__(self, card: JudgeCard, reader: VerdictReader, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, card: JudgeCard, reader: VerdictReader, budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
         self.pairwise = reader.questions[0].pairwise
-        super().__init__(card, ("compare",) if self.pairwise else ("compare", "score"), batch_size)
+        super().__init__(card, ("compare",) if self.pairwise else ("compare", "score"), budget)
         self.reader = reader
         self.position_invariant = not self.pairwise
         cal = card.calibration or {}
@@ -360,18 +365,30 @@ def reader_from_options(options: Mapping[str, Any]) -> VerdictReader:
     return open_reader(card, batch_size=int(options.get("batch_size", 8)))
 
 
-def _load_verdict(directory: Path, card: JudgeCard, *, provider: str, variant: str | None, threads: int | None,
-                  batch_size: int, trust_pickle: bool = False) -> Judge:
-    if variant is not None:
-        raise ValueError(f"variant {variant!r} applies to ONNX judges; this verdict judge runs in PyTorch "
+def reader_budget(options: LoadOptions) -> Budget:
+    """The caller's budget, with the reader's own token budget where the caller names none (a chat prompt holds a
+    question and whole answers: a batch of them unbounded would hold gigabytes of activations)."""
+    budget = options.budget
+    return budget if budget.max_batch_tokens is not None else replace(budget, max_batch_tokens=DEFAULT_VERDICT_TOKENS)
+
+
+def reader_options(options: LoadOptions) -> dict[str, Any]:
+    """What a verdict reader takes of the load options: its budget, and its memory where one is asked for."""
+    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
+    return {"budget": reader_budget(options), **memory}
+
+
+def _load_verdict(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this verdict judge runs in PyTorch "
                          "(clfjudge export writes its ONNX form)")
-    if provider != "cpu":
-        raise ValueError(f"provider {provider!r}: a verdict judge in PyTorch runs on the CPU here")
-    if threads:
+    if options.provider != "cpu":
+        raise ValueError(f"provider {options.provider!r}: a verdict judge in PyTorch runs on the CPU here")
+    if options.threads:
         import torch
 
-        torch.set_num_threads(threads)
-    judge = VerdictJudge(card, open_reader(card, directory, batch_size), batch_size)
+        torch.set_num_threads(options.threads)
+    judge = VerdictJudge(card, open_reader(card, directory, **reader_options(options)), options.budget)
     judge.runtime_choice = {"provider": "cpu", "file": card.backbone,
                             "why": f"{judge.reader.precision}: {judge.reader.precision_why}"}
     return judge

@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..batching import token_batches
 from ..card import JudgeCard
 from ..models.onnx_session import check_gated, inference_session, provider_info, resolve_provider
 from ..untrusted import inside
-from .base import Judge
+from .base import Judge, LoadOptions
 from .verdict import (
     DEFAULT_MAX_ANSWER_TOKENS,
     DEFAULT_MAX_QUESTION_TOKENS,
@@ -28,6 +27,7 @@ from .verdict import (
     VerdictQuestion,
     VerdictReader,
     questions_from,
+    reader_options,
 )
 
 BACKEND = "verdict-onnx"  # the exported card's runtime.backend (clfjudge/kinds.py)
@@ -78,7 +78,7 @@ class OnnxVerdictReader(VerdictReader):
     def _run(self, module, prompts: list[list[int]]) -> list[float]:
         values = [math.nan] * len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for chunk in token_batches([len(p) for p in prompts], self.batch_size, self.max_batch_tokens):
+        for chunk in self.budget.batches([len(p) for p in prompts]):
             width = max(len(prompts[i]) for i in chunk)
             ids = np.full((len(chunk), width), pad, dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.int64)
@@ -108,17 +108,16 @@ def open_onnx_reader(directory: Path, card: JudgeCard, variant: str, provider: s
                              batch_size=batch_size, **kw)
 
 
-def _load_verdict_onnx(directory: Path, card: JudgeCard, *, provider: str, variant: str | None,
-                       threads: int | None, batch_size: int, trust_pickle: bool = False) -> Judge:
+def _load_verdict_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     runtime = card.runtime.get("onnx") or {}
     if "files" not in runtime:
         raise ValueError(f"{directory}: a verdict judge that was not exported has no ONNX graphs; run clfjudge "
                          "export first, or load it with backend='verdict'")
-    variant, provider, why = resolve_provider(provider, variant, runtime)
+    variant, provider, why = resolve_provider(options.provider, options.variant, runtime)
     variant = variant or runtime["primary"]
     check_gated(directory, runtime, variant, provider)
-    judge = VerdictJudge(card, open_onnx_reader(directory, card, variant, provider, threads, batch_size),
-                         batch_size)
+    reader = open_onnx_reader(directory, card, variant, provider, options.threads, **reader_options(options))
+    judge = VerdictJudge(card, reader, options.budget)
     judge.backend_name = f"onnx ({variant}{'' if provider == 'cpu' else ', ' + provider})"
     judge.runtime_choice = {"provider": provider, "file": variant, "why": why}
     return judge

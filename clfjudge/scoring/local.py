@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..data.formats import ReadOptions
 from ..data.records import RecordError
+from ..options import LoadOptions
 from ..outputs import check_apart, check_writable, files_of
 from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
 from .files import (
@@ -42,7 +43,8 @@ SHOWN_REJECTIONS = 10
 
 @dataclass
 class ScoreJob:
-    """One run of the local engine: the judge (``Judge.load``'s arguments), the files and the reading options."""
+    """One run of the local engine: the judge and how it loads (``load``: its options, the batch budget among them,
+    built once by the caller), the files and the reading options."""
 
     model: str
     input: str
@@ -52,13 +54,7 @@ class ScoreJob:
     symmetric: bool = False
     chunk_size: int = 512
     resume: bool = False
-    backend: str = "auto"
-    provider: str = "auto"
-    variant: str | None = None
-    threads: int | None = None
-    batch_size: int = 16
-    trust_pickle: bool = False
-    model_input: str | None = None  # how a reward model without a card reads (question, answer)
+    load: LoadOptions = field(default_factory=LoadOptions)
     options: ReadOptions = field(default_factory=ReadOptions)
     format: str | None = None  # as given (recorded in the progress file: a resumed run must read alike)
     columns: str | None = None
@@ -126,17 +122,15 @@ def score_file(job: ScoreJob) -> int:
     # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
-                "symmetric": job.symmetric, "rejected": str(files.rejected.resolve()), "backend": job.backend,
-                "variant": job.variant, "format": job.format, "columns": job.columns,
+                "symmetric": job.symmetric, "rejected": str(files.rejected.resolve()),
+                "backend": job.load.backend, "variant": job.load.variant, "format": job.format, "columns": job.columns,
                 "encoding": getattr(src, "encoding", None), "sample": src.sample}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
     if not job.resume and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     # a judge that cannot score fails here (JudgeError), not on every line
-    judge = load_ready(job.model, backend=job.backend, provider=job.provider, variant=job.variant,
-                       threads=job.threads, batch_size=job.batch_size, trust_pickle=job.trust_pickle,
-                       model_input=job.model_input)
+    judge = load_ready(job.model, job.load)
     task = pick_task(job.task, judge, ((n, text) for n, text, _ in src.lines(0, 0)), job.options)
     judge.require(task)
     if job.symmetric and task != "compare":

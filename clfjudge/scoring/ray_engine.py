@@ -37,6 +37,7 @@ import ray
 from ray.data.datasource import FileBasedDatasource
 
 from ..data.records import Loc, RecordError
+from ..options import LoadOptions
 from ..outputs import SamePathError, check_apart
 from .batch import Chunk, Tally, chunk_lines, decode_line, reason, rejected_text, row_text, score_chunk
 
@@ -196,10 +197,10 @@ class JudgeActor:
     """A Ray actor that holds the judge (loaded once) and scores chunks: each comes back as its output lines, its
     rejected lines (file, line, field, error) and its tally, as ``clfjudge score`` writes and counts them."""
 
-    def __init__(self, model: str, load: dict[str, Any], task: str, symmetric: bool, chunk_size: int) -> None:
+    def __init__(self, model: str, load: LoadOptions, task: str, symmetric: bool, chunk_size: int) -> None:
         from ..judges.base import load_ready
 
-        self.judge = load_ready(model, **load)  # a judge that cannot score fails the actor, not every line
+        self.judge = load_ready(model, load)  # a judge that cannot score fails the actor, not every line
         self.judge.require(task)
         self.task, self.symmetric, self.chunk_size = task, symmetric, chunk_size
 
@@ -449,7 +450,7 @@ def check_placeable(size: int, options: RayOptions, resources: dict[str, float],
 
 
 def score_shards(model: str, shards: Sequence[Shard], out: Path, *, task: str, symmetric: bool, chunk_size: int,
-                 load: dict[str, Any], options: RayOptions, settings: dict[str, Any]) -> tuple[Tally, list[Path]]:
+                 load: LoadOptions, options: RayOptions, settings: dict[str, Any]) -> tuple[Tally, list[Path]]:
     """Score the shards not yet finished in ``out``; the tally of every shard and the rejected files there."""
     check_not_ray_client(options.address)
     layout = Layout(out)
@@ -488,7 +489,7 @@ def _actor_start_errors(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, An
 
 
 def _run(model: str, shards: Sequence[Shard], layout: Layout, *, task: str, symmetric: bool, chunk_size: int,
-         load: dict[str, Any], options: RayOptions) -> None:
+         load: LoadOptions, options: RayOptions) -> None:
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True  # each shard's chunks reach the driver in line order
     size = _pool_size(options)

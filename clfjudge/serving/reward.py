@@ -22,7 +22,7 @@ import numpy as np
 from ..data.conversation import answer_text, turns
 from ..data.formats import ReadOptions, item_record
 from ..data.records import Loc, PairRecord, PointRecord
-from ..judges.base import Judge
+from ..judges.base import Judge, LoadOptions
 
 Text = str | list[dict[str, Any]]
 _COMPLETION = ReadOptions(format="completion")
@@ -43,19 +43,24 @@ def reference_text(value: Text, index: int, column: str) -> str:
     return answer_text(turns(value, loc, column), loc, column)
 
 
-def _load(judge: Judge | str | Path) -> Judge:
-    return judge if isinstance(judge, Judge) else Judge.load(judge)
+def _load(judge: Judge | str | Path, options: LoadOptions | None = None) -> Judge:
+    if not isinstance(judge, Judge):
+        return Judge.load(judge, options or LoadOptions())
+    if options is not None:  # a loaded judge's reader is built: what it keeps was fixed when it loaded
+        raise ValueError("load options (memory_items) apply to a judge directory; this judge is loaded already: "
+                         "pass its directory, or load it with Judge.load(directory, memory_items=...)")
+    return judge
 
 
 def reward_function(judge: Judge | str | Path, reference: str | None = None, reference_column: str = "reference",
                     memory_items: int | None = None) -> Callable[..., list[float]]:
-    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs``.
-    ``memory_items``: how many vectors an embedding judge's reader keeps in memory (least recently used forgotten
-    first; default ``embedders.cache.DEFAULT_MEMORY_ITEMS``): an RL loop reads new completions at every step."""
-    judge = _load(judge)
-    memory = getattr(getattr(judge, "embedder", None), "memory", None)
-    if memory_items is not None and memory is not None:
-        memory.max_items = memory_items
+    """``reward_func(prompts, completions, **kwargs) -> list[float]`` for TRL's ``reward_funcs`` (its ``judge``
+    attribute: the judge it calls).
+    ``memory_items``: how many readings the judge's reader keeps in memory (least recently used forgotten first;
+    default ``embedders.cache.DEFAULT_MEMORY_ITEMS``): an RL loop reads new completions at every step. Only a
+    judge directory takes it (``LoadOptions.memory_items``), and only a judge whose reader keeps readings (an
+    embedding or verdict judge): another refuses it."""
+    judge = _load(judge, None if memory_items is None else LoadOptions(memory_items=memory_items))
     pointwise = "score" in judge.tasks
 
     def reward_func(prompts: Sequence[Text], completions: Sequence[Text], **kwargs: Any) -> list[float]:
@@ -75,6 +80,7 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None, ref
         return [c.p_a - c.p_b for c in results]
 
     reward_func.__name__ = f"clfjudge_{judge.card.head}_{Path(str(judge.card.backbone)).name}"
+    reward_func.judge = judge  # the judge it calls (loaded here when given a directory)
     return reward_func
 
 

@@ -5,13 +5,14 @@ in the judge's own tokens (``Judge.sequence_lengths``) in a worker thread, so th
 /metrics with it, stays free while a big body is tokenized; then queued (bounded: 503 when full), merged by one
 batching task into judge calls, run in a worker thread (the judge is not re-entrant, so one call at a time), and
 answered. A call waits at most ``max_wait_ms`` (default 0, as text-embeddings-inference's continuous batching) to
-fill, then takes queued requests in arrival order, up to ``max_batch_size`` items and ``max_batch_tokens`` padded
-tokens (``batching.next_call``: text-embeddings-inference's queue and token budget); requests that arrive while the
-judge runs are queued for the next call, so under load calls fill without waiting; a request waiting longer than
-``timeout_s`` gets 504. Before it listens, the server warms the judge up (``Judge.warm_up``: sessions loaded, memory
-grown for the biggest call), or without warm-up judges one short item (``Judge.self_test``): a judge that cannot
-score never starts serving, so never reports healthy. On shutdown the server stops accepting (503), drains what is
-queued, then stops the batcher.
+fill, then takes queued requests in arrival order, up to the server's budget (``Limits.budget``, a
+``batching.Budget``: ``max_batch_size`` items, ``max_batch_tokens`` padded tokens; ``batching.next_call``:
+text-embeddings-inference's queue and token budget, which its router owns as this server owns its own); requests
+that arrive while the judge runs are queued for the next call, so under load calls fill without waiting; a request
+waiting longer than ``timeout_s`` gets 504. Before it listens, the server warms the judge up (``Judge.warm_up``:
+sessions loaded, memory grown for the biggest call), or without warm-up judges one short item (``Judge.self_test``):
+a judge that cannot score never starts serving, so never reports healthy. On shutdown the server stops accepting
+(503), drains what is queued, then stops the batcher.
 
 Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
 5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
@@ -31,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..batching import DEFAULT_MAX_BATCH_TOKENS, next_call, padded_tokens, token_batches
+from ..batching import DEFAULT_MAX_BATCH_TOKENS, Budget, next_call, padded_tokens
 from ..data.formats import is_own_item
 from ..data.records import Loc, RecordError
 from .openapi import openapi_schema
@@ -46,8 +47,9 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 @dataclass(frozen=True)
 class Limits:
-    max_batch_size: int = 32
-    max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS  # padded tokens per judge call (None: items only)
+    # items and padded tokens per judge call (no token budget: items only); ``clfjudge serve`` loads its judge with
+    # the same budget, so the judge cuts its forward passes by it too
+    budget: Budget = Budget(32, DEFAULT_MAX_BATCH_TOKENS)
     max_wait_ms: float = 0.0  # on a CPU, waiting for company costs the lone request more than batching saves
     max_queue: int = 256  # queued items (not requests)
     timeout_s: float = 30.0
@@ -189,9 +191,9 @@ class Batcher:
 
     def _full(self) -> bool:
         """Whether what is queued already fills a call (no use waiting for more)."""
-        if self.queued_items >= self.limits.max_batch_size:
+        if self.queued_items >= self.limits.budget.max_batch_size:
             return True
-        budget = self.limits.max_batch_tokens
+        budget = self.limits.budget.max_batch_tokens
         return budget is not None and sum(sum(p.lengths) for p in self.queue) >= budget
 
     async def _loop(self) -> None:
@@ -227,8 +229,9 @@ class Batcher:
             self.queue = []
             return []
         same = [p for p in live if p.symmetric is live[0].symmetric]
+        budget = self.limits.budget
         chosen = [same[i] for i in next_call([(len(p.items), p.lengths) for p in same],
-                                             self.limits.max_batch_size, self.limits.max_batch_tokens)]
+                                             budget.max_batch_size, budget.max_batch_tokens)]
         taken = {id(p) for p in chosen}
         self.queue = [p for p in live if id(p) not in taken]
         self.queued_items -= sum(len(p.items) for p in chosen)
@@ -409,144 +412,179 @@ def bearer_key_ok(header: str | None, key: bytes) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1", "replace"), key)
 
 
-def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, warm_up: bool = True):
-    """A Starlette app serving ``judge`` (a clfjudge.judges.base.Judge or anything with compare_batch/score_batch
-    and ``tasks``). With ``api_key``, /compare, /score and /metrics need ``Authorization: Bearer <key>``;
-    /healthz stays open (load balancers probe it). ``warm_up``: run ``judge.warm_up`` (if it has one) at startup,
-    before the server listens; without it, ``judge.self_test`` (one short item) runs there instead."""
-    from starlette.applications import Starlette
-    from starlette.exceptions import HTTPException
-    from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import JSONResponse, PlainTextResponse
-    from starlette.routing import Route
+class JudgeService:
+    """One judge served over HTTP: one method per route (``compare``, ``score``, ``healthz``, ``metrics``,
+    ``openapi``), the startup and shutdown around them (``lifespan``) and the Starlette app that routes to them
+    (``app``). ``judge``: a clfjudge.judges.base.Judge, or anything with compare_batch / score_batch, ``card`` and
+    ``tasks``. The server's budget (``limits.budget``) cuts its calls; the judge only reports what it reads
+    (``sequence_lengths``)."""
 
-    from ..judges.base import as_pair, as_point
+    def __init__(self, judge, limits: Limits = Limits(), api_key: str | None = None, warm_up: bool = True) -> None:
+        from ..judges.base import as_pair, as_point
 
-    stats = Stats()
-    stats.info = runtime_info(judge)
-    tasks: Sequence[str] = sorted(judge.tasks)
-    runners = {
-        "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],
-        "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
-    }
-    # Each endpoint's item fields, and the runtime's own check of an item (an empty question, text that is not
-    # Unicode), run at validation so that a judge call does not fail on a client's input.
-    inputs = {"compare": (PAIR_FIELDS, as_pair), "score": (POINT_FIELDS, as_point)}
-    batchers: dict[str, Batcher] = {}
-    measure = getattr(judge, "sequence_lengths", lambda _records: None)
-    judge_rows = getattr(judge, "batch_size", limits.max_batch_size)
+        self.judge, self.limits, self.warm_up = judge, limits, warm_up
+        self.stats = Stats()
+        self.stats.info = runtime_info(judge)
+        self.tasks: Sequence[str] = sorted(judge.tasks)
+        # Each endpoint's item fields, and the runtime's own check of an item (an empty question, text that is not
+        # Unicode), run at validation so that a judge call does not fail on a client's input.
+        self.inputs = {"compare": (PAIR_FIELDS, as_pair), "score": (POINT_FIELDS, as_point)}
+        self.runners = {
+            "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],
+            "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
+        }
+        self.batchers: dict[str, Batcher] = {}
+        self.accepting = True
+        self.key = api_key.encode("utf-8") if api_key else None
+        self.schema = openapi_schema(judge, self.tasks, limits, secured=self.key is not None)
+        # Parsing, validation and tokenization of bodies (up to max_body_bytes each) run here, off the event loop.
+        # One thread: the judge's tokenizer is shared with the judge call running beside it, and more preparers
+        # would only queue on the interpreter lock; the loop meanwhile answers /healthz and /metrics.
+        self.preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clfjudge-prepare")
 
-    def lengths(items: list[dict[str, Any]], build) -> list[int]:
+    # -- what a request goes through ----------------------------------------------------------------------
+    def prepare(self, task: str, raw: bytes) -> tuple[list[dict[str, Any]], bool, list[int], bool]:
+        """A body -> its items, symmetric flag, token lengths, and whether it was a batch; run in ``preparer``."""
+        body = parse_body(raw, self.limits)
+        fields, build = self.inputs[task]
+        items, symmetric = validate(body, fields, self.limits, build)
+        return items, symmetric, self.lengths(items, build), "items" in body
+
+    def lengths(self, items: list[dict[str, Any]], build) -> list[int]:
         """The token lengths of every sequence the judge reads for these items (none when it cannot tell)."""
-        per_record = measure([build(item) for item in items])
+        measure = getattr(self.judge, "sequence_lengths", None)
+        per_record = None if measure is None else measure([build(item) for item in items])
         return [] if per_record is None else [n for seqs in per_record for n in seqs]
 
-    def prepare(task: str, raw: bytes) -> tuple[list[dict[str, Any]], bool, list[int], bool]:
-        """A body -> its items, symmetric flag, token lengths, and whether it was a batch; run in ``preparer``."""
-        body = parse_body(raw, limits)
-        fields, build = inputs[task]
-        items, symmetric = validate(body, fields, limits, build)
-        return items, symmetric, lengths(items, build), "items" in body
+    def plan(self, call_lengths: list[int]) -> list[list[int]]:
+        """A call's sequences in forward passes, as the judge loaded with this server's budget cuts them."""
+        return self.limits.budget.batches(call_lengths)
 
-    # Parsing, validation and tokenization of bodies (up to max_body_bytes each) run here, off the event loop. One
-    # thread: the judge's tokenizer is shared with the judge call running beside it, and more preparers would
-    # only queue on the interpreter lock; the loop meanwhile answers /healthz and /metrics.
-    preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clfjudge-prepare")
+    def passes(self, symmetric: bool) -> int:
+        """How many times a call reads its sequences: a judge that is not position-invariant reads both orders."""
+        return 2 if symmetric and not getattr(self.judge, "position_invariant", False) else 1
 
-    def plan(call_lengths: list[int]) -> list[list[int]]:  # as the judge cuts a call into forward passes
-        return token_batches(call_lengths, judge_rows, getattr(judge, "max_batch_tokens", None),
-                             getattr(judge, "max_padding", None))
-
-    def passes(symmetric: bool) -> int:  # a judge that is not position-invariant reads both orders
-        return 2 if symmetric and not getattr(judge, "position_invariant", False) else 1
-
-    state = {"accepting": True}
-    key = api_key.encode("utf-8") if api_key else None
-
-    def check_key(request: Request) -> None:
-        if key is not None and not bearer_key_ok(request.headers.get("authorization"), key):
+    def check_key(self, request) -> None:
+        if self.key is not None and not bearer_key_ok(request.headers.get("authorization"), self.key):
             raise HTTPError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
                             {"WWW-Authenticate": 'Bearer realm="clfjudge"'})
 
-    def error_response(exc: HTTPError) -> JSONResponse:
+    def error_response(self, exc: HTTPError):
+        from starlette.responses import JSONResponse
+
         headers = dict(exc.headers or {})
         if exc.status == 503:
-            headers["Retry-After"] = str(limits.retry_after_s)
+            headers["Retry-After"] = str(self.limits.retry_after_s)
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
 
-    def endpoint(task: str):
-        async def handle(request: Request):
-            start = time.monotonic()
-            try:
-                check_key(request)
-                if task not in tasks:
-                    served = ", ".join("/" + t for t in tasks)
-                    raise HTTPError(404, f"this {judge.card.head} judge cannot {task}; it serves {served}")
-                if not state["accepting"]:
-                    raise HTTPError(503, "server is shutting down")
-                raw = await read_body(request, limits)
-                items, symmetric, sizes, batch = await asyncio.get_running_loop().run_in_executor(
-                    preparer, prepare, task, raw)
-                results = await batchers[task].submit(items, symmetric, sizes)
-                response = JSONResponse({"results": results} if batch else results[0])
-            except HTTPError as exc:
-                response = error_response(exc)
-            except ClientDisconnect:  # the client left mid-body: nobody reads the answer, and it is no server fault
-                response = JSONResponse({"error": "client disconnected"}, status_code=499)
-            except Exception:
-                stats.requests[(task, 500)] += 1  # answered (JSON) by the app's handler, and logged
-                raise
-            stats.requests[(task, response.status_code)] += 1
-            stats.latency.observe(time.monotonic() - start)
-            return response
+    async def judged(self, task: str, request):
+        """The answer to a /compare or /score request (what both routes do)."""
+        from starlette.requests import ClientDisconnect
+        from starlette.responses import JSONResponse
 
-        return handle
-
-    async def healthz(_request: Request):
-        card = judge.card
-        return JSONResponse({"status": "ok" if state["accepting"] else "draining", "head": card.head,
-                             "backbone": card.backbone, "backend": getattr(judge, "backend_name", ""),
-                             "tasks": list(tasks)})
-
-    async def metrics(request: Request):
+        start = time.monotonic()
         try:
-            check_key(request)
+            self.check_key(request)
+            if task not in self.tasks:
+                served = ", ".join("/" + t for t in self.tasks)
+                raise HTTPError(404, f"this {self.judge.card.head} judge cannot {task}; it serves {served}")
+            if not self.accepting:
+                raise HTTPError(503, "server is shutting down")
+            raw = await read_body(request, self.limits)
+            items, symmetric, sizes, batch = await asyncio.get_running_loop().run_in_executor(
+                self.preparer, self.prepare, task, raw)
+            results = await self.batchers[task].submit(items, symmetric, sizes)
+            response = JSONResponse({"results": results} if batch else results[0])
         except HTTPError as exc:
-            return error_response(exc)
-        return PlainTextResponse(stats.render(sum(b.queued_items for b in batchers.values())))
+            response = self.error_response(exc)
+        except ClientDisconnect:  # the client left mid-body: nobody reads the answer, and it is no server fault
+            response = JSONResponse({"error": "client disconnected"}, status_code=499)
+        except Exception:
+            self.stats.requests[(task, 500)] += 1  # answered (JSON) by the app's handler, and logged
+            raise
+        self.stats.requests[(task, response.status_code)] += 1
+        self.stats.latency.observe(time.monotonic() - start)
+        return response
 
-    async def http_exception(_request: Request, exc: HTTPException):  # unknown path, wrong method
+    # -- routes -------------------------------------------------------------------------------------------
+    async def compare(self, request):
+        return await self.judged("compare", request)
+
+    async def score(self, request):
+        return await self.judged("score", request)
+
+    async def healthz(self, _request):
+        from starlette.responses import JSONResponse
+
+        card = self.judge.card
+        return JSONResponse({"status": "ok" if self.accepting else "draining", "head": card.head,
+                             "backbone": card.backbone, "backend": getattr(self.judge, "backend_name", ""),
+                             "tasks": list(self.tasks)})
+
+    async def metrics(self, request):
+        from starlette.responses import PlainTextResponse
+
+        try:
+            self.check_key(request)
+        except HTTPError as exc:
+            return self.error_response(exc)
+        return PlainTextResponse(self.stats.render(sum(b.queued_items for b in self.batchers.values())))
+
+    async def openapi(self, _request):
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(self.schema)
+
+    @staticmethod
+    async def http_exception(_request, exc):  # unknown path, wrong method
+        from starlette.responses import JSONResponse
+
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    async def server_error(_request: Request, exc: Exception):
+    @staticmethod
+    async def server_error(_request, exc: Exception):
+        from starlette.responses import JSONResponse
+
         return JSONResponse({"error": f"internal server error ({type(exc).__name__})"}, status_code=500)
 
+    # -- startup and shutdown -----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def lifespan(_app):
-        if warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
+    async def lifespan(self, _app):
+        judge = self.judge
+        if self.warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
             start = time.monotonic()
-            await asyncio.to_thread(judge.warm_up, limits.max_batch_size)
-            stats.warm_up_s = time.monotonic() - start
+            await asyncio.to_thread(judge.warm_up, self.limits.budget.max_batch_size)
+            self.stats.warm_up_s = time.monotonic() - start
         elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
             await asyncio.to_thread(judge.self_test)
-        for task in tasks:
-            batchers[task] = Batcher(runners[task], limits, stats, plan, passes)
-            batchers[task].start()
+        for task in self.tasks:
+            self.batchers[task] = Batcher(self.runners[task], self.limits, self.stats, self.plan, self.passes)
+            self.batchers[task].start()
         yield
-        state["accepting"] = False
-        for b in batchers.values():
+        self.accepting = False
+        for b in self.batchers.values():
             await b.drain()
-        preparer.shutdown(wait=False)
+        self.preparer.shutdown(wait=False)
 
-    schema = openapi_schema(judge, tasks, limits, secured=key is not None)
+    def app(self):
+        """The Starlette app routing to this service (``app.state.stats``: its counters)."""
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.routing import Route
 
-    async def openapi(request: Request):
-        return JSONResponse(schema)
+        routes = [Route("/compare", self.compare, methods=["POST"]), Route("/score", self.score, methods=["POST"]),
+                  Route("/healthz", self.healthz), Route("/metrics", self.metrics),
+                  Route("/openapi.json", self.openapi)]
+        app = Starlette(routes=routes, lifespan=self.lifespan,
+                        exception_handlers={HTTPException: self.http_exception, Exception: self.server_error})
+        app.state.stats = self.stats
+        app.state.service = self
+        return app
 
-    routes = [Route("/compare", endpoint("compare"), methods=["POST"]),
-              Route("/score", endpoint("score"), methods=["POST"]),
-              Route("/healthz", healthz), Route("/metrics", metrics), Route("/openapi.json", openapi)]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_exception, Exception: server_error})
-    app.state.stats = stats
-    return app
+
+def create_app(judge, limits: Limits = Limits(), api_key: str | None = None, warm_up: bool = True):
+    """A Starlette app serving ``judge`` (``JudgeService``). With ``api_key``, /compare, /score and /metrics need
+    ``Authorization: Bearer <key>``; /healthz stays open (load balancers probe it). ``warm_up``: run
+    ``judge.warm_up`` (if it has one) at startup, before the server listens; without it, ``judge.self_test`` (one
+    short item) runs there instead."""
+    return JudgeService(judge, limits, api_key, warm_up).app()

@@ -12,7 +12,7 @@ import os
 import textwrap
 import types
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -28,6 +28,63 @@ log = logging.getLogger(__name__)
 DEEPSPEED_MODES = ("off", "auto", "force")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
+
+def _help(text: str, default: Any = None, factory: Any = None) -> Any:
+    """A config field with its help text (what ``clfjudge train --help`` and an unknown key's error say)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """``head: embedding`` options, under the recipe key ``embedding`` (training/embedding.py). The reader's options
+    (``layer`` to ``device``) left None are the embedder's own defaults and are not passed to it (a sentence
+    encoder takes none of the decoder's)."""
+
+    kind: str = _help("pair (verdicts) or point (scores)", "pair")
+    head: str | None = _help("logreg | gbdt (pairs), ridge | gbdt (points); None: logreg / ridge")
+    features: list[str] | None = _help("feature groups (judges.embedding.PAIR_FEATURES / POINT_FEATURES); None: "
+                                       "the judge's")
+    use_length: bool = _help("add the length feature groups", True)
+    head_params: dict[str, Any] | None = _help("scikit-learn parameters of the head; None: {C: auto} for logreg")
+    weighting: list[str] = _help("training weights: [length] balances longer- and shorter-answer wins per source, "
+                                 "[source] the sources (judges.embedding.training_weights)", factory=list)
+    length_at_prediction: float = _help("factor on the fitted length coefficients at prediction (0: removed)", 1.0)
+    layer: int | None = _help("decoder backbones: the layer whose states are pooled; None: the middle one")
+    max_prompt_tokens: int | None = _help("decoder backbones: prompt (template + question) budget")
+    max_answer_tokens: int | None = _help("decoder backbones: answer budget")
+    stats: bool | None = _help("decoder backbones: also compute token statistics (PMI with the question; feature "
+                               "group token_stats)")
+    stats_tokens: int | None = _help("decoder backbones: token statistics over each answer's first N tokens; None: "
+                                     "all")
+    precision: str | None = _help("decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / "
+                                  "AVX512-BF16)")
+    batch_size: int | None = _help("embedding batch size")
+    device: str | None = _help("where the backbone reads: cpu (default) | cuda")
+    verdict: dict[str, Any] | None = _help("a chat model whose verdict on each answer is a feature (feature group "
+                                           "verdict_diff / verdict): {backbone, questions [, precision, "
+                                           "max_question_tokens, max_answer_tokens, batch_size]} (judges.verdict; "
+                                           "the stacked judge)")
+
+    READER = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision", "batch_size",
+              "device")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "embedding") -> EmbeddingOptions:
+        """From the recipe's ``embedding`` mapping, each value coerced to its field's type; an unknown key is
+        refused naming ``where`` (file: embedding) and every known key with its help."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"{where}: unknown option(s) {unknown}; known: "
+                             + "; ".join(f"{name}: {f.metadata['help']}" for name, f in known.items()))
+        hints = get_type_hints(cls)
+        return cls(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()})
+
+    def reader_options(self) -> dict[str, Any]:
+        """The options given for the reader (``embedders.make_embedder``)."""
+        return {k: getattr(self, k) for k in self.READER if getattr(self, k) is not None}
 
 
 @dataclass
@@ -95,8 +152,8 @@ class TrainConfig:
                                                                  "its input (prompts/encoding.py)"})
     length_covariate: bool = field(default=False, metadata={"help": "reward head: add beta * log(1 + chars) to each "
                                                                       "reward (models/heads.py)"})
-    embedding: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'embedding' options: "
-                                                                                "training.embedding.OPTIONS"})
+    embedding: EmbeddingOptions = field(default_factory=EmbeddingOptions, metadata={
+        "help": "head 'embedding' options (training.config.EmbeddingOptions), the keys below"})
     verdict: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'verdict' options: "
                                                                               "training.verdict.OPTIONS"})
     budgets: dict[str, float] = field(default_factory=dict, metadata={"help": "truncation budgets per field "
@@ -217,17 +274,35 @@ class TrainConfig:
         return TrainConfig.from_dict(apply_overrides(asdict(self), overrides), where="--set")
 
 
-def key_help(name: str) -> str:
-    """One recipe key's help text and default: ``help (default: value)``."""
-    f = {f.name: f for f in fields(TrainConfig)}[name]
+def _field_help(f) -> str:
     default = f.default_factory() if f.default_factory is not MISSING else f.default
     return f"{f.metadata['help']} (default: {default})"
 
 
+def key_help(name: str) -> str:
+    """One recipe key's help text and default: ``help (default: value)``; ``block.key`` for a key of a nested
+    options block (``embedding.layer``)."""
+    top, _, sub = name.partition(".")
+    f = {f.name: f for f in fields(TrainConfig)}[top]
+    if sub:
+        return _field_help({g.name: g for g in fields(_nested(top))}[sub])
+    return f.metadata["help"] if _nested(top) else _field_help(f)
+
+
+def _nested(name: str) -> type | None:
+    """The options class of a nested block of TrainConfig (``embedding``), else None."""
+    tp = get_type_hints(TrainConfig)[name]
+    return tp if is_dataclass(tp) else None
+
+
 def keys_help(names: Sequence[str] | None = None, width: int = 100) -> str:
-    """``key: help (default: value)`` lines for the given recipe keys (default: all, in field order), wrapped
-    to ``width`` (for ``clfjudge train --help`` and unknown-key errors)."""
-    names = [f.name for f in fields(TrainConfig)] if names is None else names
+    """``key: help (default: value)`` lines for the given recipe keys (default: all, in field order, a nested
+    block's keys as ``block.key``), wrapped to ``width`` (for ``clfjudge train --help`` and unknown-key errors)."""
+    if names is None:
+        names = []
+        for f in fields(TrainConfig):
+            block = _nested(f.name)
+            names += [f.name, *(f"{f.name}.{g.name}" for g in (fields(block) if block else ()))]
     return "\n".join(textwrap.fill(f"{name}: {key_help(name)}", width, initial_indent="  ",
                                    subsequent_indent="      ") for name in names)
 
@@ -295,6 +370,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
     if tp is Any:
         return value
+    if is_dataclass(tp):  # a nested options block (embedding: ...)
+        if isinstance(value, tp):
+            return value
+        value = yaml.safe_load(value) if isinstance(value, str) else value
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a mapping of {tp.__name__} keys, got {value!r}")
+        return tp.from_dict(value, where)
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "~")):

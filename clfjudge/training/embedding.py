@@ -3,7 +3,8 @@ answer after its question) plus a scikit-learn head, on the same splits as every
 held-out fold, decontamination, dev split, mixed-in sources), scored on dev / held-out / eval sources beside
 the baselines. Minutes on a CPU, no gradient steps through the backbone.
 
-Options live under the config key ``embedding`` (see ``OPTIONS``); the backbone is the config's ``backbone``.
+Options live under the config key ``embedding`` (``config.EmbeddingOptions``); the backbone is the config's
+``backbone``.
 """
 from __future__ import annotations
 
@@ -21,30 +22,6 @@ if TYPE_CHECKING:
     from .config import TrainConfig
 
 EMBEDDING = "embedding"
-# option -> what it does (unknown options are refused, naming these)
-OPTIONS = {
-    "kind": "pair (verdicts) or point (scores); default pair",
-    "head": "logreg | gbdt (pairs), ridge | gbdt (points); default logreg / ridge",
-    "features": "feature groups (judges.embedding.PAIR_FEATURES / POINT_FEATURES); default the judge's",
-    "use_length": "add the length feature groups; default true",
-    "head_params": "scikit-learn parameters of the head; default {C: auto} for logreg",
-    "weighting": "training weights: [length] balances longer- and shorter-answer wins per source, [source] the "
-                 "sources (judges.embedding.training_weights); default none",
-    "length_at_prediction": "factor on the fitted length coefficients at prediction (0: removed); default 1",
-    "layer": "decoder backbones: the layer whose states are pooled; default the middle one",
-    "max_prompt_tokens": "decoder backbones: prompt (template + question) budget",
-    "max_answer_tokens": "decoder backbones: answer budget",
-    "stats": "decoder backbones: also compute token statistics (PMI with the question; feature group token_stats)",
-    "stats_tokens": "decoder backbones: token statistics over each answer's first N tokens (default all)",
-    "precision": "decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / AVX512-BF16)",
-    "batch_size": "embedding batch size",
-    "device": "where the backbone reads: cpu (default) | cuda",
-    "verdict": "a chat model whose verdict on each answer is a feature (feature group verdict_diff / verdict): "
-               "{backbone, questions [, precision, max_question_tokens, max_answer_tokens, batch_size]} "
-               "(judges.verdict; the stacked judge)",
-}
-EMBEDDER_OPTIONS = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision",
-                    "batch_size", "device")
 
 
 class EmbeddingDataHead(Head):
@@ -74,21 +51,14 @@ class EmbeddingDataHead(Head):
 def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
     from ..judges.embedding import EmbeddingModel
 
-    options = dict(cfg.embedding)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"train config: embedding: unknown option(s) {unknown}; known: "
-                         + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    kind = options.get("kind", "pair")
-    head = options.get("head")
-    logreg = (head or "logreg") == "logreg" and kind == "pair"
+    options = cfg.embedding  # checked key by key when the recipe was read (config.EmbeddingOptions)
+    logreg = (options.head or "logreg") == "logreg" and options.kind == "pair"
+    head_params = options.head_params if options.head_params is not None else {"C": "auto"} if logreg else None
     return EmbeddingModel(
-        encoder=cfg.backbone, head=head, kind=kind, features=options.get("features"),
-        use_length=bool(options.get("use_length", True)),
-        head_params=options.get("head_params", {"C": "auto"} if logreg else None), seed=cfg.seed,
-        weighting=options.get("weighting", ()), length_at_prediction=float(options.get("length_at_prediction", 1.0)),
-        embedder_options={k: options[k] for k in EMBEDDER_OPTIONS if k in options} or None,
-        verdict=options.get("verdict"))
+        encoder=cfg.backbone, head=options.head, kind=options.kind, features=options.features,
+        use_length=options.use_length, head_params=head_params, seed=cfg.seed, weighting=options.weighting,
+        length_at_prediction=options.length_at_prediction, embedder_options=options.reader_options() or None,
+        verdict=options.verdict)
 
 
 def evaluate(judge: EmbeddingModel, records: Sequence[Record]) -> dict[str, Any]:
