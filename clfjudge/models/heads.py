@@ -4,8 +4,9 @@ verdicts or scores.
 Every head sits on a HF ``AutoModelForSequenceClassification`` (a fresh linear layer over the [CLS] token of
 an encoder, or over the last non-pad token of a decoder) and differs only in what goes in and what comes out:
 
-- ``cls3``: pairwise cross-encoder; question and both answers in one input, 3 classes in the study's coding
-  (TIE 0, A 1, B 2), cross-entropy. Not position-invariant: train with ``swap_aug``.
+- ``cls3``: pairwise cross-encoder; question and both answers in one input, 3 classes coded as in "An Empirical
+  Study of LLM-as-a-Judge for LLM Evaluation: Fine-tuned Judge Models are Task-specific Classifiers" (the Empirical
+  Study; TIE 0, A 1, B 2), cross-entropy. Not position-invariant: train with ``swap_aug``.
 - ``regression``: pointwise; one answer in, one output, MSE against the score normalised to [0, 1] by the
   record's scale; predictions are mapped back to that scale (stored in the card).
 - ``reward``: pairwise reward model; each (question, answer) is scored on its own (so each answer gets the
@@ -163,7 +164,8 @@ class Head:
 
 
 def _pair_metrics(outputs: PairOutputs, records: Sequence[Record], swapped: PairOutputs | None) -> dict[str, Any]:
-    """The study's pairwise metrics; with predictions on the swapped pairs also Auto-J agreement/consistency."""
+    """The Empirical Study's pairwise metrics; with predictions on the swapped pairs also Auto-J agreement and
+    consistency."""
     from ..metrics import evaluate_pairs
 
     return evaluate_pairs(records, outputs.verdicts(), None if swapped is None else swapped.verdicts())
@@ -222,7 +224,7 @@ class RegressionHead(Head):
 
     def select(self, records):
         # Pairwise *grading* data (a score per answer) trains a pointwise head one answer at a time, as in
-        # the study's repo; a pair with only a verdict has no score to learn and is counted as excluded.
+        # the Empirical Study's code; a pair with only a verdict has no score to learn and is counted as excluded.
         from ..prompts.schemes import pair_to_points
 
         points, excluded = [], Counter()

@@ -146,7 +146,7 @@ class TrainConfig:
     randomize_order: bool = field(default=False, metadata={"help": "swap a seeded random half of the train sources' "
                                                                      "pairs before any split"})
     ref_drop: float = field(default=1.0, metadata={"help": "fraction of references dropped in training (1.0: never "
-                                                             "shown, as in the study)"})
+                                                             "shown, as in the Empirical Study)"})
     max_length: int = field(default=512, metadata={"help": "tokens per model input"})
     length_hint: bool = field(default=False, metadata={"help": "show each answer's (untruncated) length bucket in "
                                                                  "its input (prompts/encoding.py)"})
@@ -508,7 +508,7 @@ def training_arguments(cfg: TrainConfig, head: Head, ckpt_dir: Path, has_dev: bo
         disable_tqdm=False,
         seed=cfg.seed,
         data_seed=cfg.seed,
-        use_cpu=not cuda and ds_config is None,  # DeepSpeed on CPU runs with use_cpu=False (stack.md)
+        use_cpu=not cuda and ds_config is None,  # DeepSpeed on CPU needs use_cpu=False: it picks its own accelerator
         fp16=precision == "fp16",
         bf16=precision == "bf16",
         tf32=cfg.tf32 if cuda else None,
