@@ -283,13 +283,13 @@ def test_int4_export_keeps_the_head_fp32_and_loads(tiny_llama_dir, tmp_path):
 
 
 def test_a_failing_run_stops_after_its_first_chunk(judges, tmp_path):
-    """min_agreement above 1 fails on the first chunk's records: the run stops there (4 batches of 8 = 32 of 40
+    """min_agreement above 1 fails on the first chunk's records: the run stops there (2 batches of 8 = 16 of 40
     records) and the report says so; the fp32 run reads all 40."""
     parity = ParityConfig.load(overrides=["int8.min_agreement=1.01"])
     with pytest.raises(ValueError, match="parity gate failed") as info:
         export_judge(judges["tiny_bert_dir"], tmp_path / "stop", int8=True, n_records=40, parity=parity)
     variants = info.value.report["variants"]
-    assert variants["model_quantized.onnx"]["stopped_early"] == {"read": 32, "of": 40,
+    assert variants["model_quantized.onnx"]["stopped_early"] == {"read": 16, "of": 40,
                                                                  "why": "0 decisions differ, at most -1 may"}
     assert "stopped_early" not in variants["model.onnx"]
     assert not (tmp_path / "stop").exists()
