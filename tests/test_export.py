@@ -308,3 +308,18 @@ def test_the_compute_budget_cuts_the_slice_but_not_below_its_floor(judges, tmp_p
     kept, info = within_budget(records, [[100, 100]] * 10, 10**9, replace(parity, budget_tflop=1.0, min_records=1))
     assert kept == records[:2] and info["tflop_per_run"] == 0.8  # 0.4 TFLOP a record: two fit in one
     assert within_budget(records, [[1]] * 10, 1, replace(parity, budget_tflop=None))[0] == records
+
+
+def test_external_data_exports_leave_no_stray_files(judges, tmp_path, monkeypatch):
+    """A model exported with external data (over 2 GB in real life) and quantized: every side file belongs to an
+    ONNX file the card names; the quantizer's prepared copy and its tensors are gone."""
+    import clfjudge.export.onnx as export_onnx_module
+
+    monkeypatch.setattr(export_onnx_module, "EXTERNAL_DATA_BYTES", 0)
+    parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])
+    result = export_judge(judges["tiny_bert_dir"], tmp_path / "ext", int8=True, n_records=8, parity=parity)
+    files = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]
+    assert result.report["export"]["external_data"]
+    data = sorted(p.name for p in result.out_dir.glob("*.data"))
+    assert data and all(any(name.startswith(f) for f in files) for name in data), data
+    assert not list(result.out_dir.glob("*prepared*"))

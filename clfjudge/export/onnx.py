@@ -490,7 +490,9 @@ def quantize_onnx(src: Path, dst: Path, settings: Int8Settings, external: bool =
     model = onnx.load(str(src))
     model.graph.ClearField("value_info")
     prepared = dst.with_name(dst.stem + ".prepared.onnx")
-    onnx.save(model, str(prepared), save_as_external_data=external)
+    # named after the prepared file, so that the cleanup below finds it (onnx's default name is a random uuid)
+    onnx.save(model, str(prepared), save_as_external_data=external, all_tensors_to_one_file=True,
+              location=prepared.name + ".data")
     excluded = fp32_nodes(model, settings.fp32_inputs_from)
     excluded += [n.name for n in model.graph.node if n.name not in excluded
                  and any(p in n.name for p in settings.fp32_name_patterns)]
