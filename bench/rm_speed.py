@@ -355,12 +355,11 @@ def main() -> int:
     if args.one_path:
         print(json.dumps(run_path(args.one_path, args.rm[0], args.onnx_dir, args.items, args.out, args)))
         return 0
+    if args.onednn_max_cpu_isa:  # before the machine probe first runs: it reads the cap
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa
     meta = common.machine(args.threads)
     Path(args.work).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    if args.onednn_max_cpu_isa:
-        env["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa
-        os.environ["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa  # the export's probe too
     models = [*args.rm, *(train_rm(a, Path(args.work) / f"{a}-rm", args.train_steps, args.threads)
                           for a in args.models)]
     result = {"machine": meta, "source": args.source, "max_tokens": args.max_tokens, "threads": args.threads,
