@@ -165,7 +165,7 @@ def test_every_writing_command_refuses_an_output_that_is_an_input(judge_dir, tmp
         (["export", str(judge_dir), "--out", str(tmp_path / "link")], "--out"),
         (["calibrate", str(judge_dir), "--source", str(judge_dir / "judge_card.json")], "the judge card"),
         (["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "audit")], "the metrics"),
-        (["train", "--config", str(recipe), "--set", f"output_dir={tmp_path / 'link'}"], "output_dir"),
+        (["train", "--recipe", str(recipe), "--set", f"output_dir={tmp_path / 'link'}"], "output_dir"),
     ]:
         assert main(argv) == EXIT_USAGE, argv
         err = capsys.readouterr().err
