@@ -768,7 +768,7 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, i
     try:
         files, exported = write_variants(tmp, torch_backend.model, sample, opset, clock, optimize=optimize,
                                          quant=quant, int4=int4)
-        torch_backend.model = None  # the reference is read: its weights are not held while the gate runs
+        torch_backend.release()  # the reference is read: its weights are not held while the gate runs
         primary = next(ONNX_VARIANTS[k] for k in ("int8", "int4", "optimized", "fp32") if ONNX_VARIANTS[k] in files)
         variants = {}
         for run in gate_runs(files, ONNX_VARIANTS["fp32"], providers):

@@ -58,6 +58,10 @@ class TorchBackend:
         self.model = model.to(device).eval()
         self.inputs = tuple(inspect.signature(self.model.forward).parameters)
 
+    def release(self) -> None:
+        """Drop the model's weights (an export's reference, once read: the gate's sessions need the memory)."""
+        self.model = None
+
     def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         import torch
 
