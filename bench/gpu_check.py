@@ -106,9 +106,15 @@ def main() -> int:
     if DEVICE == "cuda" and not machine.probe().cuda():
         print(f"gpu_check: not run: {machine.probe().cuda().why}", flush=True)
         return 0
-    for name, run in (("fine-tune (bf16 asked)", fine_tune), ("reader (precision auto)", reader_judge),
-                      (f"export + gate ({DEVICE})", export_cuda), (f"score ({DEVICE})", score_cuda)):
+    for name, run in (("fine-tune (bf16 asked)", fine_tune), ("reader (precision auto)", reader_judge)):
         check(name, run)
+    # the ONNX checks need onnxruntime's CUDA provider (the onnxruntime-gpu wheel): a machine without it says why
+    ort_cuda = machine.probe().capabilities()["onnxruntime_cuda"] if DEVICE == "cuda" else None
+    for name, run in ((f"export + gate ({DEVICE})", export_cuda), (f"score ({DEVICE})", score_cuda)):
+        if ort_cuda is not None and not ort_cuda:
+            print(f"gpu_check {name}: not run: {ort_cuda.why}", flush=True)
+        else:
+            check(name, run)
     print(f"gpu_check: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}", flush=True)
     return 1 if failed else 0
 
