@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "data",
     "models",
     "train",
+    "label",
     "distill",
     "export",
     "score",

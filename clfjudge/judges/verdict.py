@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,6 +37,8 @@ DEFAULT_QUESTION = "correct"
 DEFAULT_MAX_QUESTION_TOKENS, DEFAULT_MAX_ANSWER_TOKENS = 384, 512
 DEFAULT_VERDICT_TOKENS = 4096  # padded tokens per forward pass when the caller's budget names none
 _POINT_FIELDS, _PAIR_FIELDS = {"question", "answer"}, {"question", "answer_a", "answer_b"}
+_PLACEHOLDER = re.compile(r"\{(question|answer|answer_a|answer_b)\}")
+MIN_SHARED_TOKENS = 16  # a shorter shared prefix is not worth a forward pass of its own
 
 
 @dataclass(frozen=True)
@@ -80,18 +84,28 @@ class VerdictQuestion:
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
 
-    def messages(self, record: PairRecord | PointRecord, clip) -> list[dict[str, str]]:
-        """The chat turns asking this question about ``record``, question and answers cut by ``clip``."""
+    def messages(self, record: PairRecord | PointRecord, clip, split: str = "") -> list[dict[str, str]]:
+        """The chat turns asking this question about ``record``, question and answers cut by ``clip``; ``split``
+        (a marker) is put where the text every answer to the same question shares ends (``shared_end``)."""
         fields = {"question": clip(record.question, "question")}
         if self.pairwise:
             fields |= {"answer_a": clip(record.answer_a, "answer"), "answer_b": clip(record.answer_b, "answer")}
         else:
             fields["answer"] = clip(record.answer, "answer")
-        user = self.user
-        for key, value in fields.items():  # not str.format: answers hold braces
-            user = user.replace("{" + key + "}", value)
+        template = self.user[:self.shared_end] + split + self.user[self.shared_end:]
+        # one pass over the template: a placeholder inside the data ("{answer_b}" as answer A) stays literal text
+        user = _PLACEHOLDER.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
         return ([{"role": "system", "content": self.system}] if self.system else []) + [{"role": "user",
                                                                                           "content": user}]
+
+    @property
+    def shared_end(self) -> int:
+        """Where the part of the user turn that holds no answer ends: the start of the paragraph (else the line) of
+        the first answer placeholder. What comes before it is the same for every answer to one question, so those
+        answers' prompts share their first tokens (``VerdictReader`` reads them once)."""
+        first = min(i for i in (self.user.find("{" + f + "}") for f in ("answer", "answer_a", "answer_b")) if i >= 0)
+        paragraph = self.user.rfind("\n\n", 0, first)
+        return paragraph + 2 if paragraph >= 0 else self.user.rfind("\n", 0, first) + 1
 
 
 def presets() -> dict[str, VerdictQuestion]:
@@ -164,7 +178,10 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
 
         def forward(self, input_ids, attention_mask):
             states = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            last = attention_mask.long().sum(dim=1) - 1
+            return self._log_odds(states, attention_mask)
+
+        def _log_odds(self, states, mask):
+            last = mask.long().sum(dim=1) - 1
             final = states[torch.arange(states.shape[0]), last].float()
             with torch.autocast(final.device.type, enabled=False):  # fp32 logits: bf16 rounds the log-odds
                 logits = final @ self.weight.T + self.bias
@@ -173,7 +190,34 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
                 return (torch.logsumexp(logits[:, :self.n_yes], dim=1)
                         - torch.logsumexp(logits[:, self.n_yes:], dim=1))
 
+        def prefix(self, input_ids) -> list:
+            """The key/value cache of one shared prefix (1, P): a (keys, values) pair per layer."""
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.decoder.config)
+            self.decoder(input_ids=input_ids, past_key_values=cache, use_cache=True)
+            return [(layer.keys, layer.values) for layer in cache.layers]
+
+        def after(self, prefix: list, input_ids, attention_mask):
+            """The log-odds of rows that continue one prefix (``prefix()``): only their own tokens are read, their
+            attention reaching back into the prefix's keys and values (each row a view of the same tensors)."""
+            from transformers import DynamicCache
+
+            rows, shared = input_ids.shape[0], prefix[0][0].shape[-2]
+            cache = DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in prefix],
+                                 config=self.decoder.config)
+            mask = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype), attention_mask], dim=1)
+            positions = torch.arange(shared, shared + input_ids.shape[1]).expand(rows, -1)
+            states = self.decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                  past_key_values=cache, use_cache=True).last_hidden_state
+            return self._log_odds(states, attention_mask)
+
     return VerdictLogOdds().eval()
+
+
+def _context(model) -> int | None:
+    """The longest prompt the model reads (its position embeddings), where its config says."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
 
 class VerdictReader:
@@ -181,13 +225,15 @@ class VerdictReader:
     the model's chat template with the question and answers cut to their token budgets (first and last tokens kept),
     run in token-budget batches (``budget``, a ``batching.Budget``; default ``batch_size`` rows and
     ``max_batch_tokens`` padded tokens), and remembered per prompt (least recently used forgotten beyond
-    ``memory_items``), so an answer compared twice is read once."""
+    ``memory_items``), so an answer compared twice is read once. Answers to one question in one call (a pair's two
+    answers, a best-of-n group, a GRPO group, the same question's rows of a batch) share the prompt's first tokens:
+    with ``share_prefix`` those are read once and each answer's own tokens after them, from their key/value cache."""
 
     def __init__(self, model, tokenizer, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
                  max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
                  max_batch_tokens: int | None = DEFAULT_VERDICT_TOKENS, memory_items: int | None = 65_536,
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None, share_prefix: bool = True) -> None:
         from ..embedders.cache import MemoryCache
         from ..machine import decoder_precision
 
@@ -201,33 +247,57 @@ class VerdictReader:
         self.modules = self._modules(model)
         self.memory = MemoryCache(memory_items)
         self.truncated = 0  # texts cut to their budget so far
+        self.share_prefix = share_prefix
+        self.max_prompt_tokens = _context(model)
+        self._split = f"\x00{uuid.uuid4().hex}\x00"  # marks the shared text's end; data cannot name it
 
     def _modules(self, model) -> list:
         """One ``(input_ids, attention_mask) -> log-odds`` runner per question (an exported judge runs graphs)."""
         return [verdict_module(model, *verdict_token_ids(self.tokenizer, q)) for q in self.questions]
 
-    def clip(self, text: str, field: str) -> str:
+    def clip(self, text: str, field: str, scale: float = 1.0) -> str:
         from ..embedders.decoder import truncate_middle
 
+        budget = max(1, int(self.budgets[field] * scale))
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) <= self.budgets[field]:
+        if len(ids) <= budget:
             return text
         self.truncated += 1
-        return self.tokenizer.decode(truncate_middle(ids, self.budgets[field]))
+        return self.tokenizer.decode(truncate_middle(ids, budget))
 
     def prompt_ids(self, question: VerdictQuestion, record: PairRecord | PointRecord) -> list[int]:
         """The token ids the model reads for one question about one record (its reply's first token is next)."""
-        text = self.tokenizer.apply_chat_template(question.messages(record, self.clip), add_generation_prompt=True,
-                                                  tokenize=False)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.prompt(question, record)[0]
+
+    def prompt(self, question: VerdictQuestion, record: PairRecord | PointRecord) -> tuple[list[int], int]:
+        """``prompt_ids`` and how many of its first tokens are the same for every answer to the record's question
+        (system turn, instructions, the question: ``VerdictQuestion.shared_end``). The prompt is tokenized whole, as
+        before any sharing; the shared count is where it agrees with the shared text tokenized alone, so reading
+        the shared tokens once and the rest after them reads exactly these ids."""
+        scale = 1.0
+        for _ in range(4):  # over the model's context: the question and answers cut shorter, in proportion
+            text = self.tokenizer.apply_chat_template(
+                question.messages(record, lambda t, f: self.clip(t, f, scale), self._split),
+                add_generation_prompt=True, tokenize=False)
+            cut = text.find(self._split)
+            ids = self.tokenizer.encode(text[:cut] + text[cut + len(self._split):], add_special_tokens=False)
+            if self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens:
+                break
+            scale *= 0.95 * self.max_prompt_tokens / len(ids)
+        else:
+            raise ValueError(f"verdict question {question.name!r}: the prompt of record {record.id!r} is {len(ids)} "
+                             f"tokens with its texts cut, over the model's context of {self.max_prompt_tokens}")
+        head = self.tokenizer.encode(text[:cut], add_special_tokens=False)
+        shared = next((i for i, (a, b) in enumerate(zip(ids, head)) if a != b), min(len(ids), len(head)))
+        return ids, min(shared, len(ids) - 1)  # at least the last token is each answer's own
 
     def log_odds(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         out = np.zeros((len(records), len(self.questions)))
         # the conversation goes into the question's {question} placeholder, so it is read as one text
         note_flattened("the verdict judge", (r.meta for r in records))
         for k, (question, module) in enumerate(zip(self.questions, self.modules)):
-            prompts = [self.prompt_ids(question, r) for r in records]
-            keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p in prompts]
+            prompts = [self.prompt(question, r) for r in records]
+            keys = [hashlib.blake2b(f"{question.name}\0{p}".encode(), digest_size=16).digest() for p, _ in prompts]
             # this call's readings are held here: a memory smaller than the call forgets some before they are used
             known = self.memory.known(keys)
             todo = [key for key in dict.fromkeys(keys) if key not in known]
@@ -237,23 +307,46 @@ class VerdictReader:
             out[:, k] = [known[key] for key in keys]
         return out
 
-    def _run(self, module, prompts: list[list[int]]) -> list[float]:
+    def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
+        """The log-odds of each ``(ids, shared)`` prompt. Prompts whose first ``shared`` tokens agree (answers to one
+        question) read those tokens once, when several do and ``share_prefix`` is on; the others are read whole."""
         import torch
 
         from ..embedders.decoder import autocast
 
         values = [math.nan] * len(prompts)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (ids, shared) in enumerate(prompts):
+            groups.setdefault(tuple(ids[:shared]) if shared >= MIN_SHARED_TOKENS else (), []).append(i)
+        whole = [i for head, members in groups.items() if not head or len(members) < 2 or not self.share_prefix
+                 for i in members]
         with torch.inference_mode(), autocast(self.precision):
-            for chunk in self.budget.batches([len(p) for p in prompts]):
-                width = max(len(prompts[i]) for i in chunk)
-                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, i in enumerate(chunk):
-                    ids[row, :len(prompts[i])] = torch.tensor(prompts[i])
-                    mask[row, :len(prompts[i])] = 1
-                for i, value in zip(chunk, module(ids, mask).float().tolist()):
-                    values[i] = value
+            for i, value in zip(whole, self._read(module, [prompts[i][0] for i in whole])):
+                values[i] = value
+            for head, members in groups.items():
+                if head and len(members) > 1 and self.share_prefix:
+                    kv = module.prefix(torch.tensor([head]))
+                    tails = [prompts[i][0][len(head):] for i in members]
+                    for i, value in zip(members, self._read(module, tails, kv)):
+                        values[i] = value
+        return values
+
+    def _read(self, module, prompts: list[list[int]], prefix: list | None = None) -> list[float]:
+        """Right-padded token-budget batches of ``prompts`` (each after ``prefix``'s cache where one is given)."""
+        import torch
+
+        values = [math.nan] * len(prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        for chunk in self.budget.batches([len(p) for p in prompts]):
+            width = max(len(prompts[i]) for i in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, i in enumerate(chunk):
+                ids[row, :len(prompts[i])] = torch.tensor(prompts[i])
+                mask[row, :len(prompts[i])] = 1
+            read = module(ids, mask) if prefix is None else module.after(prefix, ids, mask)
+            for i, value in zip(chunk, read.float().tolist()):
+                values[i] = value
         return values
 
 

@@ -75,7 +75,10 @@ class OnnxVerdictReader(VerdictReader):
     def _modules(self, files: list[Path]) -> list[_Graph]:
         return [_Graph(path, self._provider, self._threads) for path in files]
 
-    def _run(self, module, prompts: list[list[int]]) -> list[float]:
+    def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
+        return self._read(module, [ids for ids, _ in prompts])  # the graphs take whole prompts: no shared cache
+
+    def _read(self, module, prompts: list[list[int]], prefix: None = None) -> list[float]:
         values = [math.nan] * len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         for chunk in self.budget.batches([len(p) for p in prompts]):
