@@ -104,3 +104,32 @@ def test_bad_predictions_are_refused_with_file_and_line(student_recipe, tmp_path
     pool = write_jsonl(tmp_path / "pool.jsonl", [{"question": "q", "answer_a": "a", "answer_b": "b"}])
     assert main(["distill", str(bad), "--pool", str(pool), "--config", str(student_recipe),
                  "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_second_teacher_does_not_reuse_the_first_ones_labels(student_recipe, tmp_path):
+    pool = pairs(40, seed=5)
+    pool_file = write_jsonl(tmp_path / "pool.jsonl", pool)
+    shorter = write_jsonl(tmp_path / "shorter.jsonl", [{**p, "p_a": shorter_wins(p)} for p in pool])
+    longer = write_jsonl(tmp_path / "longer.jsonl", [{**p, "p_a": 1 - shorter_wins(p)} for p in pool])
+    out = tmp_path / "out"
+    for teacher in (shorter, longer):
+        assert main(["distill", str(teacher), "--pool", str(pool_file), "--config", str(student_recipe),
+                     "--out", str(out), "--holdout", "0.2"]) == 0
+    report = json.loads((out / "distill_report.json").read_text())
+    assert report["teacher"] == f"predictions file {longer}"
+    rows = [json.loads(line) for line in (out / TEACHER_LABELS).read_text().splitlines()]
+    assert len(rows) == 80 and {r["teacher"] for r in rows} == {f"predictions file {t}" for t in (shorter, longer)}
+    student = Judge.load(out / "student")  # learnt the second teacher's rule: the longer answer wins
+    assert student.compare("Which?", "paper", "green river stone cloud music paper light north").verdict is Verdict.B
+
+
+def test_a_pool_inside_the_output_is_refused_before_anything_is_written(student_recipe, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    pool = [{**p, "p_a": shorter_wins(p)} for p in pairs(8, seed=6)]
+    inside = write_jsonl(out / "distill_report.json", pool)
+    before = inside.read_bytes()
+    assert main(["distill", str(inside), "--pool", str(inside), "--config", str(student_recipe),
+                 "--out", str(out)]) == 2
+    assert "same file" in capsys.readouterr().err and inside.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["distill_report.json"]

@@ -12,11 +12,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "distill", help="label a pool of pairs with a teacher judge once (cached) and train a fast student on its "
                         "probabilities; report their agreement and both on evaluation sets")
     p.add_argument("teacher", metavar="TEACHER",
-                   help="a judge directory, a reward model (directory or hf:OWNER/NAME), or a JSONL file of a "
-                        "judge's predictions (question, answer_a, answer_b, p_a [, p_b])")
-    p.add_argument("--pool", nargs="+", required=True, metavar="SPEC[:N]",
+                   help="a judge directory, a reward model (directory or hf:OWNER/NAME), a label directory of "
+                        "clfjudge label (no teacher model needed), or a JSONL file of a judge's predictions "
+                        "(question, answer_a, answer_b, p_a [, p_b])")
+    p.add_argument("--pool", nargs="+", metavar="SPEC[:N]",
                    help="pairs the teacher labels (labelled or not; labels are ignored): built-in names or your own "
-                        "files, save_to_disk directories or hf:OWNER/NAME")
+                        "files, save_to_disk directories or hf:OWNER/NAME; with a label directory as TEACHER, the "
+                        "pool it was labelled from (its provenance.json) unless given")
     add_recipe(p, "the student's recipe (head: embedding); its sources are the pool, whatever it names",
                metavar="STUDENT.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -43,11 +45,22 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--holdout is a share of the pool's questions in [0, 1), got {args.holdout}")
     import json
 
+    from ..training.distill import REPORT, STUDENT_DIR, TEACHER_LABELS
+    from ..training.labels import PROVENANCE, is_label_dir
+
+    pool = list(args.pool or [])
+    if not pool and is_label_dir(args.teacher):
+        pool = json.loads((Path(args.teacher) / PROVENANCE).read_text())["pool"]
+    if not pool:
+        raise ValueError("--pool is required unless TEACHER is a label directory (clfjudge label)")
     # the student's training sources are the pool (its labels: the teacher's), whatever the recipe names
-    config = TrainConfig.from_yaml(args.recipe, [*args.overrides, f"sources={json.dumps(list(args.pool))}"])
-    check_apart([("TEACHER", args.teacher), *((f"--pool {s}", s) for s in args.pool if Path(s).exists())],
-                [("--out", args.out)])
-    report = distill(DistillJob(args.teacher, tuple(args.pool), Path(args.out), tuple(args.eval), args.holdout,
+    config = TrainConfig.from_yaml(args.recipe, [*args.overrides, f"sources={json.dumps(pool)}"])
+    out = Path(args.out)
+    check_apart([("TEACHER", args.teacher), *((f"--pool {s}", s) for s in pool if Path(s).exists()),
+                 *((f"TEACHER {p}", p) for p in Path(args.teacher).glob("*.json*") if Path(args.teacher).is_dir())],
+                [("--out", out), *((f"--out {out / name}", out / name) for name in
+                                   (f"{REPORT}.json", f"{REPORT}.md", TEACHER_LABELS, STUDENT_DIR))])
+    report = distill(DistillJob(args.teacher, tuple(pool), out, tuple(args.eval), args.holdout,
                                 args.seed, args.batch_size), config)
     print(Path(args.out) / "distill_report.md")
     agreement = report["agreement_holdout"]

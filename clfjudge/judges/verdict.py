@@ -277,7 +277,7 @@ class VerdictReader:
         scale = 1.0
         for _ in range(4):  # over the model's context: the question and answers cut shorter, in proportion
             text = self.tokenizer.apply_chat_template(
-                question.messages(record, lambda t, f: self.clip(t, f, scale), self._split),
+                question.messages(record, lambda t, f, s=scale: self.clip(t, f, s), self._split),
                 add_generation_prompt=True, tokenize=False)
             cut = text.find(self._split)
             ids = self.tokenizer.encode(text[:cut] + text[cut + len(self._split):], add_special_tokens=False)

@@ -90,31 +90,62 @@ class JudgeTeacher:
         return out
 
 
-def open_teacher(spec: str, batch_size: int = 16) -> PredictionsTeacher | JudgeTeacher:
+class LabelsTeacher:
+    """A teacher read from a label directory (``clfjudge label``): the teacher's P(A) of each pair it labelled,
+    computed from its per-answer rewards; no teacher model is loaded."""
+
+    def __init__(self, directory: str | Path) -> None:
+        from .labels import LabelSet
+
+        self.labels = LabelSet(directory)
+        self.pairs = {row["key"] for row in self.labels.pairs}
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.labels.provenance
+
+    def describe(self) -> str:
+        t = self.provenance["teacher"]
+        return f"labels {self.labels.dir} of the {t['head']} judge on {t['backbone']} (card {t['card_hash']})"
+
+    def label(self, records: Sequence[PairRecord]) -> list[float]:
+        out = [self.labels.p_a(r.question, r.answer_a, r.answer_b) for r in records]
+        missing = [r for r, p in zip(records, out) if p is None]
+        if missing:
+            raise ValueError(f"{self.labels.dir}: no label for {len(missing)} pairs (first: question "
+                             f"{missing[0].question[:60]!r}); label them with clfjudge label")
+        return out
+
+
+def open_teacher(spec: str, batch_size: int = 16) -> PredictionsTeacher | JudgeTeacher | LabelsTeacher:
+    from .labels import is_label_dir
+
     path = Path(spec)
     if path.is_file() and path.suffix in (".jsonl", ".json"):
         return PredictionsTeacher(path)
+    if is_label_dir(path):
+        return LabelsTeacher(path)
     return JudgeTeacher(spec, batch_size)
 
 
 def teacher_targets(teacher, records: Sequence[PairRecord], cache: Path, chunk: int = 64,
                     progress: bool = True) -> dict[str, float]:
-    """The teacher's P(A) of every pair, read once: what ``cache`` holds is reused, the rest labelled in chunks and
-    appended to it (a stopped run loses at most one chunk)."""
-    done: dict[str, float] = {}
-    if cache.exists():
-        for line in cache.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            done[row["key"]] = row["p_a"]
+    """The teacher's P(A) of every pair, read once: what ``cache`` holds from this teacher is reused (rows are keyed
+    by teacher and pair), the rest labelled in chunks and appended to it (a stopped run loses at most one chunk; a
+    line it left cut short is dropped)."""
+    from .labels import append_rows, read_rows
+
+    if isinstance(teacher, LabelsTeacher):  # its labels are on disk already
+        return {pair_key(r): p for r, p in zip(records, teacher.label(records))}
+    who = teacher.describe()
+    done = {row["key"]: row["p_a"] for row in read_rows(cache, repair=True) if row.get("teacher") == who}
     todo = list({pair_key(r): r for r in records if pair_key(r) not in done}.values())
     start = time.monotonic()
     for i in range(0, len(todo), chunk):
         part = todo[i:i + chunk]
-        labels = teacher.label(part)
-        with cache.open("a", encoding="utf-8") as sink:
-            for r, p in zip(part, labels):
-                done[pair_key(r)] = p
-                sink.write(json.dumps({"key": pair_key(r), "p_a": p}) + "\n")
+        rows = [{"key": pair_key(r), "teacher": who, "p_a": p} for r, p in zip(part, teacher.label(part))]
+        append_rows(cache, rows)
+        done |= {row["key"]: row["p_a"] for row in rows}
         if progress:
             took = time.monotonic() - start
             print(f"teacher: {min(i + chunk, len(todo))}/{len(todo)} pairs labelled ({took:.0f} s)", flush=True)
@@ -186,7 +217,9 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     teacher = open_teacher(job.teacher, job.batch_size)
-    pool, counts = load_pool(job.pool, job.seed)
+    pool, counts = load_pool(job.pool or tuple(getattr(teacher, "provenance", {}).get("pool", ())), job.seed)
+    if isinstance(teacher, LabelsTeacher):  # the pairs it chose and labelled
+        pool = [r for r in pool if pair_key(r) in teacher.pairs]
     targets = teacher_targets(teacher, pool, out / TEACHER_LABELS)
     unlabelled = sum(math.isnan(targets[pair_key(r)]) for r in pool)
     labelled = [replace(r, verdict=Verdict.A if targets[pair_key(r)] >= 0.5 else Verdict.B,
@@ -201,8 +234,9 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
               "agreement_holdout": _agreement(student, held) if held else None,
               "evals": {spec: _scored(teacher, student, spec, out) for spec in job.evals}}
     student_dir = student.save(out / STUDENT_DIR, training={
-        "distilled_from": {"teacher": teacher.describe(), "pool": counts, "soft_targets": TEACHER_LABELS,
-                           "holdout": job.holdout, "seed": job.seed},
+        "distilled_from": {"teacher": teacher.describe(), "pool": counts, "holdout": job.holdout, "seed": job.seed,
+                           **({"labels": {k: v for k, v in teacher.provenance.items() if k != "rounds"}}
+                              if isinstance(teacher, LabelsTeacher) else {"soft_targets": TEACHER_LABELS})},
         "config": asdict(cfg)})
     report |= {"student": str(student_dir), "wall_time_s": round(time.monotonic() - start, 1)}
     (out / f"{REPORT}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -119,7 +119,8 @@ class Teacher:
         self.spec, self.judge = spec, Judge.load(spec, batch_size=batch_size)
         self.pointwise = "score" in self.judge.tasks
         if not self.pointwise and "compare" not in self.judge.tasks:
-            raise ValueError(f"{spec}: a teacher scores or compares answers; this judge can {sorted(self.judge.tasks)}")
+            raise ValueError(f"{spec}: a teacher scores or compares answers; this judge can "
+                             f"{sorted(self.judge.tasks)}")
         reader = getattr(self.judge, "reader", None)
         self.questions = [q.name for q in reader.questions] if hasattr(reader, "questions") else ["score"]
 
