@@ -44,10 +44,11 @@ def test_the_shared_prefix_is_the_question_and_is_read_once(chat_model, monkeypa
     reads = []
     module = shared.modules[0]
     original = type(module).prefix
-    monkeypatch.setattr(type(module), "prefix", lambda self, ids: reads.append(ids.shape) or original(self, ids))
-    records = points() + points("Another question entirely, with its own words?", ["Yes.", "No."])
+    monkeypatch.setattr(type(module), "prefix",
+                        lambda self, ids, mask: reads.append(int(mask.any(1).sum())) or original(self, ids, mask))
+    records = points() + points("Another question entirely, with its own words, asked twice?", ["Yes.", "No."])
     np.testing.assert_allclose(shared.log_odds(records), whole.log_odds(records), atol=1e-5)
-    assert len(reads) == 2  # one prefix a question, not one per answer
+    assert sum(reads) == 2  # one prefix a question, not one per answer
 
 
 def test_pairs_and_pairwise_questions_share_the_question(chat_model, tmp_path):

@@ -39,6 +39,10 @@ DEFAULT_VERDICT_TOKENS = 4096  # padded tokens per forward pass when the caller'
 _POINT_FIELDS, _PAIR_FIELDS = {"question", "answer"}, {"question", "answer_a", "answer_b"}
 _PLACEHOLDER = re.compile(r"\{(question|answer|answer_a|answer_b)\}")
 MIN_SHARED_TOKENS = 16  # a shorter shared prefix is not worth a forward pass of its own
+# Reading a shared prefix apart costs a forward pass of its own, the padding of two batches and attention over a
+# padded cache; on 2 CPU cores it paid off only where it saves about a third of the tokens a group reads
+# (bench/verdict_speed.py: a pair of long answers to a short question read whole was faster).
+MIN_SAVED = 0.3
 
 
 @dataclass(frozen=True)
@@ -190,26 +194,37 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
                 return (torch.logsumexp(logits[:, :self.n_yes], dim=1)
                         - torch.logsumexp(logits[:, self.n_yes:], dim=1))
 
-        def prefix(self, input_ids) -> list:
-            """The key/value cache of one shared prefix (1, P): a (keys, values) pair per layer."""
+        def prefix(self, input_ids, attention_mask) -> list:
+            """The key/value cache of a batch of right-padded prefixes: a (keys, values) pair per layer, each
+            (rows, heads, longest, head size); a row's own part is its first ``attention_mask.sum()`` positions."""
             from transformers import DynamicCache
 
             cache = DynamicCache(config=self.decoder.config)
-            self.decoder(input_ids=input_ids, past_key_values=cache, use_cache=True)
+            self.decoder(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
             return [(layer.keys, layer.values) for layer in cache.layers]
 
-        def after(self, prefix: list, input_ids, attention_mask):
-            """The log-odds of rows that continue one prefix (``prefix()``): only their own tokens are read, their
-            attention reaching back into the prefix's keys and values (each row a view of the same tensors)."""
+        def after(self, prefixes: list, input_ids, attention_mask):
+            """The log-odds of rows that each continue a prefix read before (``prefixes``: per row, its per-layer
+            (keys, values) of shape (1, heads, its length, head size)): only the rows' own tokens are read, their
+            attention reaching back into their prefix's keys and values (shorter prefixes padded and masked)."""
             from transformers import DynamicCache
 
-            rows, shared = input_ids.shape[0], prefix[0][0].shape[-2]
-            cache = DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in prefix],
-                                 config=self.decoder.config)
-            mask = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype), attention_mask], dim=1)
-            positions = torch.arange(shared, shared + input_ids.shape[1]).expand(rows, -1)
-            states = self.decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                  past_key_values=cache, use_cache=True).last_hidden_state
+            rows, lengths = input_ids.shape[0], [p[0][0].shape[-2] for p in prefixes]
+            width = max(lengths)
+            layers = []
+            for layer in range(len(prefixes[0])):
+                first = prefixes[0][layer][0]
+                keys, values = (first.new_zeros((rows, first.shape[1], width, first.shape[3])) for _ in range(2))
+                for row, p in enumerate(prefixes):
+                    keys[row, :, :lengths[row]], values[row, :, :lengths[row]] = p[layer][0][0], p[layer][1][0]
+                layers.append((keys, values))
+            cache = DynamicCache(layers, config=self.decoder.config)
+            shared = torch.zeros((rows, width), dtype=attention_mask.dtype)
+            for row, n in enumerate(lengths):
+                shared[row, :n] = 1
+            positions = torch.tensor(lengths).unsqueeze(1) + torch.arange(input_ids.shape[1]).unsqueeze(0)
+            states = self.decoder(input_ids=input_ids, attention_mask=torch.cat([shared, attention_mask], dim=1),
+                                  position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
             return self._log_odds(states, attention_mask)
 
     return VerdictLogOdds().eval()
@@ -234,6 +249,8 @@ class VerdictReader:
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
                  max_batch_tokens: int | None = DEFAULT_VERDICT_TOKENS, memory_items: int | None = 65_536,
                  budget: Budget | None = None, share_prefix: bool = True) -> None:
+        import torch
+
         from ..embedders.cache import MemoryCache
         from ..machine import decoder_precision
 
@@ -245,6 +262,9 @@ class VerdictReader:
         self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
         self.budget = budget if budget is not None else Budget(batch_size, max_batch_tokens)
         self.modules = self._modules(model)
+        if self.precision == "bf16":  # held in bf16: autocast would cast every weight again at every forward pass
+            for module in self.modules:
+                module.decoder.to(torch.bfloat16)
         self.memory = MemoryCache(memory_items)
         self.truncated = 0  # texts cut to their budget so far
         self.share_prefix = share_prefix
@@ -309,7 +329,9 @@ class VerdictReader:
 
     def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
         """The log-odds of each ``(ids, shared)`` prompt. Prompts whose first ``shared`` tokens agree (answers to one
-        question) read those tokens once, when several do and ``share_prefix`` is on; the others are read whole."""
+        question) read those tokens once, when several do and ``share_prefix`` is on: the shared parts in batches
+        of their own, then every answer's own tokens in batches across questions, each row after its question's
+        key/value cache; the others are read whole. Batches are the budget's either way (rows, padded tokens)."""
         import torch
 
         from ..embedders.decoder import autocast
@@ -318,33 +340,64 @@ class VerdictReader:
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, (ids, shared) in enumerate(prompts):
             groups.setdefault(tuple(ids[:shared]) if shared >= MIN_SHARED_TOKENS else (), []).append(i)
-        whole = [i for head, members in groups.items() if not head or len(members) < 2 or not self.share_prefix
-                 for i in members]
+        def worth(head: tuple[int, ...], members: list[int]) -> bool:  # the tokens not read pay for the detour
+            read = sum(len(prompts[i][0]) for i in members)
+            return self.share_prefix and bool(head) and (len(members) - 1) * len(head) >= MIN_SAVED * read
+
+        shared = [(list(head), members) for head, members in groups.items() if worth(head, members)]
+        whole = [i for head, members in groups.items() if not worth(head, members) for i in members]
         with torch.inference_mode(), autocast(self.precision):
             for i, value in zip(whole, self._read(module, [prompts[i][0] for i in whole])):
                 values[i] = value
-            for head, members in groups.items():
-                if head and len(members) > 1 and self.share_prefix:
-                    kv = module.prefix(torch.tensor([head]))
-                    tails = [prompts[i][0][len(head):] for i in members]
-                    for i, value in zip(members, self._read(module, tails, kv)):
-                        values[i] = value
+            for wave in self._waves(shared):
+                caches = self._prefixes(module, [head for head, _ in wave])
+                rows = [(g, i) for g, (_, members) in enumerate(wave) for i in members]
+                tails = [prompts[i][0][len(wave[g][0]):] for g, i in rows]
+                for r, value in zip(rows, self._read(module, tails, [caches[g] for g, _ in rows])):
+                    values[r[1]] = value
         return values
 
-    def _read(self, module, prompts: list[list[int]], prefix: list | None = None) -> list[float]:
-        """Right-padded token-budget batches of ``prompts`` (each after ``prefix``'s cache where one is given)."""
+    def _waves(self, groups: list) -> list[list]:
+        """Groups in waves whose shared parts hold at most eight budgets of tokens: their caches are held at once."""
+        cap = 8 * (self.budget.max_batch_tokens or DEFAULT_VERDICT_TOKENS)
+        waves, current, held = [], [], 0
+        for group in groups:
+            if current and held + len(group[0]) > cap:
+                waves.append(current)
+                current, held = [], 0
+            current.append(group)
+            held += len(group[0])
+        return waves + ([current] if current else [])
+
+    def _prefixes(self, module, heads: list[list[int]]) -> list[list]:
+        """Each shared part's key/value cache (per layer, (1, heads, its length, head size)), read in batches."""
+        caches: list[list] = [[] for _ in heads]
+        for chunk in self.budget.batches([len(h) for h in heads]):
+            ids, mask = self._padded([heads[g] for g in chunk])
+            layers = module.prefix(ids, mask)
+            for row, g in enumerate(chunk):
+                caches[g] = [(k[row:row + 1, :, :len(heads[g])], v[row:row + 1, :, :len(heads[g])])
+                             for k, v in layers]
+        return caches
+
+    def _padded(self, prompts: list[list[int]]):
         import torch
 
-        values = [math.nan] * len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            ids[row, :len(p)] = torch.tensor(p)
+            mask[row, :len(p)] = 1
+        return ids, mask
+
+    def _read(self, module, prompts: list[list[int]], prefixes: list | None = None) -> list[float]:
+        """Right-padded token-budget batches of ``prompts`` (each after its prefix's cache where given)."""
+        values = [math.nan] * len(prompts)
         for chunk in self.budget.batches([len(p) for p in prompts]):
-            width = max(len(prompts[i]) for i in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, i in enumerate(chunk):
-                ids[row, :len(prompts[i])] = torch.tensor(prompts[i])
-                mask[row, :len(prompts[i])] = 1
-            read = module(ids, mask) if prefix is None else module.after(prefix, ids, mask)
+            ids, mask = self._padded([prompts[i] for i in chunk])
+            read = module(ids, mask) if prefixes is None else module.after([prefixes[i] for i in chunk], ids, mask)
             for i, value in zip(chunk, read.float().tolist()):
                 values[i] = value
         return values
