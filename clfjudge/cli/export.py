@@ -65,9 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
     from ..export.presets import apply_preset, load_preset
     from ..judges.base import open_judge
-    from ..outputs import check_apart
+    from ..outputs import check_apart, target
 
     check_apart({"JUDGE_DIR": args.judge_dir}, {"--out": args.out})
+    args.out = target(args.out)  # a symlink to a folder: the folder is written, the link stays
 
     if args.preset:
         taken = apply_preset(args, load_preset(args.preset), args.option_defaults)
