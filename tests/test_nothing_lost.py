@@ -372,3 +372,65 @@ def test_a_symlink_output_is_written_through_not_replaced(judge_dir, tmp_path):
     null = _device(tmp_path, "null", 3)
     write_whole(null, "nothing")
     assert null.is_char_device()
+
+
+# -- small things a careless user meets -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["score", "j", "--input", "i", "--output", "o", "--threads", "0"],
+                                  ["serve", "j", "--port", "70000"], ["score", "j"], ["score", "j", "--bogus"]])
+def test_a_usage_error_is_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == EXIT_USAGE and len(err.splitlines()) == 1, err
+    assert err.startswith(f"clfjudge {argv[0]}: error: ") and err.endswith(f"(see clfjudge {argv[0]} --help)\n")
+
+
+def test_an_input_directory_is_named_as_the_option(judge_dir, tmp_path, capsys):
+    (tmp_path / "shards").mkdir()
+    argv = ["score", str(judge_dir), "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "out.jsonl")]
+    assert main(argv) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(f"clfjudge: error: --input {tmp_path / 'shards'} is a directory")
+
+
+def test_a_bom_on_line_one_is_no_part_of_the_record(judge_dir, tmp_path, capsys):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    torn = '{"id": "torn", "question": "unterminated'  # the last line, cut short
+    inp.write_bytes(b"\xef\xbb\xbf" + _pairs().encode() + torn.encode())
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(out)]) == 1
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["p0", "p1", "p2"]
+    rejected = json.loads((tmp_path / "out.jsonl.rejected.jsonl").read_text())
+    assert rejected["line"] == 4 and " at at " not in rejected["error"]
+    column = torn.index('"unterminated') + 1
+    assert rejected["error"] == f"invalid JSON: Unterminated string starting at (column {column})"
+
+
+def test_a_card_whose_kind_and_scheme_disagree_says_so(judge_dir):
+    from dataclasses import replace
+
+    from clfjudge.judges.base import Judge
+
+    judge = Judge.load(judge_dir)
+    judge.card = replace(judge.card, kind="point")  # a pointwise card over a pairwise head and template
+    with pytest.raises(ValueError, match="its card's kind is 'point' but its head and scheme .* compare only; the "
+                                         "card contradicts itself"):
+        judge.require("score")
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_export_leaves_no_temporary_folder(judge_dir, tmp_path, signum):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "clfjudge.cli", "export", str(judge_dir), "--out",
+                             str(tmp_path / "onnx"), "--n", "8"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not any(p.name.startswith(".onnx.") for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the export ended before its temporary folder"
+        time.sleep(0.02)
+    proc.send_signal(getattr(signal, signum))
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and list(tmp_path.iterdir()) == []

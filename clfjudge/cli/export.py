@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_model_input
+from .common import add_model_input, stopped_like_ctrl_c
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
-        result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
-                              opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
-                              parity=parity, fallback=args.fallback, providers=args.providers,
-                              model_input=args.model_input)
+        with stopped_like_ctrl_c():  # a stopped export removes its temporary folder
+            result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
+                                  opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
+                                  parity=parity, fallback=args.fallback, providers=args.providers,
+                                  model_input=args.model_input)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

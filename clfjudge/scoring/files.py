@@ -273,7 +273,13 @@ def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput
         raise ValueError(f"--encoding applies to a JSONL input, not to {text} (read by datasets)")
     if not path.exists() and not text.startswith("hf:"):
         raise FileNotFoundError(f"input {path} does not exist")
+    if path.is_dir() and not any((path / name).is_file() for name in SAVED_DATASET):
+        raise ValueError(f"--input {text} is a directory: name a data file (JSONL, Parquet, CSV, JSON) or a datasets "
+                         "save_to_disk directory (a directory of files is scored with --engine ray)")
     return TableInput(text)
+
+
+SAVED_DATASET = ("state.json", "dataset_dict.json")  # what datasets' save_to_disk writes in its directory
 
 
 def input_sample(text: str) -> tuple[str, int | None]:
