@@ -136,6 +136,20 @@ def test_audit_out_through_a_missing_folder_is_not_its_sets_folder(judge_dir, tm
     assert _snapshot(tmp_path, judge_dir) == before
 
 
+def test_audit_refuses_sets_where_its_figures_go(judge_dir, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(_pairs())
+    (tmp_path / "audit").mkdir()
+    for name in ("length_bias.png", "agreement_pairs.jsonl.png"):
+        (tmp_path / "audit" / name).symlink_to(data)
+        before = _snapshot(tmp_path, judge_dir)
+        assert main(["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "nd" / ".." / "audit")]) \
+            == EXIT_USAGE
+        assert "figure" in capsys.readouterr().err
+        assert _snapshot(tmp_path, judge_dir) == before
+        (tmp_path / "audit" / name).unlink()
+
+
 def test_score_writes_its_output_whole_and_removes_a_stale_rejected_file(judge_dir, tmp_path, capsys):
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text(_pairs())
