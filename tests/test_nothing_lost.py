@@ -150,6 +150,15 @@ def test_audit_refuses_sets_where_its_figures_go(judge_dir, tmp_path, capsys):
         (tmp_path / "audit" / name).unlink()
 
 
+def test_an_audit_through_a_missing_folder_makes_no_folder_on_the_way(judge_dir, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(_pairs())  # no verdicts: the audit stops once it has made --out
+    assert main(["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "nd" / ".." / "audit")]) \
+        == EXIT_USAGE
+    assert "pairs.jsonl" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl"]
+
+
 def test_score_writes_its_output_whole_and_removes_a_stale_rejected_file(judge_dir, tmp_path, capsys):
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text(_pairs())
