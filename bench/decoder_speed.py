@@ -125,8 +125,10 @@ def openvino_int8(onnx_dir: Path, answers: int = 96, seed: int = 1) -> dict[str,
     """``OV_INT8`` beside reader.onnx: NNCF post-training static int8 of the OpenVINO model read from it (transformer
     model type: SmoothQuant, fast bias correction), calibrated on real answers of AlpacaEval GPT-4 Turbo pairs (not
     the bench's PandaLM pairs nor the gate's records), in reader batches of 4. Measured here, not shipped."""
+    from clfjudge.models.openvino_session import import_openvino
+
+    ov = import_openvino()  # first: NNCF then finds OpenVINO's telemetry off too
     import nncf
-    import openvino as ov
 
     from clfjudge.card import JudgeCard
     from clfjudge.data import sources

@@ -12,11 +12,16 @@ command line `clfjudge score DIR --input in.jsonl --output out.jsonl` in a subpr
   the outside target, whether by its own name or through the link (``-y`` prints the file each returned descriptor
   really is; a stat or readlink of it is allowed, an open is not). To show the check can fail, ``cat`` through the
   same link, traced the same way, must be caught;
-- ``--output`` = ``--input`` and ``--rejected`` = ``--output``: exit 2, and every file in the run's directory and
-  the judge's directory byte-identical afterwards.
+- ``--output`` = ``--input``, ``--rejected`` = ``--output`` and ``--output nd/../in.jsonl`` (``nd`` missing: the
+  writer would make it): exit 2, and every file in the run's directory and the judge's directory byte-identical
+  afterwards;
+- the OpenVINO path (where the openvino extra is installed): the judge exported with ``--provider openvino`` scores
+  with it under ``strace -e trace=socket,connect,open*`` and an empty HOME: no internet socket is made (OpenVINO's
+  telemetry would resolve and reach an analytics host) and nothing under HOME is opened or made (it would read and
+  write HOME/intel).
 
 Prints one line per case and writes bench/results/outside_probe_DATE.md (and .json) with the machine and commit.
-Needs strace (Linux); about a minute on two cores."""
+Needs strace (Linux); about two minutes on two cores (the OpenVINO export included)."""
 from __future__ import annotations
 
 import json
@@ -105,6 +110,40 @@ def _same_path_case(tmp: Path, judge: Path, name: str, options: list[str]) -> tu
     return code == 2 and same, f"{' '.join(options)}: exit {code} (want 2), every file byte-identical: {same}"
 
 
+NETWORK = [STRACE, "-f", "-y", "-s", "256", "-e", "trace=socket,connect,open,openat,openat2", "-o"]
+INTERNET = re.compile(r"socket\(AF_INET6?\b|connect\(.*AF_INET6?\b")
+
+
+def _openvino_case(tmp: Path, judge: Path) -> tuple[bool, str]:
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        return True, "not run: the openvino extra is not installed"
+    from clfjudge.export.onnx import export_judge
+
+    exported = export_judge(judge, tmp / "judge-openvino", n_records=8, providers=["openvino"]).out_dir
+    work, home = tmp / "run-openvino", tmp / "home"
+    work.mkdir()
+    home.mkdir()
+    _pairs(work / "in.jsonl")
+    trace = work / "trace.txt"
+    # not as a CI job: OpenVINO's telemetry stays off there by itself
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HOME=str(home))
+    argv = [*NETWORK, str(trace), sys.executable, "-m", "clfjudge.cli", "score", str(exported), "--input", "in.jsonl",
+            "--output", "out.jsonl", "--provider", "openvino"]
+    code = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True).returncode
+    lines = trace.read_text(errors="replace").splitlines()
+    internet = [line.strip() for line in lines if INTERNET.search(line)]
+    in_home = [line.strip() for line in lines if (m := OPEN.search(line)) and int(m[2]) >= 0
+               and (m[3] or os.path.realpath(work / m[1])).startswith(str(home))]
+    made = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    ok = code == 0 and not internet and not in_home and not made
+    return ok, (f"exit {code} (want 0), {len(lines)} calls traced, internet sockets {len(internet)}"
+                f"{': ' + internet[0][:160] if internet else ''}, opens under HOME {len(in_home)}, made under HOME "
+                f"{made or 'nothing'}")
+
+
 def main() -> int:
     run = {"machine": machine(threads=1), "strace": STRACE, "cases": {}}
     with tempfile.TemporaryDirectory() as d:
@@ -126,7 +165,10 @@ def main() -> int:
                                                             ["--input", "in.jsonl", "--output", "in.jsonl"]),
                  "(c) --rejected = --output": _same_path_case(
                      tmp, judge, "rejected-is-output",
-                     ["--input", "in.jsonl", "--output", "out.jsonl", "--rejected", "out.jsonl"])}
+                     ["--input", "in.jsonl", "--output", "out.jsonl", "--rejected", "out.jsonl"]),
+                 "(c) --output through a missing folder": _same_path_case(
+                     tmp, judge, "output-through-nd", ["--input", "in.jsonl", "--output", "nd/../in.jsonl"]),
+                 "(d) OpenVINO: no socket, nothing in HOME": _openvino_case(tmp, judge)}
     lines = []
     for name, (ok, what) in cases.items():
         lines.append(f"{'PASS' if ok else 'FAIL'} {name}: {what}")

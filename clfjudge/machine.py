@@ -104,9 +104,9 @@ def _probe_openvino() -> tuple[bool, str]:
 
     if importlib.util.find_spec("openvino") is None:
         return False, "openvino is not installed (pip install 'clfjudge[openvino]')"
-    import openvino as ov
+    from .models.openvino_session import import_openvino
 
-    core = ov.Core()
+    core = import_openvino().Core()
     if "CPU" not in core.available_devices:
         return False, f"OpenVINO has no CPU device here (devices: {core.available_devices})"
     return True, ",".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))

@@ -1,12 +1,15 @@
 """What a command writes, kept apart from what it reads: ``check_apart`` refuses an output that is the same file as
-an input or as another output (through symlinks and hard links too: files are compared by device and inode, names
-not yet on disk by their resolved path), and ``replace_whole`` writes a file beside its destination and renames it
-into place, so a run that fails leaves the old file as it was."""
+an input or as another output, by one rule for both sides (``located``: where the OS puts a name once the writer
+has made its missing folders; files are then compared by device and inode, through symlinks and hard links, and
+names not yet on disk by their nearest existing folder and the rest). ``replace_whole`` writes a file beside its
+destination and renames it into place, so a run that fails leaves the old file as it was; it writes through a
+symlink to its target and straight into a device or FIFO (``is_stream``), never replacing either."""
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -19,14 +22,67 @@ class SamePathError(ValueError):
     """An output names a file the command also reads or writes under another role."""
 
 
+def located(path: PathLike) -> tuple[str, tuple[str, ...]]:
+    """Where the OS puts ``path`` once a writer has made the folders it lacks: its nearest existing ancestor (a real
+    path, every symlink on the way resolved as the OS resolves it) and the components below it that do not exist
+    yet. A ``..`` below a missing folder undoes that folder (the writer makes ``nd``, so ``nd/..`` is the ancestor
+    itself); elsewhere it is the parent of what the OS reached, not of the name as spelled."""
+    pending = os.path.join(os.getcwd(), os.fspath(path)).split(os.sep)
+    existing, rest, links = os.sep, [], 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if rest and part == "..":
+            rest.pop()
+        elif rest:
+            rest.append(part)
+        elif part == "..":
+            existing = os.path.dirname(existing)
+        elif os.path.islink(candidate := os.path.join(existing, part)):
+            links += 1
+            if links > 40:  # as the OS gives up (ELOOP): the loop itself is where the name points
+                return existing, (part, *pending)
+            target = os.readlink(candidate)
+            existing = os.sep if os.path.isabs(target) else existing
+            pending[:0] = target.split(os.sep)
+        elif os.path.lexists(candidate):
+            existing = candidate
+        else:
+            rest.append(part)
+    return existing, tuple(rest)
+
+
+def target(path: PathLike) -> Path:
+    """The name the OS writes for ``path`` (``located``): a symlink's target, ``..`` as the writer meets it."""
+    existing, rest = located(path)
+    return Path(existing, *rest)
+
+
 def identity(path: PathLike) -> tuple[Any, ...]:
-    """What two names of one file share: device and inode where it exists, else its absolute path with every
-    symlink resolved (where a later write would create it)."""
+    """What two names of one file share, by one rule whether the file exists or not: device and inode of what the
+    OS reaches (``located``), and the components a writer would create below it."""
     try:
-        st = os.stat(path)
+        st = os.stat(path)  # what exists: exactly what the OS opens (/dev/stdout and /proc links too)
+        return ("inode", st.st_dev, st.st_ino, ())
     except OSError:
-        return ("path", str(Path(path).resolve()))
-    return ("inode", st.st_dev, st.st_ino)
+        pass
+    existing, rest = located(path)
+    try:
+        st = os.stat(existing)
+    except OSError:
+        return ("path", existing, rest)
+    return ("inode", st.st_dev, st.st_ino, rest)
+
+
+def is_stream(path: PathLike) -> bool:
+    """``path`` is a device, FIFO or socket (``/dev/stdout``, ``/dev/null``, a named pipe): written straight
+    through, never replaced by a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def check_apart(inputs: Mapping[str, PathLike | None] | Iterable[tuple[str, PathLike | None]],
@@ -58,19 +114,27 @@ def files_of(directory: PathLike, role: str) -> list[tuple[str, Path]]:
 def check_writable(path: PathLike, directory: bool = False) -> None:
     """Refuse, before any work, an output file (``directory``: an output directory, made beside it and renamed)
     that cannot be written: a directory where a file goes or the reverse, a read-only file, a read-only directory to
-    write in (an ``OSError`` naming it; missing directories are made by the writer)."""
-    path = Path(path)
+    write in (an ``OSError`` naming it; missing directories are made by the writer). Judged where the OS writes
+    (``target``); a device or FIFO is written as it is."""
+    given = Path(path)
+    if is_stream(given):
+        if directory:
+            raise NotADirectoryError(errno.ENOTDIR, "is a device or FIFO, not a directory", str(given))
+        if not os.access(given, os.W_OK):
+            raise PermissionError(errno.EACCES, "is read-only", str(given))
+        return
+    path = target(given)
     if path.is_dir() and not directory:
-        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(given))
     if path.exists() and not path.is_dir() and directory:
-        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a directory", str(path))
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a directory", str(given))
     if path.exists() and not directory and not os.access(path, os.W_OK):
-        raise PermissionError(errno.EACCES, "is read-only", str(path))
-    parent = next((p for p in path.absolute().parents if p.exists()), None)
+        raise PermissionError(errno.EACCES, "is read-only", str(given))
+    parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a directory", str(path))
+        raise NotADirectoryError(errno.ENOTDIR, f"{parent} is a file, not a directory", str(given))
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, f"cannot write in {parent}", str(path))
+        raise PermissionError(errno.EACCES, f"cannot write in {parent}", str(given))
 
 
 def _umask() -> int:
@@ -83,15 +147,21 @@ def _umask() -> int:
 def replace_whole(path: PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[IO]:
     """A file object whose content becomes ``path`` once the block ends without an error (written to a temporary
     file beside it, made durable, renamed into place); a failure leaves ``path`` as it was and no temporary file.
-    The new file keeps the old one's permissions (a new one: what the umask allows a plain write)."""
+    The new file keeps the old one's permissions (a new one: what the umask allows a plain write). A symlink's
+    target is replaced, not the link; a device or FIFO is written straight through."""
     path = Path(path)
     check_writable(path)
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
+    if is_stream(path):  # nothing to rename over: written as it goes
+        with open(path, mode, **open_kwargs) as f:
+            yield f
+        return
+    given, path = path, target(path)  # a symlink stays: its target is replaced
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:  # the directory is missing, read-only or full: name it, not the temporary file
-        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+        raise type(exc)(exc.errno, exc.strerror, str(given)) from None
     try:
         with os.fdopen(fd, mode, **open_kwargs) as f:
             yield f

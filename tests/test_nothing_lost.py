@@ -75,13 +75,23 @@ def _layout(tmp: Path, name: str) -> list[str]:
     if name == "output symlinks through a directory":
         (tmp / "alias").symlink_to(tmp)
         return ["--input", str(inp), "--output", str(tmp / "alias" / "in.jsonl")]
+    if name == "output through a missing folder is input":  # the writer makes nd, so nd/.. is tmp
+        return ["--input", str(inp), "--output", str(tmp / "nd" / ".." / "in.jsonl")]
+    if name == "rejected through a missing folder is input":  # nothing rejected: the stale rejected file goes
+        return ["--input", str(inp), "--output", str(out), "--rejected", str(tmp / "nd" / ".." / "in.jsonl")]
+    if name == "output through missing folders and a symlink":
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "up").symlink_to(tmp / "sub")
+        return ["--input", str(inp), "--output", str(tmp / "sub" / "up" / "a" / "b" / ".." / ".." / ".." / "in.jsonl")]
     raise AssertionError(name)
 
 
 CASES = ["output is input", "rejected is input", "rejected is output", "rejected is a new output",
          "output symlinks to input", "input symlinks to output", "output hard-links input",
          "rejected symlinks to output", "rejected hard-links input", "rejected is the progress file",
-         "input is the partial output", "output symlinks through a directory"]
+         "input is the partial output", "output symlinks through a directory",
+         "output through a missing folder is input", "rejected through a missing folder is input",
+         "output through missing folders and a symlink"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -104,6 +114,49 @@ def test_score_refuses_to_write_over_a_judge_file(judge_dir, tmp_path, capsys, r
     assert main(argv) == EXIT_USAGE
     assert "the same file as a file of JUDGE_DIR" in capsys.readouterr().err
     assert _snapshot(judge_dir) == before
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "judge_card.json"])
+def test_a_missing_folder_and_dotdot_do_not_reach_a_judge_file(judge_dir, tmp_path, capsys, name):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(_pairs())
+    before = _snapshot(tmp_path, judge_dir)
+    argv = ["score", str(judge_dir), "--input", str(inp), "--output", str(judge_dir / "nd" / ".." / name)]
+    assert main(argv) == EXIT_USAGE
+    assert f"the same file as a file of JUDGE_DIR ({judge_dir / name})" in capsys.readouterr().err
+    assert _snapshot(tmp_path, judge_dir) == before
+
+
+def test_audit_out_through_a_missing_folder_is_not_its_sets_folder(judge_dir, tmp_path, capsys):
+    data = tmp_path / "metrics.json"  # a set named as the audit's own metrics file
+    data.write_text(json.dumps([json.loads(line) for line in _pairs().splitlines()]))
+    before = _snapshot(tmp_path, judge_dir)
+    assert main(["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "nd5" / "..")]) == EXIT_USAGE
+    assert "the metrics" in capsys.readouterr().err
+    assert _snapshot(tmp_path, judge_dir) == before
+
+
+def test_audit_refuses_sets_where_its_figures_go(judge_dir, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(_pairs())
+    (tmp_path / "audit").mkdir()
+    for name in ("length_bias.png", "agreement_pairs.jsonl.png"):
+        (tmp_path / "audit" / name).symlink_to(data)
+        before = _snapshot(tmp_path, judge_dir)
+        assert main(["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "nd" / ".." / "audit")]) \
+            == EXIT_USAGE
+        assert "figure" in capsys.readouterr().err
+        assert _snapshot(tmp_path, judge_dir) == before
+        (tmp_path / "audit" / name).unlink()
+
+
+def test_an_audit_through_a_missing_folder_makes_no_folder_on_the_way(judge_dir, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(_pairs())  # no verdicts: the audit stops once it has made --out
+    assert main(["audit", str(judge_dir), "--sets", str(data), "--out", str(tmp_path / "nd" / ".." / "audit")]) \
+        == EXIT_USAGE
+    assert "pairs.jsonl" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl"]
 
 
 def test_score_writes_its_output_whole_and_removes_a_stale_rejected_file(judge_dir, tmp_path, capsys):
@@ -258,3 +311,149 @@ def test_replace_whole_leaves_the_old_file_when_the_write_fails(tmp_path):
     assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o640
     with pytest.raises(IsADirectoryError):
         write_whole(tmp_path, "x")
+
+
+# -- outputs that are not regular files: written through, never replaced -----------------------------------
+
+def _device(tmp: Path, name: str, minor: int) -> Path:
+    """A character device that is /dev/<name> (1, minor), made in ``tmp`` where this user may (as root: a writer
+    that replaced it would replace this copy, not the machine's), else the machine's own (which a user who cannot
+    make devices cannot replace either)."""
+    import stat
+
+    path = tmp / "dev" / name
+    path.parent.mkdir(exist_ok=True)
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except PermissionError:
+        return Path("/dev") / name
+    path.chmod(0o666)
+    return path
+
+
+def test_score_writes_through_a_fifo_and_dev_null(judge_dir, tmp_path, capsys):
+    import threading
+
+    inp, fifo, null = tmp_path / "in.jsonl", tmp_path / "scores.fifo", _device(tmp_path, "null", 3)
+    inp.write_text(_pairs() + "not json\n")
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(fifo)]) == 1
+    reader.join(30)
+    assert [json.loads(line)["id"] for line in got[0].decode().splitlines()] == ["p0", "p1", "p2"]
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["dev", "in.jsonl", "scores.fifo"]
+    assert "rejected" in capsys.readouterr().err  # no rejected file beside a FIFO: the rejection is printed
+    for option in ("--output", "--rejected"):
+        argv = ["--output", str(tmp_path / "out.jsonl"), option, str(null)]
+        assert main(["score", str(judge_dir), "--input", str(inp), *argv]) == 1
+        assert null.is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev", "in.jsonl", "out.jsonl", "scores.fifo"]
+    assert [p.name for p in null.parent.iterdir()] == ["null"]
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(null), "--resume"]) == EXIT_USAGE
+    assert "is a device or FIFO" in capsys.readouterr().err
+
+
+def test_score_to_dev_full_is_one_os_error_line(judge_dir, tmp_path, capsys):
+    inp, full = tmp_path / "in.jsonl", _device(tmp_path, "full", 7)
+    inp.write_text(_pairs())
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(full)]) == EXIT_OS
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"clfjudge: error: {full}: No space left on device", err
+    assert full.is_char_device() and [p.name for p in full.parent.iterdir()] == ["full"]
+
+
+def test_score_to_dev_stdout_keeps_the_summary_out_of_the_scores(judge_dir, tmp_path):
+    import subprocess
+    import sys
+
+    inp, stdout = tmp_path / "in.jsonl", tmp_path / "stdout"
+    inp.write_text(_pairs())
+    stdout.symlink_to("/proc/self/fd/1")  # what /dev/stdout is, where a writer that replaced it harms nothing
+    done = subprocess.run([sys.executable, "-m", "clfjudge.cli", "score", str(judge_dir), "--input", str(inp),
+                           "--output", str(stdout)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["p0", "p1", "p2"]
+    assert "lines read 3: scored 3" in done.stderr
+    assert stdout.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "stdout"]
+
+
+def test_a_symlink_output_is_written_through_not_replaced(judge_dir, tmp_path):
+    inp, real, link = tmp_path / "in.jsonl", tmp_path / "real" / "out.jsonl", tmp_path / "out.jsonl"
+    inp.write_text(_pairs())
+    real.parent.mkdir()
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(link)]) == 0
+    assert link.is_symlink() and [json.loads(line)["id"] for line in real.read_text().splitlines()] == ["p0", "p1",
+                                                                                                       "p2"]
+    report = tmp_path / "report.md"
+    report.symlink_to(tmp_path / "real" / "report.md")  # dangling: its target is made
+    write_whole(report, "new")
+    assert report.is_symlink() and (tmp_path / "real" / "report.md").read_text() == "new"
+    null = _device(tmp_path, "null", 3)
+    write_whole(null, "nothing")
+    assert null.is_char_device()
+
+
+# -- small things a careless user meets -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["score", "j", "--input", "i", "--output", "o", "--threads", "0"],
+                                  ["serve", "j", "--port", "70000"], ["score", "j"], ["score", "j", "--bogus"]])
+def test_a_usage_error_is_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == EXIT_USAGE and len(err.splitlines()) == 1, err
+    assert err.startswith(f"clfjudge {argv[0]}: error: ") and err.endswith(f"(see clfjudge {argv[0]} --help)\n")
+
+
+def test_an_input_directory_is_named_as_the_option(judge_dir, tmp_path, capsys):
+    (tmp_path / "shards").mkdir()
+    argv = ["score", str(judge_dir), "--input", str(tmp_path / "shards"), "--output", str(tmp_path / "out.jsonl")]
+    assert main(argv) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(f"clfjudge: error: --input {tmp_path / 'shards'} is a directory")
+
+
+def test_a_bom_on_line_one_is_no_part_of_the_record(judge_dir, tmp_path, capsys):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    torn = '{"id": "torn", "question": "unterminated'  # the last line, cut short
+    inp.write_bytes(b"\xef\xbb\xbf" + _pairs().encode() + torn.encode())
+    assert main(["score", str(judge_dir), "--input", str(inp), "--output", str(out)]) == 1
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["p0", "p1", "p2"]
+    rejected = json.loads((tmp_path / "out.jsonl.rejected.jsonl").read_text())
+    assert rejected["line"] == 4 and " at at " not in rejected["error"]
+    column = torn.index('"unterminated') + 1
+    assert rejected["error"] == f"invalid JSON: Unterminated string starting at (column {column})"
+
+
+def test_a_card_whose_kind_and_scheme_disagree_says_so(judge_dir):
+    from dataclasses import replace
+
+    from clfjudge.judges.base import Judge
+
+    judge = Judge.load(judge_dir)
+    judge.card = replace(judge.card, kind="point")  # a pointwise card over a pairwise head and template
+    with pytest.raises(ValueError, match="its card's kind is 'point' but its head and scheme .* compare only; the "
+                                         "card contradicts itself"):
+        judge.require("score")
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_export_leaves_no_temporary_folder(judge_dir, tmp_path, signum):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "clfjudge.cli", "export", str(judge_dir), "--out",
+                             str(tmp_path / "onnx"), "--n", "8"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not any(p.name.startswith(".onnx.") for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the export ended before its temporary folder"
+        time.sleep(0.02)
+    proc.send_signal(getattr(signal, signum))
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and list(tmp_path.iterdir()) == []

@@ -3,8 +3,11 @@ ONNX file in f32 gives onnxruntime's numbers and decisions (a fine-tuned judge's
 reader.onnx), bf16 goes through the parity gate at export and loads only where it passed."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -19,8 +22,11 @@ from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.machine import probe
 from clfjudge.models.onnx_session import gate_key, inference_session
+from clfjudge.models.openvino_session import import_openvino
 from clfjudge.testing import simulated_machine, tiny_llama
 
+with contextlib.suppress(ImportError):
+    import_openvino()  # telemetry off before the import below (the module doc of openvino_session)
 ov = pytest.importorskip("openvino", reason="the openvino extra is not installed (pip install 'clfjudge[openvino]')")
 HAS_BF16 = bool(probe().openvino_bf16())
 # tests of the bf16 provider itself; tests/test_machine.py covers machines without it
@@ -67,6 +73,22 @@ def test_openvino_f32_runs_the_classifier_export_as_onnxruntime_does(classifier_
     assert [c.verdict for c in ov_out] == [c.verdict for c in ort_out]
     np.testing.assert_allclose([(c.p_a, c.p_tie, c.p_b) for c in ov_out],
                                [(c.p_a, c.p_tie, c.p_b) for c in ort_out], atol=1e-4)
+
+
+def test_scoring_on_openvino_reads_and_writes_nothing_in_home(classifier_onnx, tmp_path):
+    """OpenVINO's telemetry is off in the process: `clfjudge score --provider openvino` under an empty HOME leaves
+    it empty (with telemetry on, OpenVINO writes HOME/intel/openvino_ga_cid and HOME/intel/stats on import)."""
+    home, inp, out = tmp_path / "home", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    home.mkdir()
+    inp.write_text("".join(json.dumps({"id": str(i), **item}) + "\n" for i, item in enumerate(_items(2))))
+    # not as a CI job: OpenVINO leaves its telemetry off there by itself, so this would pass without the fix
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")} | {"HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "clfjudge.cli", "score", str(classifier_onnx.out_dir), "--input",
+                           str(inp), "--output", str(out), "--provider", "openvino"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(out.read_text().splitlines()) == 2
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
 
 
 def test_openvino_f32_reads_like_onnxruntime_for_an_embedding_judge(embedding_onnx):

@@ -327,3 +327,21 @@ def test_point_to_pair_puts_the_reference_first():
     assert "[The Start of Assistant 1's Answer]\nSeven." in render(pair, "judgelm-pair")
     with pytest.raises(RenderError, match="field 'reference'"):
         point_to_pair(POINT)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["pair"] + EXPECTED["point"]))
+def test_data_that_holds_every_placeholder_is_read_as_text(name):
+    """A field is filled once, never read again as a template: with every field holding every placeholder (answer_a
+    = "{answer_b}" shows B's text twice if fields are filled one after another), the rendered prompt is the prompt
+    of plain marker values with each marker swapped for the field's text."""
+    scheme = SCHEMES.get(name)
+    every = "".join("{" + p + "}" for p in ("question", "answer_a", "answer_b", "answer", "rubric", "reference",
+                                            "sep", "prompt"))
+    fields = ("question", "answer_a", "answer_b") if scheme.kind == "pair" else ("question", "answer")
+    base = replace(PAIR if scheme.kind == "pair" else POINT, **EXTRAS)
+    marked = replace(base, **{f: f"<<{f}>>" for f in (*fields, "rubric", "reference")})
+    hostile = replace(base, **{f: f"{f} says {every}" for f in (*fields, "rubric", "reference")})
+    expected = render(marked, name)
+    for f in (*fields, "rubric", "reference"):
+        expected = expected.replace(f"<<{f}>>", f"{f} says {every}")
+    assert render(hostile, name) == expected

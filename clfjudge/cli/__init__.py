@@ -33,9 +33,16 @@ JUDGE_DIR`, `clfjudge score JUDGE_DIR`, `clfjudge serve JUDGE_DIR` and `clfjudge
 --help."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line (the command, the error, where --help is) and exit
+    status 2, not the whole usage text; each sub-command's parser is one too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clfjudge", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="clfjudge", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__name__}.{name}").register(sub)

@@ -44,11 +44,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..audit import run_audit
-    from ..outputs import check_apart
+    from ..audit import run_audit, set_slug
+    from ..outputs import check_apart, target
 
+    figures = [("the length-bias figure", args.out / "length_bias.png"),
+               *((f"the agreement figure of {spec}", args.out / f"agreement_{set_slug(spec)}.png")
+                 for spec in args.sets or ())]
     check_apart([*local_inputs(args.judges, "JUDGE"), *local_inputs(args.sets or (), "--sets")],
-                [("the report", args.out / "report.md"), ("the metrics", args.out / "metrics.json")])
+                [("the report", args.out / "report.md"), ("the metrics", args.out / "metrics.json"), *figures])
+    args.out = target(args.out)  # where the OS puts it: no folder made for a "missing/.." on the way
     if args.engine == "ray":
         options = ray_options(args)  # one CPU (one thread) per actor
     else:

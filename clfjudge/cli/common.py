@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +39,25 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 THREADS = int_in(1)
+
+
+@contextlib.contextmanager
+def stopped_like_ctrl_c() -> Iterator[None]:
+    """Inside: SIGTERM (``kill``, a job scheduler stopping the job) ends the command as Ctrl-C does, by an exception,
+    so what it cleans up on the way out (an export's hidden temporary folder) is cleaned; the default, an immediate
+    end, would leave it. The previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def local_inputs(specs: Sequence[str], role: str) -> list[tuple[str, Path]]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_model_input
+from .common import add_model_input, stopped_like_ctrl_c
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,9 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
     from ..export.presets import apply_preset, load_preset
     from ..judges.base import open_judge
-    from ..outputs import check_apart
+    from ..outputs import check_apart, target
 
     check_apart({"JUDGE_DIR": args.judge_dir}, {"--out": args.out})
+    args.out = target(args.out)  # a symlink to a folder: the folder is written, the link stays
 
     if args.preset:
         taken = apply_preset(args, load_preset(args.preset), args.option_defaults)
@@ -76,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
     parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
     open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
-        result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
-                              opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
-                              parity=parity, fallback=args.fallback, providers=args.providers,
-                              model_input=args.model_input)
+        with stopped_like_ctrl_c():  # a stopped export removes its temporary folder
+            result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
+                                  opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
+                                  parity=parity, fallback=args.fallback, providers=args.providers,
+                                  model_input=args.model_input)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

@@ -32,10 +32,13 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import traceback
 
+    from ..outputs import check_apart
     from ..pipeline import RunConfig, StepFailed
     from ..pipeline import run as run_pipeline
     from . import USER_ERRORS
 
+    check_apart([("--recipe", args.recipe)], [("the run record", args.out / "run.json"),
+                                              ("the data statistics", args.out / "data_stats.json")])
     try:
         record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
                                         profile=args.profile, steps=args.steps, judges=args.judges))

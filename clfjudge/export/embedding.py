@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -412,6 +411,7 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
         _check_out_dir,
         _parity_message,
         drop_refused,
+        hidden_beside,
         int8_settings,
         validation_records,
     )
@@ -427,8 +427,9 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
     embedder, reference = _open_reference(judge_dir, card, config, parity, trust_pickle)
     reader = _reader_entry(judge_dir, card, embedder, records)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = hidden_beside(out)
     try:
+        tmp.mkdir(mode=0o700)
         files, exported = _write_graphs(embedder, records, tmp, reader, int8=int8, int4=int4, int8_settings=settings)
         head_file = card.runtime["sklearn_model"]
         shutil.copy(inside(judge_dir, head_file, f"{judge_dir / CARD_NAME} field 'runtime.sklearn_model'"),

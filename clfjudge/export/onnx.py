@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import logging
 import random
+import secrets
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -571,6 +571,12 @@ def _check_out_dir(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
 
 
+def hidden_beside(out: Path) -> Path:
+    """A new hidden name beside ``out`` for the folder an export fills, then renames to ``out``. Made inside the
+    export's ``try`` (not by ``mkdtemp`` before it), so a stop at any moment (Ctrl-C, SIGTERM) finds it removable."""
+    return out.parent / f".{out.name}.{secrets.token_hex(6)}"
+
+
 def drop_refused(report: dict[str, Any], files: dict[str, Any], tmp: Path) -> bool:
     """``fallback``: when the gate refuses only lossy runs (int8 files, providers computing in bf16) and every fp32
     run passed, move them to ``report["refused"]`` (with the gate's message), delete the files no passing run reads,
@@ -764,8 +770,9 @@ def _export(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, i
     sample = tokenizer.pad([s for r in records[:2] for s in reference.encode(r)], padding=True, return_tensors="np")
     config = torch_backend.model.config
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = hidden_beside(out)
     try:
+        tmp.mkdir(mode=0o700)
         files, exported = write_variants(tmp, torch_backend.model, sample, opset, clock, optimize=optimize,
                                          quant=quant, int4=int4)
         torch_backend.release()  # the reference is read: its weights are not held while the gate runs

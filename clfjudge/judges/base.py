@@ -240,6 +240,10 @@ class Judge:
     def require(self, task: str) -> None:
         if task not in self.tasks:
             can = " / ".join(sorted(self.tasks))
+            if {"pair": "compare", "point": "score"}.get(self.card.kind) == task:  # the card says it can
+                raise ValueError(f"this {self.card.head} judge cannot {task}: its card's kind is {self.card.kind!r} "
+                                 f"but its head and scheme ({self.card.scheme!r}) {can} only; the card contradicts "
+                                 "itself (fix its kind or its scheme)")
             raise ValueError(f"this {self.card.head} judge ({self.card.kind}) cannot {task}; it can {can}")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:

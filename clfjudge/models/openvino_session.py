@@ -6,9 +6,15 @@ The file is the one ``clfjudge export`` wrote and gated (no second export, no Op
 ``PERFORMANCE_HINT`` LATENCY, no model cache) and an explicit ``INFERENCE_PRECISION_HINT``: on a CPU with bf16
 instructions OpenVINO's own default is bf16, so "openvino" asks for f32 to run the function the gate passed, and
 "openvino-bf16" asks for bf16 (refused on a CPU without them rather than silently run in f32).
+
+OpenVINO is imported through ``import_openvino`` alone: ``import openvino`` starts its telemetry (it reads and
+rewrites ~/intel/openvino_ga_cid and ~/intel/stats and sends events to an analytics host), which the package turns
+off only by a file written in the user's home (``opt_in_out --opt_out``). Imported here, it finds no
+``openvino_telemetry`` module and takes the stub it ships for that case: nothing read, written or sent.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +23,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 INSTALL = "pip install 'clfjudge[openvino]' (or: pip install openvino)"
+
+
+def import_openvino():
+    """The ``openvino`` module, its telemetry off for this process (the module doc); ImportError where it is not
+    installed."""
+    if "openvino" not in sys.modules:
+        # a None entry makes "import openvino_telemetry" fail, so OpenVINO falls back to its own no-op stub
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
 
 
 class Port(NamedTuple):
@@ -29,7 +46,7 @@ class OpenVinoSession:
 
     def __init__(self, path: Path, hint: str, threads: int | None = None) -> None:
         try:
-            import openvino as ov
+            ov = import_openvino()
         except ImportError:
             raise ImportError(f"the OpenVINO providers need the openvino package: {INSTALL}") from None
         from ..machine import probe

@@ -6,6 +6,7 @@ bytes: a judge sorts the records of a call by length before batching them, so a 
 batches, and a different split can move scores by float noise."""
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections import Counter
@@ -88,7 +89,8 @@ def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOption
     try:
         item = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise loc.error(None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        # the message may end in "at" ("Unterminated string starting at"): the column follows as its own words
+        raise loc.error(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(item, dict):
         raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
     if item.get("id") is None:
@@ -141,11 +143,15 @@ class Chunk:
 def decode_line(raw: bytes, loc: Loc, offset: int, encoding: str = "utf-8") -> str | RecordError:
     """A line's bytes as text, or (never replaced by a stand-in character) the rejection of a line that is not in
     ``encoding``, naming the line and the byte offset (in the line and, ``offset`` being the line's, the file)."""
+    # a UTF-8 file may begin with a byte order mark (as some editors save it): no part of the first record
+    bom = len(codecs.BOM_UTF8) if loc.line == 1 and raw.startswith(codecs.BOM_UTF8) and \
+        codecs.lookup(encoding).name == "utf-8" else 0
     try:
-        return raw.decode(encoding)
+        return raw[bom:].decode(encoding)
     except UnicodeDecodeError as exc:
-        return loc.error(None, f"not valid {encoding}: byte {raw[exc.start]:#04x} at byte offset {exc.start} of the "
-                               f"line ({offset + exc.start} of the file); --encoding names another encoding")
+        at = bom + exc.start
+        return loc.error(None, f"not valid {encoding}: byte {raw[at]:#04x} at byte offset {at} of the line "
+                               f"({offset + at} of the file); --encoding names another encoding")
 
 
 def chunk_lines(lines: Iterable[tuple[int, str | RecordError]], source: str, task: str, chunk_size: int,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..data.records import Loc, RecordError
+from ..outputs import is_stream
 from .batch import decode_line
 
 PROGRESS_VERSION = 2  # 2: the output is written to OUTPUT.partial until the run completes
@@ -25,12 +26,17 @@ PROGRESS_VERSION = 2  # 2: the output is written to OUTPUT.partial until the run
 class Sink:
     """An output file written in chunks. ``commit`` makes what was written durable and returns the file's state
     (bytes, SHA-256); ``rollback`` cuts the file back to the last commit. Resuming verifies the committed prefix
-    of an existing file against a recorded state and cuts what follows it."""
+    of an existing file against a recorded state and cuts what follows it. A device or FIFO is written as it goes
+    (flushed, nothing to sync or cut back); no path: nothing is kept (what is written is printed elsewhere)."""
 
-    def __init__(self, path: Path, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: Path | None, state: dict[str, Any] | None = None) -> None:
         self.path = path
-        if state is None:
-            self.file: BinaryIO = open(path, "wb")
+        self.stream = path is None or is_stream(path)
+        if path is None:
+            self.file: BinaryIO | None = None
+            self.hash = hashlib.sha256()
+        elif state is None:
+            self.file = open(path, "wb")
             self.hash = hashlib.sha256()
         else:
             if not path.is_file():
@@ -40,30 +46,49 @@ class Sink:
             self.hash = _verified_prefix(self.file, state, path)
             self.file.truncate(state["bytes"])  # a chunk written after the last commit is not accounted for
             self.file.seek(state["bytes"])
-        self.size = self.file.tell()
+        self.size = 0 if self.stream else self.file.tell()
         self.committed = (self.size, self.hash.copy())
 
     def write(self, data: bytes) -> None:
-        self.file.write(data)
+        if self.file is not None:
+            with self._named():
+                self.file.write(data)
         self.hash.update(data)
         self.size += len(data)
 
     def commit(self) -> dict[str, Any]:
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        if self.file is not None:
+            with self._named():
+                self.file.flush()
+        if not self.stream:  # a pipe cannot be synced
+            os.fsync(self.file.fileno())
         self.committed = (self.size, self.hash.copy())
         return {"path": str(self.path), "bytes": self.size, "sha256": self.hash.hexdigest()}
 
     def rollback(self) -> None:
         self.size, committed = self.committed
         self.hash = committed.copy()
+        if self.stream:
+            return
         with contextlib.suppress(OSError, ValueError):  # best effort: --resume cuts the file back anyway
             self.file.seek(self.size)
             self.file.truncate(self.size)
             self.file.flush()
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            with contextlib.suppress(OSError):  # a failed write has said why; what is left unwritten is lost anyway
+                self.file.close()
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """An OS error of a write names the file (a full device says only "No space left on device")."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise type(exc)(exc.errno, exc.strerror, str(self.path)) from None
 
 
 def _verified_prefix(f: BinaryIO, state: dict[str, Any], path: Path) -> hashlib._Hash:
@@ -88,7 +113,7 @@ def progress_temporary(path: Path) -> Path:
 class Progress:
     """The resumable state of a run, written to OUTPUT.progress.json after each chunk (atomically)."""
 
-    path: Path
+    path: Path | None  # None: a run that cannot be resumed (its output is a stream): kept in memory alone
     settings: dict[str, Any]  # what must not change between a run and its resumption
     line: int = 0  # last input line accounted for
     input_bytes: int = 0
@@ -101,9 +126,10 @@ class Progress:
         """Record a new checkpoint: on disk first (atomically), then in memory, so both always agree."""
         data = {"version": PROGRESS_VERSION, "settings": self.settings, "line": line, "input_bytes": input_bytes,
                 "input_sha256": input_sha256, "files": files, "tally": tally}
-        tmp = progress_temporary(self.path)
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, self.path)
+        if self.path is not None:
+            tmp = progress_temporary(self.path)
+            tmp.write_text(json.dumps(data, indent=1) + "\n")
+            os.replace(tmp, self.path)
         self.line, self.input_bytes, self.input_sha256, self.files, self.tally = (line, input_bytes, input_sha256,
                                                                                   files, tally)
 
@@ -247,7 +273,13 @@ def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput
         raise ValueError(f"--encoding applies to a JSONL input, not to {text} (read by datasets)")
     if not path.exists() and not text.startswith("hf:"):
         raise FileNotFoundError(f"input {path} does not exist")
+    if path.is_dir() and not any((path / name).is_file() for name in SAVED_DATASET):
+        raise ValueError(f"--input {text} is a directory: name a data file (JSONL, Parquet, CSV, JSON) or a datasets "
+                         "save_to_disk directory (a directory of files is scored with --engine ray)")
     return TableInput(text)
+
+
+SAVED_DATASET = ("state.json", "dataset_dict.json")  # what datasets' save_to_disk writes in its directory
 
 
 def input_sample(text: str) -> tuple[str, int | None]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..options import LoadOptions
-from ..outputs import check_apart, check_writable, files_of
+from ..outputs import check_apart, check_writable, files_of, identity, is_stream, target
 from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
 from .files import (
     LineInput,
@@ -72,41 +72,63 @@ def partial(path: Path) -> Path:
 @dataclass
 class RunFiles:
     """What a run writes: the output and rejected files (under their ``partial`` names until the run completes)
-    and the progress file."""
+    and the progress file, each where the OS writes it (a symlink's target: the link stays). A device or FIFO
+    (``/dev/stdout``, ``/dev/null``, a named pipe) is written straight through instead, as the run goes: such an
+    output has no progress file (it cannot be resumed) and, without ``--rejected``, its rejections are printed,
+    every one."""
 
     output: Path
-    rejected: Path
-    progress: Path
+    rejected: Path | None  # None: printed (a stream output without --rejected)
+    progress: Path | None  # None: a stream output, not resumable
+    named: dict[str, str]  # "--output" / "--rejected" -> the name as given (messages name it)
 
     @classmethod
     def of(cls, job: ScoreJob) -> RunFiles:
-        out = Path(job.output)
+        named = {"--output": job.output, **({"--rejected": job.rejected} if job.rejected else {})}
+        if is_stream(job.output):
+            rejected = Path(job.rejected) if job.rejected else None
+            return cls(Path(job.output), rejected if rejected is None or is_stream(rejected) else target(rejected),
+                       None, named)
+        out = target(job.output)
         rejected = Path(job.rejected) if job.rejected else out.with_name(out.name + ".rejected.jsonl")
-        return cls(out, rejected, out.with_name(out.name + ".progress.json"))
+        return cls(out, rejected if is_stream(rejected) else target(rejected),
+                   out.with_name(out.name + ".progress.json"), named)
+
+    def written(self, path: Path) -> Path:
+        """Where ``path`` is written while the run goes: its partial file; a stream: itself."""
+        return path if is_stream(path) else partial(path)
 
     def check(self, job: ScoreJob) -> None:
         """Before anything is read or written: no file the run writes is one it reads or another it writes, and
         the output and rejected files can be written."""
         inputs = [("--input", None if job.input.startswith("hf:") else input_sample(job.input)[0]),
                   *files_of(job.model, "a file of JUDGE_DIR")]
-        outputs = [("--output", self.output), ("--rejected", self.rejected), ("the progress file", self.progress),
-                   ("the progress file's temporary", progress_temporary(self.progress)),
-                   ("the partial output", partial(self.output)),
-                   ("the partial rejected file", partial(self.rejected))]
-        check_apart(inputs, outputs)
+        outputs = [("--output", job.output), ("--rejected", job.rejected or self.rejected),
+                   ("the progress file", self.progress),
+                   ("the progress file's temporary", self.progress and progress_temporary(self.progress)),
+                   ("the partial output", self.written(self.output)),
+                   ("the partial rejected file", self.rejected and self.written(self.rejected))]
+        check_apart(inputs, [(role, path) for role, path in outputs if not (path and is_stream(path))])
         for path in (self.output, self.rejected):
-            check_writable(path)
+            if path is not None:
+                check_writable(path)
+        if job.resume and self.progress is None:
+            raise ValueError(f"--resume: --output {job.output} is a device or FIFO, written as the run goes: there "
+                             "is nothing to resume (run without --resume)")
 
     def finish(self, rejected: int) -> None:
         """The run is complete: the partial files become the output and rejected files (a run without
         rejections leaves no rejected file, not even an earlier run's), then the progress file goes."""
-        os.replace(partial(self.output), self.output)
-        if rejected:
-            os.replace(partial(self.rejected), self.rejected)
-        else:
-            partial(self.rejected).unlink()
-            self.rejected.unlink(missing_ok=True)
-        self.progress.unlink()
+        if not is_stream(self.output):
+            os.replace(partial(self.output), self.output)
+        if self.rejected is not None and not is_stream(self.rejected):
+            if rejected:
+                os.replace(partial(self.rejected), self.rejected)
+            else:
+                partial(self.rejected).unlink()
+                self.rejected.unlink(missing_ok=True)
+        if self.progress is not None:
+            self.progress.unlink()
 
 
 def score_file(job: ScoreJob) -> int:
@@ -122,11 +144,11 @@ def score_file(job: ScoreJob) -> int:
     # What must be the same to resume (with the same --chunk-size and --batch-size too, the output is byte for
     # byte an uninterrupted run's; other sizes can move scores by float noise only).
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
-                "symmetric": job.symmetric, "rejected": str(files.rejected.resolve()),
+                "symmetric": job.symmetric, "rejected": str(files.rejected),
                 "backend": job.load.backend, "variant": job.load.variant, "format": job.format, "columns": job.columns,
                 "encoding": getattr(src, "encoding", None), "sample": src.sample}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
-    if not job.resume and files.progress.exists():
+    if not job.resume and files.progress is not None and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
               file=sys.stderr)
     # a judge that cannot score fails here (JudgeError), not on every line
@@ -135,19 +157,24 @@ def score_file(job: ScoreJob) -> int:
     judge.require(task)
     if job.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
-    files.output.parent.mkdir(parents=True, exist_ok=True)
-    files.rejected.parent.mkdir(parents=True, exist_ok=True)
+    for path in (files.output, files.rejected):
+        if path is not None and not is_stream(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
     run = _Run(judge, task, job, src, files, progress)
     run.score()
     files.finish(run.tally.rejected)
 
     tally = run.tally
-    if tally.rejected > SHOWN_REJECTIONS:
+    if tally.rejected > SHOWN_REJECTIONS and files.rejected is not None:
         print(f"... {tally.rejected - SHOWN_REJECTIONS} more rejections in {files.rejected}", file=sys.stderr)
     if tally.duplicate_warning():
         print(tally.duplicate_warning(), file=sys.stderr)
-    print(tally.summary())
-    print(f"results: {files.output}" + (f"; rejected lines: {files.rejected}" if tally.rejected else ""))
+    # the summary stays out of the scores when they go to this process's standard output
+    summary = sys.stderr if is_stream(files.output) and identity(files.output) == identity("/dev/stdout") \
+        else sys.stdout
+    print(tally.summary(), file=summary)
+    print(f"results: {files.output}" + (f"; rejected lines: {files.rejected}" if tally.rejected and files.rejected
+                                         else ""), file=summary)
     return 1 if tally.rejected else 0
 
 
@@ -158,7 +185,7 @@ class _Run:
     def __init__(self, judge: Judge, task: str, job: ScoreJob, src: LineInput | TableInput, files: RunFiles,
                  progress: Progress) -> None:
         self.judge, self.task, self.job, self.src, self.files, self.progress = judge, task, job, src, files, progress
-        out, rejected = partial(files.output), partial(files.rejected)
+        out, rejected = files.written(files.output), files.rejected and files.written(files.rejected)
         if job.resume:
             self.input_hash = src.prefix_hash(progress)
             self.sink, self.rejected = Sink(out, progress.files["output"]), Sink(rejected, progress.files["rejected"])
@@ -216,6 +243,10 @@ class _Run:
         except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
             self.sink.rollback()
             self.rejected.rollback()
+            if self.files.progress is None:
+                print(f"clfjudge score: interrupted after line {self.progress.line} of {self.src}, written to "
+                      f"{self.files.output} as it went (a device or FIFO: no resuming; run again)", file=sys.stderr)
+                raise
             print(f"clfjudge score: interrupted; lines 1-{self.progress.line} of {self.src} are accounted for in "
                   f"{self.sink.path} and {self.rejected.path} (progress: {self.files.progress}; "
                   f"{self.files.output} is left as it was); run the same command with --resume to go on",
@@ -230,6 +261,6 @@ def _reject(err: RecordError, tally: Tally, rejected_file: Sink, shown: list[int
     tally.rejected += 1
     tally.reasons[reason(err)] += 1
     rejected_file.write(rejected_text(err).encode())
-    if shown[0] < SHOWN_REJECTIONS:
+    if shown[0] < SHOWN_REJECTIONS or rejected_file.path is None:  # no rejected file: every one is printed
         print(f"rejected {err}", file=sys.stderr)
         shown[0] += 1
