@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -281,13 +282,12 @@ def test_api_key_guards_judging_and_metrics_not_health(pair_judge):
 
 
 def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, capsys):
-    import uvicorn
-
     from clfjudge.cli import main
+    from clfjudge.serving import listen
 
     started = {}
     monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(app=app, **kw))
+    monkeypatch.setattr(listen, "serve", lambda app, sock, limits, **kw: started.update(app=app) or True)
     monkeypatch.delenv("CLFJUDGE_API_KEY", raising=False)
     assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
     assert "listening on 0.0.0.0 without an API key" in capsys.readouterr().err
@@ -302,17 +302,94 @@ def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, c
     assert main(["serve", "judge-dir", "--api-key", " "]) == 2
 
 
+@pytest.mark.parametrize("option, words", [
+    ("--max-queue=0", "--max-queue must be positive, got 0"),
+    ("--max-items=0", "--max-items must be positive, got 0"),
+    ("--timeout-s=0", "--timeout-s must be positive, got 0.0"),
+    ("--read-timeout-s=-1", "--read-timeout-s must be positive, got -1.0"),
+    ("--max-body-bytes=-1", "--max-body-bytes must be positive, got -1"),
+    ("--max-json-depth=0", "--max-json-depth must be positive, got 0"),
+    ("--header-timeout-s=nan", "--header-timeout-s must be positive, got nan"),
+    ("--max-wait-ms=-5", "--max-wait-ms cannot be negative"),
+    ("--port=70000", "argument --port: 70000 is out of range"),
+    ("--threads=0", "argument --threads: 0 is out of range"),
+])
+def test_serve_refuses_a_limit_that_would_refuse_everything_in_one_line(option, words, monkeypatch, capsys):
+    """Before the judge loads: one line, exit 2 (argparse's own errors too), where such a server used to start
+    healthy and refuse every request."""
+    from clfjudge.cli import main
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pytest.fail("the judge was loaded")))
+    try:
+        status = main(["serve", "judge-dir", option])
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_serve_that_cannot_listen_exits_5_before_loading_the_judge(monkeypatch, capsys):
+    import socket
+
+    from clfjudge.cli import EXIT_LISTEN, main
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pytest.fail("the judge was loaded")))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "judge-dir", "--port", str(port)]) == EXIT_LISTEN == 5
+        err = capsys.readouterr().err
+        assert err == f"clfjudge: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert main(["serve", "judge-dir", "--host", "host.invalid"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("clfjudge: error: cannot listen on host.invalid:8000: ") and err.count("\n") == 1
+
+
+def test_serve_says_where_it_listens_and_a_failed_warm_up_is_the_judges_error(pair_judge, monkeypatch, capsys):
+    """`clfjudge serve` prints one line with its address once the judge is ready; a judge whose warm-up fails ends
+    it with exit 3 and one line, never listening."""
+    from clfjudge.cli import main
+    from clfjudge.serving import listen
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
+    guarded = listen.server
+
+    def stopped_once_listening(*args, **kwargs):
+        server = guarded(*args, **kwargs)
+
+        def stop():
+            deadline = time.monotonic() + 30
+            while not server.started and time.monotonic() < deadline:
+                time.sleep(0.01)
+            server.should_exit = True
+
+        threading.Thread(target=stop, daemon=True).start()
+        return server
+
+    monkeypatch.setattr(listen, "server", stopped_once_listening)
+    assert main(["serve", "judge-dir", "--port", "0"]) == 0
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"clfjudge serve: listening on http://127\.0\.0\.1:\d+ \(at most \d+ connections\)\n",
+                        err), err
+    monkeypatch.setattr(type(pair_judge), "warm_up", lambda self, n=None: 1 / 0)
+    assert main(["serve", "judge-dir", "--port", "0"]) == 3
+    err = capsys.readouterr().err
+    assert err == "clfjudge: error: judge judge-dir cannot be used: ZeroDivisionError: division by zero\n", err
+
+
 # -- a bounded overload of a real server on loopback -------------------------------------------------------
 
 def _serve_in_thread(app):
     """A real uvicorn server on a free loopback port, in a thread; returns (server, thread, base url)."""
+    import io
     import socket
 
-    import uvicorn
+    from clfjudge.serving.listen import server as guarded
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    server = guarded(app, app.state.service.limits, graceful_s=4, log=io.StringIO())
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -594,3 +671,88 @@ def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_ju
         assert "securitySchemes" not in doc["components"]
         assert all("security" not in op for ops in doc["paths"].values() for op in ops.values())
         assert set(POINT_FIELDS) | {"id"} == set(doc["components"]["schemas"]["PointItem"]["properties"])
+
+
+# -- connections that send nothing: a head timeout and a cap under the file limit --------------------------
+
+@pytest.mark.timeout(120)
+def test_health_answers_under_more_idle_connections_than_the_file_limit_allows(tiny_bert_dir, tmp_path):
+    """`clfjudge serve` with its file limit at 64, and 60 connections held that send nothing or half a request head:
+    /healthz still answers on new connections (the oldest idle ones are closed to make room), and the server logs
+    a line per cause, not per event. (The full-size probe, 300 sockets at a limit of 256: bench/serve_idle.py.)"""
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    judge = make_judge(tiny_bert_dir, tmp_path / "judge", "cls3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stderr = (tmp_path / "stderr").open("w+b")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "clfjudge.cli", "serve", str(judge), "--port", str(port), "--no-warm-up"],
+        stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    idle: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 90
+        while b"listening on" not in (tmp_path / "stderr").read_bytes():
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.2)
+        for n in range(60):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if n % 2:
+                sock.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\n")
+            idle.append(sock)
+        for _ in range(10):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+                probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := probe.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and b'"status":"ok"' in answer, answer[:200]
+        closed = 0
+        for sock in idle:
+            sock.settimeout(0.01)
+            try:
+                closed += sock.recv(1) == b""
+            except (TimeoutError, ConnectionResetError):
+                closed += 0
+        assert closed >= 10  # made room
+    finally:
+        for sock in idle:
+            sock.close()
+        server.terminate()
+        server.wait(30)
+    log = (tmp_path / "stderr").read_bytes()
+    assert len(log) < 10_000 and b"Traceback" not in log, log[-2000:]
+    assert log.count(b"closed the oldest idle one") == 1, log
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_sends_no_request_head_is_closed(pair_judge):
+    """Nothing sent, half a head sent, or nothing after an answer on a kept-alive connection: each is closed
+    after the head timeout (where it used to stay open for good)."""
+    import socket
+
+    app = create_app(pair_judge, Limits(header_timeout_s=0.5), warm_up=False)
+    server, thread, url = _serve_in_thread(app)
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        with (socket.create_connection((host, int(port)), timeout=10) as silent,
+              socket.create_connection((host, int(port)), timeout=10) as half,
+              socket.create_connection((host, int(port)), timeout=10) as kept):
+            half.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\n")
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"}"):  # the whole answer: head, then its JSON body
+                answer += kept.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            kept.sendall(b"GET /heal")
+            for sock in (silent, half, kept):
+                assert sock.recv(65536) == b""  # closed by the server (a socket timeout here: still open)
+    finally:
+        server.should_exit = True
+        thread.join(15)

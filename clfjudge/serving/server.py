@@ -45,6 +45,12 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
+# the `clfjudge serve` option of each limit, for the messages that refuse one
+FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "max_queue", "max_items", "max_text_chars", "max_body_bytes", "max_json_depth", "max_connections", "timeout_s",
+    "read_timeout_s", "header_timeout_s", "max_wait_ms")}
+
+
 @dataclass(frozen=True)
 class Limits:
     # items and padded tokens per judge call (no token budget: items only); ``clfjudge serve`` loads its judge with
@@ -55,10 +61,22 @@ class Limits:
     timeout_s: float = 30.0
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0  # the whole body must arrive within this (a slow client, a lying Content-Length)
+    header_timeout_s: float = 10.0  # a request's head, within this of the connection opening or its last answer
+    max_connections: int = 1000  # open at once (``listen.connection_plan`` lowers it to the file limit)
     max_items: int = 64  # items per request
     max_text_chars: int = 32_000
     max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]}), a conversation's text part 7
     retry_after_s: int = 1  # the Retry-After of a 503
+
+    def __post_init__(self) -> None:
+        """A limit that would refuse everything (or allow nothing to arrive) is refused here, not served."""
+        positive = ("max_queue", "max_items", "max_text_chars", "max_body_bytes", "max_json_depth", "max_connections",
+                    "timeout_s", "read_timeout_s", "header_timeout_s")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{FLAGS.get(name, name)} must be positive, got {getattr(self, name)}")
+        if not self.max_wait_ms >= 0:
+            raise ValueError(f"{FLAGS['max_wait_ms']} cannot be negative, got {self.max_wait_ms}")
 
 
 class HTTPError(Exception):
@@ -434,6 +452,7 @@ class JudgeService:
             "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
         }
         self.batchers: dict[str, Batcher] = {}
+        self.startup_error: Exception | None = None
         self.accepting = True
         self.key = api_key.encode("utf-8") if api_key else None
         self.schema = openapi_schema(judge, self.tasks, limits, secured=self.key is not None)
@@ -551,12 +570,16 @@ class JudgeService:
     @contextlib.asynccontextmanager
     async def lifespan(self, _app):
         judge = self.judge
-        if self.warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
-            start = time.monotonic()
-            await asyncio.to_thread(judge.warm_up, self.limits.budget.max_batch_size)
-            self.stats.warm_up_s = time.monotonic() - start
-        elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
-            await asyncio.to_thread(judge.self_test)
+        try:
+            if self.warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
+                start = time.monotonic()
+                await asyncio.to_thread(judge.warm_up, self.limits.budget.max_batch_size)
+                self.stats.warm_up_s = time.monotonic() - start
+            elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
+                await asyncio.to_thread(judge.self_test)
+        except Exception as exc:
+            self.startup_error = exc  # the judge's fault: ``clfjudge serve`` exits 3 with it
+            raise
         for task in self.tasks:
             self.batchers[task] = Batcher(self.runners[task], self.limits, self.stats, self.plan, self.passes)
             self.batchers[task].start()
