@@ -289,12 +289,12 @@ def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, c
     monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
     monkeypatch.setattr(listen, "serve", lambda app, sock, limits, **kw: started.update(app=app) or True)
     monkeypatch.delenv("CLFJUDGE_API_KEY", raising=False)
-    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0", "--port", "0"]) == 0
     assert "listening on 0.0.0.0 without an API key" in capsys.readouterr().err
-    assert main(["serve", "judge-dir", "--host", "127.0.0.1"]) == 0
+    assert main(["serve", "judge-dir", "--host", "127.0.0.1", "--port", "0"]) == 0
     assert "warning" not in capsys.readouterr().err
     monkeypatch.setenv("CLFJUDGE_API_KEY", "from-env")
-    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0", "--port", "0"]) == 0
     assert "warning" not in capsys.readouterr().err
     with TestClient(started["app"]) as client:
         assert client.post("/compare", json=PAIR).status_code == 401
@@ -642,10 +642,11 @@ def test_openapi_describes_the_endpoints_and_item_formats(pair_judge):
         got = client.get("/openapi.json")
         assert got.status_code == 200
         doc = got.json()
-        assert doc["openapi"].startswith("3.") and set(doc["paths"]) == {"/compare", "/healthz", "/metrics"}
+        assert doc["openapi"].startswith("3.")
+        assert set(doc["paths"]) == {"/compare", "/healthz", "/metrics", "/openapi.json"}
         assert {"PairItem", "PreferenceItem", "Message", "TextPart"} <= set(doc["components"]["schemas"])
         request = doc["paths"]["/compare"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert len(request["oneOf"]) == 2  # one item, or a batch of them
+        assert len(request["oneOf"]) == 3  # an item of either format posted alone, or a batch of them
 
 
 def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_judge, point_judge):
@@ -659,9 +660,11 @@ def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_ju
             assert client.request(method.upper(), path, json={}).status_code == 401  # as the document says
         assert "security" not in doc["paths"]["/healthz"]["get"]
         assert client.get("/healthz").status_code == 200
-        pair = doc["components"]["schemas"]["PairItem"]["properties"]
-        assert set(PAIR_FIELDS) | {"id", "symmetric"} == set(pair)
-        assert "symmetric" in doc["components"]["schemas"]["PreferenceItem"]["properties"]
+        schemas = doc["components"]["schemas"]
+        assert set(PAIR_FIELDS) | {"id"} == set(schemas["PairItem"]["properties"])
+        assert set(PAIR_FIELDS) | {"id", "symmetric"} == set(schemas["PairRequest"]["properties"])
+        assert "symmetric" in schemas["PreferenceRequest"]["properties"]
+        assert "symmetric" not in schemas["PreferenceItem"]["properties"]
         # an item posted alone with its own symmetric is accepted, as PairItem says
         item = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9", "symmetric": True}
         got = client.post("/compare", json=item, headers={"Authorization": "Bearer k"})
@@ -753,6 +756,181 @@ def test_a_connection_that_sends_no_request_head_is_closed(pair_judge):
             kept.sendall(b"GET /heal")
             for sock in (silent, half, kept):
                 assert sock.recv(65536) == b""  # closed by the server (a socket timeout here: still open)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+# -- the OpenAPI document is the contract: real answers validate against it, fields accepted == fields declared ----
+
+def _validator(doc: dict, schema: dict):
+    """A JSON Schema validator of ``schema`` whose references resolve in the OpenAPI document ``doc``."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator({**doc, **schema})
+
+
+def _answer_schema(doc: dict, path: str, method: str, status: int) -> dict:
+    answer = doc["paths"][path][method]["responses"][str(status)]  # KeyError: an undeclared status
+    return next(iter(answer["content"].values()))["schema"]
+
+
+def _request_schema(doc: dict, path: str) -> dict:
+    return doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+
+def _check_answer(doc: dict, path: str, method: str, response) -> None:
+    schema = _answer_schema(doc, path, method, response.status_code)
+    body = response.json() if "json" in response.headers["content-type"] else response.text
+    errors = [e.message for e in _validator(doc, schema).iter_errors(body)]
+    assert not errors, (path, response.status_code, body, errors[:3])
+
+
+# One item of every declared format with every field it declares, per endpoint (and the same posted alone).
+EVERY_FIELD = {
+    "/compare": [
+        {**PAIR, "id": "p1", "rubric": "Correctness.", "reference": "7"},
+        {"id": 2, "prompt": CONVERSATION,
+         "chosen": [{"role": "assistant", "content": [{"type": "text", "text": "7"}]}],
+         "rejected": [{"role": "assistant", "content": "9"}]},
+    ],
+    "/score": [
+        {"id": "s1", "question": "Name a prime.", "answer": "7", "rubric": "Correctness.", "reference": "7"},
+        {"id": "s2", "prompt": "Name a prime.", "completion": "7"},
+        {"id": "s3", "messages": [*CONVERSATION, {"role": "assistant", "content": "7"}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def reward_judge(tiny_bert_dir, tmp_path_factory):
+    return Judge.load(make_judge(tiny_bert_dir, tmp_path_factory.mktemp("reward"), "reward"))
+
+
+@pytest.mark.parametrize("name", ["pair_judge", "point_judge", "reward_judge"])
+def test_real_answers_of_every_route_validate_against_the_served_document(name, request):
+    """Every route's answers (results, batches, errors of each kind, health, metrics, the document itself) match
+    what the document the server serves declares for that status; each item's id comes back in its result."""
+    judge = request.getfixturevalue(name)
+    app = create_app(SlowJudge(judge, 0.3) if name == "pair_judge" else judge,
+                     Limits(max_items=4, max_text_chars=100, max_queue=3, budget=rows(1)), api_key="k", warm_up=False)
+    key = {"Authorization": "Bearer k"}
+    with TestClient(app) as client:
+        doc = client.get("/openapi.json").json()
+        _check_answer(doc, "/openapi.json", "get", client.get("/openapi.json"))
+        _check_answer(doc, "/healthz", "get", client.get("/healthz"))
+        _check_answer(doc, "/metrics", "get", client.get("/metrics", headers=key))
+        _check_answer(doc, "/metrics", "get", client.get("/metrics"))  # 401
+        for path in [p for p in EVERY_FIELD if p in doc["paths"]]:
+            items = EVERY_FIELD[path]
+            answers = [client.post(path, json=item, headers=key) for item in items]
+            answers.append(client.post(path, json={"items": items}, headers=key))
+            assert [a.status_code for a in answers] == [200] * len(answers), [a.json() for a in answers]
+            assert [a.json()["id"] for a in answers[:-1]] == [item["id"] for item in items]
+            assert [r["id"] for r in answers[-1].json()["results"]] == [item["id"] for item in items]
+            assert "id" not in client.post(path, json={k: v for k, v in items[0].items() if k != "id"},
+                                           headers=key).json()
+            mistakes = [client.post(path, content=b"{", headers=key),  # 400
+                        client.post(path, json=items[0]),  # 401
+                        client.post(path, json={"items": items * 4}, headers=key),  # 413
+                        client.post(path, json={**items[0], "colour": "red"}, headers=key)]  # 422
+            assert [m.status_code for m in mistakes] == [400, 401, 413, 422]
+            for answer in answers + mistakes:
+                _check_answer(doc, path, "post", answer)
+        if "/compare" in doc["paths"]:  # the server's own refusals under load: 503 (queue full)
+            with ThreadPoolExecutor(8) as pool:
+                busy = list(pool.map(lambda _: client.post("/compare", json=PAIR, headers=key), range(8)))
+            assert 503 in {b.status_code for b in busy}
+            for answer in busy:
+                _check_answer(doc, "/compare", "post", answer)
+
+
+def test_a_generative_judges_answers_validate_against_the_document(tiny_llama_dir, tmp_path):
+    from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
+
+    judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
+    pairs = [{"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine", "id": "g"},
+             {"question": "GIBBERISH?", "answer_a": "seven", "answer_b": "nine"}]  # unparsed: nulls
+    with TestClient(create_app(judge, warm_up=False)) as client:
+        doc = client.get("/openapi.json").json()
+        got = client.post("/compare", json={"items": pairs, "symmetric": True})
+        assert got.status_code == 200 and got.json()["results"][1]["verdict"] is None
+        _check_answer(doc, "/compare", "post", got)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/compare", {"items": [{**PAIR, "symmetric": True}]}),  # symmetric is the batch's
+    ("/compare", {"prompt": "q", "chosen": "a", "rejected": "b", "colour": "red"}),  # TRL format: refused too
+    ("/compare", {"items": [{"chosen": [*CONVERSATION, {"role": "assistant", "content": "7"}],
+                             "rejected": [*CONVERSATION, {"role": "assistant", "content": "9"}], "score": 1}]}),
+    ("/compare", {**PAIR, "id": [1]}),
+    ("/score", {"question": "q", "answer": "a", "symmetric": True}),  # nothing to make symmetric
+    ("/score", {"items": [{"question": "q", "answer": "a"}], "symmetric": False}),
+    ("/score", {"prompt": "q", "completion": "a", "label": True}),
+    ("/score", {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "x": 1}),
+])
+def test_a_field_the_document_does_not_declare_is_refused_in_every_format(pair_judge, point_judge, path, body):
+    """Accepted == declared: what the document refuses (an unknown field, symmetric where it does not belong, an id
+    that is not a string or integer), the server answers 422 naming the field, in clfjudge's format and TRL's."""
+    with TestClient(create_app(pair_judge if path == "/compare" else point_judge, warm_up=False)) as client:
+        doc = client.get("/openapi.json").json()
+        assert list(_validator(doc, _request_schema(doc, path)).iter_errors(body))  # the document refuses it
+        got = client.post(path, json=body)
+        assert got.status_code == 422, got.json()
+        _check_answer(doc, path, "post", got)
+
+
+def test_every_body_the_tests_send_and_the_server_judges_is_one_the_document_declares(pair_judge, point_judge):
+    for judge in (pair_judge, point_judge):
+        with TestClient(create_app(judge, warm_up=False)) as client:
+            doc = client.get("/openapi.json").json()
+            path = "/compare" if "/compare" in doc["paths"] else "/score"
+            items = EVERY_FIELD[path]
+            bodies = [*items, {"items": items}, {**items[0], "rubric": None}]
+            if path == "/compare":
+                bodies += [{**PAIR, "symmetric": True}, {"items": items, "symmetric": True}]
+            for body in bodies:
+                assert not list(_validator(doc, _request_schema(doc, path)).iter_errors(body)), body
+                assert client.post(path, json=body).status_code == 200, body
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", ["pair_judge", "point_judge"])
+def test_an_api_fuzz_run_from_the_document_finds_no_5xx_and_no_schema_violation(name, request):
+    """schemathesis generates requests from the served document for every operation and checks each answer: no
+    5xx, a declared status and content type, a body that matches the declared schema."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import (
+        content_type_conformance,
+        not_a_server_error,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+              response_schema_conformance]
+    app = create_app(request.getfixturevalue(name), warm_up=False)
+    server, thread, url = _serve_in_thread(app)
+    try:
+        import httpx
+
+        schema = schemathesis.openapi.from_dict(httpx.get(url + "/openapi.json").json())
+        operations = [op.ok() for op in schema.get_all_operations()]
+        assert len(operations) == 4  # the judge's endpoint, /healthz, /metrics, /openapi.json
+        seen = {op.label: Counter() for op in operations}
+        for operation in operations:
+            @settings(max_examples=60 if operation.method == "post" else 5, deadline=None, database=None,
+                      derandomize=True, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy())
+            def fuzz(case):
+                seen[case.operation.label][case.call_and_validate(base_url=url, checks=checks).status_code] += 1
+
+            fuzz()
+        judged = next(counts for label, counts in seen.items() if label.startswith("POST "))
+        assert judged[200] >= 5, seen  # the generated items reach the judge, not only its validation
     finally:
         server.should_exit = True
         thread.join(15)
