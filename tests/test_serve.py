@@ -440,7 +440,7 @@ def test_overload_on_loopback_sheds_load_without_a_crash(pair_judge):
     judge's delay stands in for a bigger model, so that its capacity is known and a test client can exceed it."""
     import asyncio
 
-    judge = SlowJudge(pair_judge, 0.05)
+    judge = SlowJudge(pair_judge, 0.2)  # slow enough that a test client on a loaded machine can offer 3x its rate
     batch = 2
     took = []
     for _ in range(3):
