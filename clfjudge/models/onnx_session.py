@@ -115,7 +115,7 @@ def inference_session(path: str | Path, provider: str = "cpu", threads: int | No
         if not (runs := entry.available()):
             raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")
         return resolve(entry.open)(Path(path), threads)
-    except (ValueError, OSError):  # clfjudge's own refusals and the system's errors name the file already
+    except (ValueError, OSError, ImportError):  # clfjudge's own refusals, the system's errors, a missing runtime
         raise
     except Exception as exc:  # a file the runtime cannot read (corrupt, truncated): named, as the judge's error
         reason = " ".join(str(exc).split())  # runtimes' messages span lines
