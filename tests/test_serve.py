@@ -845,6 +845,18 @@ def test_real_answers_of_every_route_validate_against_the_served_document(name, 
                 _check_answer(doc, "/compare", "post", answer)
 
 
+def test_the_servers_own_faults_are_answered_as_the_document_declares(pair_judge):
+    """500 (the judge failed on a call) and 504 (not judged in time) carry the declared error body too."""
+    app = create_app(PickyJudge(pair_judge, 2.0), Limits(timeout_s=1.0), warm_up=False)
+    with TestClient(app) as client:
+        doc = client.get("/openapi.json").json()
+        failed = client.post("/compare", json={**PAIR, "question": "BOOM"})
+        late = client.post("/compare", json=PAIR)
+    assert (failed.status_code, late.status_code) == (500, 504)
+    for answer in (failed, late):
+        _check_answer(doc, "/compare", "post", answer)
+
+
 def test_a_generative_judges_answers_validate_against_the_document(tiny_llama_dir, tmp_path):
     from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
 
