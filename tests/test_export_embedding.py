@@ -295,3 +295,36 @@ def test_the_three_graphs_share_one_copy_of_the_weights_and_describe_themselves(
     assert signature["postprocessing"]["columns"] == ["A", "TIE", "B"]
     assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}
     assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("graph, corrupt", [
+    ("prefix.onnx", "the reader's graph"), ("continuation.onnx", "the reader's graph"), ("prefix.onnx", "bytes")])
+def test_a_corrupt_shared_prefix_graph_fails_the_start_up_check(judge_dir, tmp_path, graph, corrupt, monkeypatch,
+                                                                capsys):
+    """A graph only a group of answers to one prompt runs is opened and checked with the reader, so the start-up
+    check (one short item) finds it broken: score and serve (even with --no-warm-up) exit 3 with one line naming it
+    before any input, where the judge used to start healthy and fail every group of four answers to one prompt."""
+    import shutil
+
+    from clfjudge.cli import main
+    from clfjudge.judges.base import JudgeError, load_ready
+    from clfjudge.serving import listen
+
+    out = tmp_path / "onnx"
+    export_judge(judge_dir, out, n_records=12, parity=_parity())
+    if corrupt == "the reader's graph":  # a well-formed graph that opens, fed what it does not take
+        shutil.copyfile(out / "reader.onnx", out / graph)
+    else:  # not ONNX at all: refused before, without naming the file
+        (out / graph).write_bytes(b"not an ONNX graph" * 10)
+    with pytest.raises(JudgeError, match=graph):
+        load_ready(out)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"question": "Name a prime.", "answer_a": "7", "answer_b": "9"}) + "\n")
+    capsys.readouterr()
+    assert main(["score", str(out), "--input", str(pairs), "--output", str(tmp_path / "scores.jsonl")]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"clfjudge: error: judge {out} cannot be used: ") and graph in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "scores.jsonl").exists()
+    monkeypatch.setattr(listen, "serve", lambda *a, **kw: pytest.fail("a broken judge was served"))
+    assert main(["serve", str(out), "--no-warm-up", "--port", "0"]) == 3
+    assert graph in capsys.readouterr().err

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -281,20 +282,19 @@ def test_api_key_guards_judging_and_metrics_not_health(pair_judge):
 
 
 def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, capsys):
-    import uvicorn
-
     from clfjudge.cli import main
+    from clfjudge.serving import listen
 
     started = {}
     monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(app=app, **kw))
+    monkeypatch.setattr(listen, "serve", lambda app, sock, limits, **kw: started.update(app=app) or True)
     monkeypatch.delenv("CLFJUDGE_API_KEY", raising=False)
-    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0", "--port", "0"]) == 0
     assert "listening on 0.0.0.0 without an API key" in capsys.readouterr().err
-    assert main(["serve", "judge-dir", "--host", "127.0.0.1"]) == 0
+    assert main(["serve", "judge-dir", "--host", "127.0.0.1", "--port", "0"]) == 0
     assert "warning" not in capsys.readouterr().err
     monkeypatch.setenv("CLFJUDGE_API_KEY", "from-env")
-    assert main(["serve", "judge-dir", "--host", "0.0.0.0"]) == 0
+    assert main(["serve", "judge-dir", "--host", "0.0.0.0", "--port", "0"]) == 0
     assert "warning" not in capsys.readouterr().err
     with TestClient(started["app"]) as client:
         assert client.post("/compare", json=PAIR).status_code == 401
@@ -302,17 +302,94 @@ def test_serve_cli_key_from_env_and_open_host_warning(pair_judge, monkeypatch, c
     assert main(["serve", "judge-dir", "--api-key", " "]) == 2
 
 
+@pytest.mark.parametrize("option, words", [
+    ("--max-queue=0", "--max-queue must be positive, got 0"),
+    ("--max-items=0", "--max-items must be positive, got 0"),
+    ("--timeout-s=0", "--timeout-s must be positive, got 0.0"),
+    ("--read-timeout-s=-1", "--read-timeout-s must be positive, got -1.0"),
+    ("--max-body-bytes=-1", "--max-body-bytes must be positive, got -1"),
+    ("--max-json-depth=0", "--max-json-depth must be positive, got 0"),
+    ("--header-timeout-s=nan", "--header-timeout-s must be positive, got nan"),
+    ("--max-wait-ms=-5", "--max-wait-ms cannot be negative"),
+    ("--port=70000", "argument --port: 70000 is out of range"),
+    ("--threads=0", "argument --threads: 0 is out of range"),
+])
+def test_serve_refuses_a_limit_that_would_refuse_everything_in_one_line(option, words, monkeypatch, capsys):
+    """Before the judge loads: one line, exit 2 (argparse's own errors too), where such a server used to start
+    healthy and refuse every request."""
+    from clfjudge.cli import main
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pytest.fail("the judge was loaded")))
+    try:
+        status = main(["serve", "judge-dir", option])
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_serve_that_cannot_listen_exits_5_before_loading_the_judge(monkeypatch, capsys):
+    import socket
+
+    from clfjudge.cli import EXIT_LISTEN, main
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pytest.fail("the judge was loaded")))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "judge-dir", "--port", str(port)]) == EXIT_LISTEN == 5
+        err = capsys.readouterr().err
+        assert err == f"clfjudge: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert main(["serve", "judge-dir", "--host", "host.invalid"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("clfjudge: error: cannot listen on host.invalid:8000: ") and err.count("\n") == 1
+
+
+def test_serve_says_where_it_listens_and_a_failed_warm_up_is_the_judges_error(pair_judge, monkeypatch, capsys):
+    """`clfjudge serve` prints one line with its address once the judge is ready; a judge whose warm-up fails ends
+    it with exit 3 and one line, never listening."""
+    from clfjudge.cli import main
+    from clfjudge.serving import listen
+
+    monkeypatch.setattr(Judge, "load", staticmethod(lambda *a, **kw: pair_judge))
+    guarded = listen.server
+
+    def stopped_once_listening(*args, **kwargs):
+        server = guarded(*args, **kwargs)
+
+        def stop():
+            deadline = time.monotonic() + 30
+            while not server.started and time.monotonic() < deadline:
+                time.sleep(0.01)
+            server.should_exit = True
+
+        threading.Thread(target=stop, daemon=True).start()
+        return server
+
+    monkeypatch.setattr(listen, "server", stopped_once_listening)
+    assert main(["serve", "judge-dir", "--port", "0"]) == 0
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"clfjudge serve: listening on http://127\.0\.0\.1:\d+ \(at most \d+ connections\)\n",
+                        err), err
+    monkeypatch.setattr(type(pair_judge), "warm_up", lambda self, n=None: 1 / 0)
+    assert main(["serve", "judge-dir", "--port", "0"]) == 3
+    err = capsys.readouterr().err
+    assert err == "clfjudge: error: judge judge-dir cannot be used: ZeroDivisionError: division by zero\n", err
+
+
 # -- a bounded overload of a real server on loopback -------------------------------------------------------
 
 def _serve_in_thread(app):
     """A real uvicorn server on a free loopback port, in a thread; returns (server, thread, base url)."""
+    import io
     import socket
 
-    import uvicorn
+    from clfjudge.serving.listen import server as guarded
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    server = guarded(app, app.state.service.limits, graceful_s=4, log=io.StringIO())
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -363,7 +440,7 @@ def test_overload_on_loopback_sheds_load_without_a_crash(pair_judge):
     judge's delay stands in for a bigger model, so that its capacity is known and a test client can exceed it."""
     import asyncio
 
-    judge = SlowJudge(pair_judge, 0.05)
+    judge = SlowJudge(pair_judge, 0.2)  # slow enough that a test client on a loaded machine can offer 3x its rate
     batch = 2
     took = []
     for _ in range(3):
@@ -565,10 +642,11 @@ def test_openapi_describes_the_endpoints_and_item_formats(pair_judge):
         got = client.get("/openapi.json")
         assert got.status_code == 200
         doc = got.json()
-        assert doc["openapi"].startswith("3.") and set(doc["paths"]) == {"/compare", "/healthz", "/metrics"}
+        assert doc["openapi"].startswith("3.")
+        assert set(doc["paths"]) == {"/compare", "/healthz", "/metrics", "/openapi.json"}
         assert {"PairItem", "PreferenceItem", "Message", "TextPart"} <= set(doc["components"]["schemas"])
         request = doc["paths"]["/compare"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert len(request["oneOf"]) == 2  # one item, or a batch of them
+        assert len(request["oneOf"]) == 3  # an item of either format posted alone, or a batch of them
 
 
 def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_judge, point_judge):
@@ -582,9 +660,11 @@ def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_ju
             assert client.request(method.upper(), path, json={}).status_code == 401  # as the document says
         assert "security" not in doc["paths"]["/healthz"]["get"]
         assert client.get("/healthz").status_code == 200
-        pair = doc["components"]["schemas"]["PairItem"]["properties"]
-        assert set(PAIR_FIELDS) | {"id", "symmetric"} == set(pair)
-        assert "symmetric" in doc["components"]["schemas"]["PreferenceItem"]["properties"]
+        schemas = doc["components"]["schemas"]
+        assert set(PAIR_FIELDS) | {"id"} == set(schemas["PairItem"]["properties"])
+        assert set(PAIR_FIELDS) | {"id", "symmetric"} == set(schemas["PairRequest"]["properties"])
+        assert "symmetric" in schemas["PreferenceRequest"]["properties"]
+        assert "symmetric" not in schemas["PreferenceItem"]["properties"]
         # an item posted alone with its own symmetric is accepted, as PairItem says
         item = {"question": "Name a prime.", "answer_a": "7", "answer_b": "9", "symmetric": True}
         got = client.post("/compare", json=item, headers={"Authorization": "Bearer k"})
@@ -594,3 +674,275 @@ def test_openapi_applies_its_security_and_describes_every_accepted_field(pair_ju
         assert "securitySchemes" not in doc["components"]
         assert all("security" not in op for ops in doc["paths"].values() for op in ops.values())
         assert set(POINT_FIELDS) | {"id"} == set(doc["components"]["schemas"]["PointItem"]["properties"])
+
+
+# -- connections that send nothing: a head timeout and a cap under the file limit --------------------------
+
+@pytest.mark.timeout(120)
+def test_health_answers_under_more_idle_connections_than_the_file_limit_allows(tiny_bert_dir, tmp_path):
+    """`clfjudge serve` with its file limit at 64, and 60 connections held that send nothing or half a request head:
+    /healthz still answers on new connections (the oldest idle ones are closed to make room), and the server logs
+    a line per cause, not per event. (The full-size probe, 300 sockets at a limit of 256: bench/serve_idle.py.)"""
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    judge = make_judge(tiny_bert_dir, tmp_path / "judge", "cls3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stderr = (tmp_path / "stderr").open("w+b")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "clfjudge.cli", "serve", str(judge), "--port", str(port), "--no-warm-up"],
+        stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    idle: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 90
+        while b"listening on" not in (tmp_path / "stderr").read_bytes():
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+            time.sleep(0.2)
+        for n in range(60):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if n % 2:
+                sock.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\n")
+            idle.append(sock)
+        for _ in range(10):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+                probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := probe.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and b'"status":"ok"' in answer, answer[:200]
+        closed = 0
+        for sock in idle:
+            sock.settimeout(0.01)
+            try:
+                closed += sock.recv(1) == b""
+            except (TimeoutError, ConnectionResetError):
+                closed += 0
+        assert closed >= 10  # made room
+    finally:
+        for sock in idle:
+            sock.close()
+        server.terminate()
+        server.wait(30)
+    log = (tmp_path / "stderr").read_bytes()
+    assert len(log) < 10_000 and b"Traceback" not in log, log[-2000:]
+    assert log.count(b"closed the oldest idle one") == 1, log
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_sends_no_request_head_is_closed(pair_judge):
+    """Nothing sent, half a head sent, or nothing after an answer on a kept-alive connection: each is closed
+    after the head timeout (where it used to stay open for good)."""
+    import socket
+
+    app = create_app(pair_judge, Limits(header_timeout_s=0.5), warm_up=False)
+    server, thread, url = _serve_in_thread(app)
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        with (socket.create_connection((host, int(port)), timeout=10) as silent,
+              socket.create_connection((host, int(port)), timeout=10) as half,
+              socket.create_connection((host, int(port)), timeout=10) as kept):
+            half.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\n")
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"}"):  # the whole answer: head, then its JSON body
+                answer += kept.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            kept.sendall(b"GET /heal")
+            for sock in (silent, half, kept):
+                assert sock.recv(65536) == b""  # closed by the server (a socket timeout here: still open)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+# -- the OpenAPI document is the contract: real answers validate against it, fields accepted == fields declared ----
+
+def _validator(doc: dict, schema: dict):
+    """A JSON Schema validator of ``schema`` whose references resolve in the OpenAPI document ``doc``."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator({**doc, **schema})
+
+
+def _answer_schema(doc: dict, path: str, method: str, status: int) -> dict:
+    answer = doc["paths"][path][method]["responses"][str(status)]  # KeyError: an undeclared status
+    return next(iter(answer["content"].values()))["schema"]
+
+
+def _request_schema(doc: dict, path: str) -> dict:
+    return doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+
+def _check_answer(doc: dict, path: str, method: str, response) -> None:
+    schema = _answer_schema(doc, path, method, response.status_code)
+    body = response.json() if "json" in response.headers["content-type"] else response.text
+    errors = [e.message for e in _validator(doc, schema).iter_errors(body)]
+    assert not errors, (path, response.status_code, body, errors[:3])
+
+
+# One item of every declared format with every field it declares, per endpoint (and the same posted alone).
+EVERY_FIELD = {
+    "/compare": [
+        {**PAIR, "id": "p1", "rubric": "Correctness.", "reference": "7"},
+        {"id": 2, "prompt": CONVERSATION,
+         "chosen": [{"role": "assistant", "content": [{"type": "text", "text": "7"}]}],
+         "rejected": [{"role": "assistant", "content": "9"}]},
+    ],
+    "/score": [
+        {"id": "s1", "question": "Name a prime.", "answer": "7", "rubric": "Correctness.", "reference": "7"},
+        {"id": "s2", "prompt": "Name a prime.", "completion": "7"},
+        {"id": "s3", "messages": [*CONVERSATION, {"role": "assistant", "content": "7"}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def reward_judge(tiny_bert_dir, tmp_path_factory):
+    return Judge.load(make_judge(tiny_bert_dir, tmp_path_factory.mktemp("reward"), "reward"))
+
+
+@pytest.mark.parametrize("name", ["pair_judge", "point_judge", "reward_judge"])
+def test_real_answers_of_every_route_validate_against_the_served_document(name, request):
+    """Every route's answers (results, batches, errors of each kind, health, metrics, the document itself) match
+    what the document the server serves declares for that status; each item's id comes back in its result."""
+    judge = request.getfixturevalue(name)
+    app = create_app(SlowJudge(judge, 0.3) if name == "pair_judge" else judge,
+                     Limits(max_items=4, max_text_chars=100, max_queue=3, budget=rows(1)), api_key="k", warm_up=False)
+    key = {"Authorization": "Bearer k"}
+    with TestClient(app) as client:
+        doc = client.get("/openapi.json").json()
+        _check_answer(doc, "/openapi.json", "get", client.get("/openapi.json"))
+        _check_answer(doc, "/healthz", "get", client.get("/healthz"))
+        _check_answer(doc, "/metrics", "get", client.get("/metrics", headers=key))
+        _check_answer(doc, "/metrics", "get", client.get("/metrics"))  # 401
+        for path in [p for p in EVERY_FIELD if p in doc["paths"]]:
+            items = EVERY_FIELD[path]
+            answers = [client.post(path, json=item, headers=key) for item in items]
+            answers.append(client.post(path, json={"items": items}, headers=key))
+            assert [a.status_code for a in answers] == [200] * len(answers), [a.json() for a in answers]
+            assert [a.json()["id"] for a in answers[:-1]] == [item["id"] for item in items]
+            assert [r["id"] for r in answers[-1].json()["results"]] == [item["id"] for item in items]
+            assert "id" not in client.post(path, json={k: v for k, v in items[0].items() if k != "id"},
+                                           headers=key).json()
+            mistakes = [client.post(path, content=b"{", headers=key),  # 400
+                        client.post(path, json=items[0]),  # 401
+                        client.post(path, json={"items": items * 4}, headers=key),  # 413
+                        client.post(path, json={**items[0], "colour": "red"}, headers=key)]  # 422
+            assert [m.status_code for m in mistakes] == [400, 401, 413, 422]
+            for answer in answers + mistakes:
+                _check_answer(doc, path, "post", answer)
+        if "/compare" in doc["paths"]:  # the server's own refusals under load: 503 (queue full)
+            with ThreadPoolExecutor(8) as pool:
+                busy = list(pool.map(lambda _: client.post("/compare", json=PAIR, headers=key), range(8)))
+            assert 503 in {b.status_code for b in busy}
+            for answer in busy:
+                _check_answer(doc, "/compare", "post", answer)
+
+
+def test_the_servers_own_faults_are_answered_as_the_document_declares(pair_judge):
+    """500 (the judge failed on a call) and 504 (not judged in time) carry the declared error body too."""
+    app = create_app(PickyJudge(pair_judge, 2.0), Limits(timeout_s=1.0), warm_up=False)
+    with TestClient(app) as client:
+        doc = client.get("/openapi.json").json()
+        failed = client.post("/compare", json={**PAIR, "question": "BOOM"})
+        late = client.post("/compare", json=PAIR)
+    assert (failed.status_code, late.status_code) == (500, 504)
+    for answer in (failed, late):
+        _check_answer(doc, "/compare", "post", answer)
+
+
+def test_a_generative_judges_answers_validate_against_the_document(tiny_llama_dir, tmp_path):
+    from tiny_judges import ScriptedLM, make_generative_judge, prefers_seven
+
+    judge = Judge.load(make_generative_judge(tiny_llama_dir, tmp_path / "gen"))
+    judge.generator.model = ScriptedLM(judge.generator.tokenizer, prefers_seven)
+    pairs = [{"question": "Name a prime.", "answer_a": "seven", "answer_b": "nine", "id": "g"},
+             {"question": "GIBBERISH?", "answer_a": "seven", "answer_b": "nine"}]  # unparsed: nulls
+    with TestClient(create_app(judge, warm_up=False)) as client:
+        doc = client.get("/openapi.json").json()
+        got = client.post("/compare", json={"items": pairs, "symmetric": True})
+        assert got.status_code == 200 and got.json()["results"][1]["verdict"] is None
+        _check_answer(doc, "/compare", "post", got)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/compare", {"items": [{**PAIR, "symmetric": True}]}),  # symmetric is the batch's
+    ("/compare", {"prompt": "q", "chosen": "a", "rejected": "b", "colour": "red"}),  # TRL format: refused too
+    ("/compare", {"items": [{"chosen": [*CONVERSATION, {"role": "assistant", "content": "7"}],
+                             "rejected": [*CONVERSATION, {"role": "assistant", "content": "9"}], "score": 1}]}),
+    ("/compare", {**PAIR, "id": [1]}),
+    ("/score", {"question": "q", "answer": "a", "symmetric": True}),  # nothing to make symmetric
+    ("/score", {"items": [{"question": "q", "answer": "a"}], "symmetric": False}),
+    ("/score", {"prompt": "q", "completion": "a", "label": True}),
+    ("/score", {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "x": 1}),
+])
+def test_a_field_the_document_does_not_declare_is_refused_in_every_format(pair_judge, point_judge, path, body):
+    """Accepted == declared: what the document refuses (an unknown field, symmetric where it does not belong, an id
+    that is not a string or integer), the server answers 422 naming the field, in clfjudge's format and TRL's."""
+    with TestClient(create_app(pair_judge if path == "/compare" else point_judge, warm_up=False)) as client:
+        doc = client.get("/openapi.json").json()
+        assert list(_validator(doc, _request_schema(doc, path)).iter_errors(body))  # the document refuses it
+        got = client.post(path, json=body)
+        assert got.status_code == 422, got.json()
+        _check_answer(doc, path, "post", got)
+
+
+def test_every_body_the_tests_send_and_the_server_judges_is_one_the_document_declares(pair_judge, point_judge):
+    for judge in (pair_judge, point_judge):
+        with TestClient(create_app(judge, warm_up=False)) as client:
+            doc = client.get("/openapi.json").json()
+            path = "/compare" if "/compare" in doc["paths"] else "/score"
+            items = EVERY_FIELD[path]
+            bodies = [*items, {"items": items}, {**items[0], "rubric": None}]
+            if path == "/compare":
+                bodies += [{**PAIR, "symmetric": True}, {"items": items, "symmetric": True}]
+            for body in bodies:
+                assert not list(_validator(doc, _request_schema(doc, path)).iter_errors(body)), body
+                assert client.post(path, json=body).status_code == 200, body
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", ["pair_judge", "point_judge"])
+def test_an_api_fuzz_run_from_the_document_finds_no_5xx_and_no_schema_violation(name, request):
+    """schemathesis generates requests from the served document for every operation and checks each answer: no
+    5xx, a declared status and content type, a body that matches the declared schema."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import (
+        content_type_conformance,
+        not_a_server_error,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+              response_schema_conformance]
+    app = create_app(request.getfixturevalue(name), warm_up=False)
+    server, thread, url = _serve_in_thread(app)
+    try:
+        import httpx
+
+        schema = schemathesis.openapi.from_dict(httpx.get(url + "/openapi.json").json())
+        operations = [op.ok() for op in schema.get_all_operations()]
+        assert len(operations) == 4  # the judge's endpoint, /healthz, /metrics, /openapi.json
+        seen = {op.label: Counter() for op in operations}
+        for operation in operations:
+            @settings(max_examples=60 if operation.method == "post" else 5, deadline=None, database=None,
+                      derandomize=True, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy())
+            def fuzz(case):
+                seen[case.operation.label][case.call_and_validate(base_url=url, checks=checks).status_code] += 1
+
+            fuzz()
+        judged = next(counts for label, counts in seen.items() if label.startswith("POST "))
+        assert judged[200] >= 5, seen  # the generated items reach the judge, not only its validation
+    finally:
+        server.should_exit = True
+        thread.join(15)

@@ -205,12 +205,11 @@ def test_score_with_a_broken_judge_exits_3_before_reading_a_line(broken_export, 
 
 @pytest.mark.parametrize("warm_up", [[], ["--no-warm-up"]])
 def test_serve_with_a_broken_judge_exits_3_and_never_listens(broken_export, monkeypatch, capsys, warm_up):
-    import uvicorn
-
     from clfjudge.cli import main
+    from clfjudge.serving import listen
 
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: pytest.fail("a broken judge was served"))
-    assert main(["serve", str(broken_export), *warm_up]) == 3
+    monkeypatch.setattr(listen, "serve", lambda *a, **kw: pytest.fail("a broken judge was served"))
+    assert main(["serve", str(broken_export), "--port", "0", *warm_up]) == 3
     assert f"judge {broken_export} cannot be used" in capsys.readouterr().err
 
 

@@ -33,22 +33,6 @@ JUDGE_DIR`, `clfjudge score JUDGE_DIR`, `clfjudge serve JUDGE_DIR` and `clfjudge
 --help."""
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors are one line (the command, the error, where --help is) and exit
-    status 2, not the whole usage text; each sub-command's parser is one too."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="clfjudge", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
-    return parser
-
-
 USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one clear line, non-zero exit
 
 # The exit statuses every command shares (docs/scoring.md lists them); 1 is a command's own partial failure
@@ -56,6 +40,24 @@ USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one
 EXIT_USAGE = 2  # a usage or input error: argparse's, a missing file, a bad line or option, an output that is an input
 EXIT_JUDGE = 3  # the judge cannot be loaded or cannot score (judges.base.JudgeError), before any input is read
 EXIT_OS = 4  # a file could not be read or written: a directory where a file goes, permissions, a full disk
+EXIT_LISTEN = 5  # clfjudge serve cannot listen on its address (in use, not this machine's), before the judge loads
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (exit status 2), as every other usage error; the sub-parsers
+    are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="clfjudge", description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
 
 
 def os_error_line(exc: OSError) -> str:
@@ -81,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OS
     except Exception as exc:
         from ..judges.base import JudgeError  # imported only when something failed: the CLI starts without it
+        from ..serving.listen import CannotListen
 
-        if not isinstance(exc, JudgeError):
+        if not isinstance(exc, (JudgeError, CannotListen)):
             raise
         print(f"clfjudge: error: {exc}", file=sys.stderr)
-        return EXIT_JUDGE
+        return EXIT_LISTEN if isinstance(exc, CannotListen) else EXIT_JUDGE
 
 
 if __name__ == "__main__":

@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-items", type=int, default=d.max_items, help="items per request")
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text field")
     p.add_argument("--max-json-depth", type=int, default=d.max_json_depth, help="nesting of a JSON body")
+    p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s,
+                   help="time a connection may take to send a request's head, from opening or from its last answer "
+                        "(then it is closed: idle and half-sent requests do not hold the server's files)")
+    p.add_argument("--max-connections", type=int, default=d.max_connections,
+                   help="connections open at once, lowered to fit the file limit (ulimit -n); a new one closes the "
+                        "oldest idle one")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="start listening without first judging made-up inputs shaped like the biggest call "
                         "(Judge.warm_up: the first requests then pay for loading and memory growth); one short "
@@ -68,26 +74,32 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from ..batching import Budget
-    from ..judges.base import load_ready
+    from ..judges.base import JudgeError, load_ready
+    from ..serving.listen import bind, serve
     from ..serving.server import Limits, create_app
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     if api_key is not None and not api_key.strip():
         raise ValueError("--api-key is empty")
+    # the server's budget: it cuts the server's calls, and the judge is loaded with it to cut its forward passes
+    budget = Budget(args.batch_size, args.max_batch_tokens or None, args.max_padding)
+    limits = Limits(budget=budget, max_wait_ms=args.max_wait_ms,
+                    max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
+                    read_timeout_s=args.read_timeout_s, header_timeout_s=args.header_timeout_s,
+                    max_connections=args.max_connections, max_items=args.max_items,
+                    max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
+    # the options, then the address (CannotListen: exit 5), then the judge, which takes seconds to minutes to load
+    sock = bind(args.host, args.port)
     if api_key is None and not is_loopback(args.host):
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
-    # the server's budget: it cuts the server's calls, and the judge is loaded with it to cut its forward passes
-    budget = Budget(args.batch_size, args.max_batch_tokens or None, args.max_padding)
-    # a judge that cannot score exits here (JudgeError) and is never reported healthy
-    judge = load_ready(args.model, load_options(args, budget))
-    limits = Limits(budget=budget, max_wait_ms=args.max_wait_ms,
-                    max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
-                    read_timeout_s=args.read_timeout_s,
-                    max_items=args.max_items, max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
-    uvicorn.run(create_app(judge, limits, api_key=api_key, warm_up=args.warm_up), host=args.host, port=args.port,
-                log_level="warning", timeout_graceful_shutdown=int(args.timeout_s) + 1)
+    try:
+        # a judge that cannot score exits here (JudgeError) and is never reported healthy
+        judge = load_ready(args.model, load_options(args, budget))
+        app = create_app(judge, limits, api_key=api_key, warm_up=args.warm_up)
+        if not serve(app, sock, limits, graceful_s=args.timeout_s):
+            raise JudgeError(args.model, app.state.service.startup_error or "it failed at start-up")
+    finally:
+        sock.close()
     return 0

@@ -53,7 +53,7 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._provider, self._threads = provider, threads
         self._session = None
         self._shared_files = None  # (prefix graph, continuation graph) when the export has them for this variant
-        self._shared = None  # their sessions, opened on first use: a judge that never shares a prompt never loads them
+        self._shared = None  # their sessions, opened with the reader's (``_load``)
         self.shared_prefix_min = SHARED_PREFIX_MIN
         # the files the card names are checked now: one outside the directory fails the load, not every input
         self._where = f"{self.directory / 'judge_card.json'} field 'runtime.reader'"
@@ -81,6 +81,13 @@ class OnnxDecoderReader(DecoderEmbedder):
         variant = next((name for name, file in READER_FILES.items() if file == self.file), self.variant)
         if graphs and variant in graphs["variants"]:  # the variant named, or its file (as the parity gate names it)
             self._shared_files = tuple(inside(self.directory, graphs[k], where) for k in ("prefix", "continuation"))
+            # opened now, not when a call first holds a group of answers to one prompt: the judge's start-up check
+            # (``Judge.self_test``, one short item) then opens every graph it may run, so a corrupt one fails the
+            # start (exit 3, never served) rather than every group of answers later
+            self._shared = tuple(inference_session(f, self._provider, self._threads) for f in self._shared_files)
+            check_inputs(self._shared_files[0], self._shared[0], {"input_ids"})
+            cache = {o.name.replace("present", "past_key_values", 1) for o in self._shared[0].get_outputs()}
+            check_inputs(self._shared_files[1], self._shared[1], {*GRAPH_INPUTS, *cache}, needed=cache)
         self._model = self._session  # DecoderEmbedder checks _model to know it is loaded
 
     @property
@@ -150,8 +157,6 @@ class OnnxDecoderReader(DecoderEmbedder):
         self._load()
         if self._shared_files is None:
             return self._read([(prefix, body) for body in bodies], with_log_probs)
-        if self._shared is None:
-            self._shared = tuple(inference_session(f, self._provider, self._threads) for f in self._shared_files)
         head, continuation = self._shared
         cached = head.run(None, {"input_ids": np.array([prefix], dtype=np.int64)})
         names = [o.name for o in head.get_outputs()]
@@ -162,6 +167,14 @@ class OnnxDecoderReader(DecoderEmbedder):
             return {**feed, **cache}
 
         return self._run(continuation, feeds, [len(prefix) + len(b) for b in bodies], bodies, with_log_probs)
+
+
+def check_inputs(path: Path, session, fed: set[str], needed: set[str] = frozenset()) -> None:
+    """A graph must take only inputs this reader feeds it, ``needed`` among them (another graph in its place fails
+    here, not at its first call or, worse, with numbers read without the prompt's cache)."""
+    wanted = {i.name for i in session.get_inputs()}
+    if not wanted or wanted - fed or needed - wanted:
+        raise ValueError(f"{path}: takes the inputs {sorted(wanted)}; this reader feeds it {sorted(fed)}")
 
 
 def graph_feed(items: list[tuple[list[int], list[int]]], pad: int,

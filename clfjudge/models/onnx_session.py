@@ -109,12 +109,17 @@ def inference_session(path: str | Path, provider: str = "cpu", threads: int | No
     A file whose external data would be read from outside its directory is refused first, whatever the runtime."""
     from ..untrusted import check_onnx_external_data
 
-    check_onnx_external_data(path)
-    entry = provider_info(provider)
-    if not (runs := entry.available()):
-        raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")
-    opener = resolve(entry.open)
-    return opener(Path(path), threads)
+    try:
+        check_onnx_external_data(path)
+        entry = provider_info(provider)
+        if not (runs := entry.available()):
+            raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")
+        return resolve(entry.open)(Path(path), threads)
+    except (ValueError, OSError, ImportError):  # clfjudge's own refusals, the system's errors, a missing runtime
+        raise
+    except Exception as exc:  # a file the runtime cannot read (corrupt, truncated): named, as the judge's error
+        reason = " ".join(str(exc).split())  # runtimes' messages span lines
+        raise ValueError(f"{path}: cannot be opened ({provider}): {type(exc).__name__}: {reason}") from exc
 
 
 def gate_key(file: str, provider: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 from ..batching import DEFAULT_MAX_BATCH_TOKENS, Budget, next_call, padded_tokens
 from ..data.formats import is_own_item
 from ..data.records import Loc, RecordError
-from .openapi import openapi_schema
+from .openapi import ITEMS, OPTIONS, openapi_schema
 
 PAIR_FIELDS = {"question": True, "answer_a": True, "answer_b": True, "rubric": False, "reference": False}
 POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": False}
@@ -43,6 +43,12 @@ POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": 
 # backtracks, so stripping strings is linear even for a body of 100k unclosed quotes.
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+# the `clfjudge serve` option of each limit, for the messages that refuse one
+FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "max_queue", "max_items", "max_text_chars", "max_body_bytes", "max_json_depth", "max_connections", "timeout_s",
+    "read_timeout_s", "header_timeout_s", "max_wait_ms")}
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,22 @@ class Limits:
     timeout_s: float = 30.0
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0  # the whole body must arrive within this (a slow client, a lying Content-Length)
+    header_timeout_s: float = 10.0  # a request's head, within this of the connection opening or its last answer
+    max_connections: int = 1000  # open at once (``listen.connection_plan`` lowers it to the file limit)
     max_items: int = 64  # items per request
     max_text_chars: int = 32_000
     max_json_depth: int = 8  # a valid body nests 3 deep ({"items": [{...}]}), a conversation's text part 7
     retry_after_s: int = 1  # the Retry-After of a 503
+
+    def __post_init__(self) -> None:
+        """A limit that would refuse everything (or allow nothing to arrive) is refused here, not served."""
+        positive = ("max_queue", "max_items", "max_text_chars", "max_body_bytes", "max_json_depth", "max_connections",
+                    "timeout_s", "read_timeout_s", "header_timeout_s")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{FLAGS.get(name, name)} must be positive, got {getattr(self, name)}")
+        if not self.max_wait_ms >= 0:
+            raise ValueError(f"{FLAGS['max_wait_ms']} cannot be negative, got {self.max_wait_ms}")
 
 
 class HTTPError(Exception):
@@ -338,45 +356,79 @@ def parse_body(raw: bytes, limits: Limits) -> Any:
         raise HTTPError(400, f"body is not valid JSON: {exc}") from None
 
 
-def validate(body: Any, fields: dict[str, bool], limits: Limits,
-             build: Callable[..., Any] | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """The request's items (one object, or {"items": [...]}) and its symmetric flag; HTTPError(422) names the
-    item and field. ``build(item, loc)`` (``as_pair`` / ``as_point``) applies the runtime's checks too."""
+ASKS = {"compare": "a pair to compare", "score": "an answer to score"}
+TAKES = {"compare": "pairs", "score": "single answers"}
+
+
+def item_schema(item: dict[str, Any], task: str) -> tuple[str, dict[str, Any]]:
+    """The declared item format (``openapi.ITEMS``) an item is in: clfjudge's own if it has one of its fields, else
+    the format it shares the most fields with (None when it shares none)."""
+    formats = list(ITEMS[task].items())
+    if is_own_item(item, "pair" if task == "compare" else "point"):
+        return formats[0]
+    shared = [len(set(item) & (set(schema["properties"]) - {"id"})) for _, schema in formats[1:]]
+    return formats[1 + shared.index(max(shared))] if max(shared) else (None, {})
+
+
+def validate(body: Any, task: str, limits: Limits,
+             build: Callable[..., Any] | None = None) -> tuple[list[Any], bool, list[Any]]:
+    """The request's items (one object, or {"items": [...]}), its symmetric flag and its items' ids (None where
+    an item has none); HTTPError(422) names the item and field. Every item is checked against its declared format
+    (``openapi.ITEMS``): a field the document does not declare is refused, in every format alike. ``build(item,
+    loc)`` (``as_pair`` / ``as_point``) applies the runtime's checks too."""
     if not isinstance(body, dict):
         raise HTTPError(422, f"body must be a JSON object, got {type(body).__name__}")
-    symmetric = body.get("symmetric", False)
+    options = set(OPTIONS[task])
+    batch = "items" in body
+    if batch and set(body) - {"items"} - options:
+        shape = '{"items": [...], "symmetric": false}' if options else '{"items": [...]}'
+        raise HTTPError(422, f"unknown field(s) {sorted(set(body) - {'items'} - options)} beside 'items'; "
+                             f"a batch is {shape}")
+    symmetric = body.get("symmetric", False) if options else False
     if not isinstance(symmetric, bool):
         raise HTTPError(422, "field 'symmetric' must be true or false")
-    if "items" in body and set(body) - {"items", "symmetric"}:
-        raise HTTPError(422, f"unknown field(s) {sorted(set(body) - {'items', 'symmetric'})} beside 'items'; "
-                             "a batch is {\"items\": [...], \"symmetric\": false}")
-    items = body["items"] if "items" in body else [body]
+    items = body["items"] if batch else [{k: v for k, v in body.items() if k not in options}]
     if not isinstance(items, list) or not items:
         raise HTTPError(422, "field 'items' must be a non-empty list")
     if len(items) > limits.max_items:
         raise HTTPError(413, f"field 'items': {len(items)} items, limit {limits.max_items} per request")
-    clean = []
+    fields = PAIR_FIELDS if task == "compare" else POINT_FIELDS
+    clean, ids = [], []
     for i, item in enumerate(items):
-        where = f"items[{i}]" if "items" in body else "body"
+        where = f"items[{i}]" if batch else "body"
         if not isinstance(item, dict):
             raise HTTPError(422, f"{where} must be an object")
-        if build is not None and not is_own_item(item, "pair" if "answer_a" in fields else "point"):
+        name, schema = item_schema(item, task)
+        unknown = set(item) - set(schema.get("properties", {"id": None}))
+        other = "score" if task == "compare" else "compare"
+        for other_name, other_schema in ITEMS[other].items():  # an item of the other endpoint's formats
+            if unknown and set(other_schema["required"]) <= set(item) <= set(other_schema["properties"]):
+                raise HTTPError(422, f"{where}: a {other_name} is {ASKS[other]}; /{task} takes {TAKES[task]}: "
+                                     + "; ".join(f"{n} {sorted(s['properties'])}" for n, s in ITEMS[task].items()))
+        if unknown:
+            beside = (" ('symmetric' goes beside 'items', for the whole batch)"
+                      if batch and "symmetric" in unknown and options else "")
+            expected = (f"a {name} has {sorted(schema['properties'])}" if name else "expected the fields of one of: "
+                        + "; ".join(f"{n} {sorted(s['properties'])}" for n, s in ITEMS[task].items()))
+            raise HTTPError(422, f"{where}: unknown field(s) {sorted(unknown)}{beside}; {expected}")
+        ident = item.get("id")
+        if "id" in item and (not isinstance(ident, (str, int)) or isinstance(ident, bool)):
+            raise HTTPError(422, f"{where}: field 'id' must be a string or an integer")
+        ids.append(ident)
+        if build is not None and name != next(iter(ITEMS[task])):
             clean.append(foreign_item(item, where, fields, limits))
             continue
-        for name, required in fields.items():
-            value = item.get(name)
+        for field_name, required in fields.items():
+            value = item.get(field_name)
             if value is None:
                 if required:
-                    raise HTTPError(422, f"{where}: field '{name}' is required")
+                    raise HTTPError(422, f"{where}: field '{field_name}' is required")
                 continue
             if not isinstance(value, str):
-                raise HTTPError(422, f"{where}: field '{name}' must be a string")
+                raise HTTPError(422, f"{where}: field '{field_name}' must be a string")
             if len(value) > limits.max_text_chars:
-                raise HTTPError(413, f"{where}: field '{name}' has {len(value)} characters, "
+                raise HTTPError(413, f"{where}: field '{field_name}' has {len(value)} characters, "
                                      f"limit {limits.max_text_chars}")
-        unknown = set(item) - set(fields) - {"id"} - ({"symmetric"} if "items" not in body else set())
-        if unknown:
-            raise HTTPError(422, f"{where}: unknown field(s) {sorted(unknown)}; expected {sorted(fields)}")
         clean.append({k: item[k] for k in fields if item.get(k) is not None})
         if build is not None:
             try:
@@ -384,7 +436,7 @@ def validate(body: Any, fields: dict[str, bool], limits: Limits,
             except RecordError as err:
                 raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
                                 else f"{where}: {err.message}") from None
-    return clean, symmetric
+    return clean, symmetric, ids
 
 
 def foreign_item(item: dict[str, Any], where: str, fields: dict[str, bool], limits: Limits):
@@ -394,7 +446,7 @@ def foreign_item(item: dict[str, Any], where: str, fields: dict[str, bool], limi
 
     kind = "pair" if "answer_a" in fields else "point"
     try:
-        record = item_record({k: v for k, v in item.items() if k != "symmetric"}, Loc(), labelled=False, kind=kind)
+        record = item_record(item, Loc(), labelled=False, kind=kind)
     except RecordError as err:
         raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
                         else f"{where}: {err.message}") from None
@@ -426,14 +478,15 @@ class JudgeService:
         self.stats = Stats()
         self.stats.info = runtime_info(judge)
         self.tasks: Sequence[str] = sorted(judge.tasks)
-        # Each endpoint's item fields, and the runtime's own check of an item (an empty question, text that is not
-        # Unicode), run at validation so that a judge call does not fail on a client's input.
-        self.inputs = {"compare": (PAIR_FIELDS, as_pair), "score": (POINT_FIELDS, as_point)}
+        # Each endpoint's runtime check of an item (an empty question, text that is not Unicode), run at validation
+        # so that a judge call does not fail on a client's input.
+        self.inputs = {"compare": as_pair, "score": as_point}
         self.runners = {
             "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],
             "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
         }
         self.batchers: dict[str, Batcher] = {}
+        self.startup_error: Exception | None = None
         self.accepting = True
         self.key = api_key.encode("utf-8") if api_key else None
         self.schema = openapi_schema(judge, self.tasks, limits, secured=self.key is not None)
@@ -443,12 +496,13 @@ class JudgeService:
         self.preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clfjudge-prepare")
 
     # -- what a request goes through ----------------------------------------------------------------------
-    def prepare(self, task: str, raw: bytes) -> tuple[list[dict[str, Any]], bool, list[int], bool]:
-        """A body -> its items, symmetric flag, token lengths, and whether it was a batch; run in ``preparer``."""
+    def prepare(self, task: str, raw: bytes) -> tuple[list[Any], bool, list[int], list[Any], bool]:
+        """A body -> its items, symmetric flag, token lengths, ids, and whether it was a batch; run in
+        ``preparer``."""
         body = parse_body(raw, self.limits)
-        fields, build = self.inputs[task]
-        items, symmetric = validate(body, fields, self.limits, build)
-        return items, symmetric, self.lengths(items, build), "items" in body
+        build = self.inputs[task]
+        items, symmetric, ids = validate(body, task, self.limits, build)
+        return items, symmetric, self.lengths(items, build), ids, "items" in body
 
     def lengths(self, items: list[dict[str, Any]], build) -> list[int]:
         """The token lengths of every sequence the judge reads for these items (none when it cannot tell)."""
@@ -491,9 +545,10 @@ class JudgeService:
             if not self.accepting:
                 raise HTTPError(503, "server is shutting down")
             raw = await read_body(request, self.limits)
-            items, symmetric, sizes, batch = await asyncio.get_running_loop().run_in_executor(
+            items, symmetric, sizes, ids, batch = await asyncio.get_running_loop().run_in_executor(
                 self.preparer, self.prepare, task, raw)
             results = await self.batchers[task].submit(items, symmetric, sizes)
+            results = [r if i is None else {"id": i, **r} for i, r in zip(ids, results)]
             response = JSONResponse({"results": results} if batch else results[0])
         except HTTPError as exc:
             response = self.error_response(exc)
@@ -551,12 +606,16 @@ class JudgeService:
     @contextlib.asynccontextmanager
     async def lifespan(self, _app):
         judge = self.judge
-        if self.warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
-            start = time.monotonic()
-            await asyncio.to_thread(judge.warm_up, self.limits.budget.max_batch_size)
-            self.stats.warm_up_s = time.monotonic() - start
-        elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
-            await asyncio.to_thread(judge.self_test)
+        try:
+            if self.warm_up and hasattr(judge, "warm_up"):  # before the server listens: no request pays for it
+                start = time.monotonic()
+                await asyncio.to_thread(judge.warm_up, self.limits.budget.max_batch_size)
+                self.stats.warm_up_s = time.monotonic() - start
+            elif hasattr(judge, "self_test"):  # one real judgement all the same: a judge that fails it never serves
+                await asyncio.to_thread(judge.self_test)
+        except Exception as exc:
+            self.startup_error = exc  # the judge's fault: ``clfjudge serve`` exits 3 with it
+            raise
         for task in self.tasks:
             self.batchers[task] = Batcher(self.runners[task], self.limits, self.stats, self.plan, self.passes)
             self.batchers[task].start()
