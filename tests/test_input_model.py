@@ -103,3 +103,15 @@ def test_a_bad_item_is_named_from_1_as_the_cli_names_its_line(judge_dir, tmp_pat
             run([good[0][1], row])
         assert str(err.value) == f"<batch item>:2: field {field!r}: {rejected['error']}"
 
+
+def test_identical_answers_tie_and_a_judge_without_a_tie_model_gives_no_tie_probability(judge_dir):
+    from clfjudge import best_of_n
+    from clfjudge.data.records import Verdict
+
+    judge = Judge.load(judge_dir)  # no calibration: no tie model
+    same = judge.compare("What is 2 + 2?", "4", "4", symmetric=True)
+    assert same.verdict is Verdict.TIE and same.p_a == same.p_b == 0.5 and same.p_tie == 0.0
+    other = judge.compare("What is 2 + 2?", "4", "five")
+    assert other.p_tie == 0.0 and other.verdict is not Verdict.TIE
+    best, scores = best_of_n(judge, "What is 2 + 2?", ["4", "4"])
+    assert scores[0] == scores[1] and best == 0  # equal best scores: the first of them
