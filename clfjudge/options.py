@@ -22,10 +22,10 @@ class LoadOptions:
     ``variant``: for ONNX, "fp32" | "optimized" | "int8" or a file name (None: the card's primary file).
     ``threads``: intra-op threads (None: the runtime's default). ``budget``: rows, padded tokens and padding per
     forward pass (``batching.Budget``), owned by the caller. ``trust_pickle``: allow pickles a directory holds (runs
-    code from it). ``model_input``: how a model without a judge card reads (question, answer): "chat-template" |
-    "text" | "text-pair" (``prompts.model_input.INPUTS``). ``memory_items``: how many readings the judge's reader
-    keeps in memory (least recently used forgotten first; None: the reader's default); a judge without a reader
-    cache refuses it (``refuse_memory``)."""
+    code from it). ``model_input``: how a model without a judge card reads (question, answer): "trl" |
+    "chat-template" | "text" | "text-pair" (``prompts.model_input.INPUTS``). ``memory_items``: how many readings
+    the judge's reader keeps in memory (least recently used forgotten first; None: the reader's default); a judge
+    without a reader cache refuses it (``refuse_memory``)."""
 
     backend: str = AUTO
     provider: str = AUTO

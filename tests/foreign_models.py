@@ -66,18 +66,22 @@ def tiny_reward_model(arch: str, out: str | Path, num_labels: int = 1) -> Path:
     return _save(model, tokenizer, out)
 
 
-def native_rewards(directory: str | Path, conversations: list[tuple[str, str]], chat: bool) -> list[float]:
-    """What transformers alone computes for each (question, answer), one unpadded input at a time, as a reward
-    model's card shows: ``apply_chat_template(tokenize=True)`` for a chat model, ``tokenizer(q, a)`` else."""
+def native_rewards(directory: str | Path, conversations: list[tuple[str, str]], reading: str) -> list[float]:
+    """What transformers alone computes for each (question, answer), one unpadded input at a time, read as
+    ``reading`` says: "chat-template" (``apply_chat_template(tokenize=True)``, as a chat model's card shows), "text"
+    (``tokenizer(question + answer, add_special_tokens=False)``, TRL's standard format) or "text-pair"
+    (``tokenizer(question, answer)``)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32).eval()
     out = []
     for question, answer in conversations:
-        if chat:
+        if reading == "chat-template":
             messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
             ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt")
+        elif reading == "text":
+            ids = tokenizer(question + answer, add_special_tokens=False, return_tensors="pt")
         else:
             ids = tokenizer(question, answer, return_tensors="pt")
         with torch.inference_mode():

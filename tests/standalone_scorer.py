@@ -38,14 +38,17 @@ def _session(directory: Path, name: str) -> ort.InferenceSession:
 
 def _sequence_ids(signature: dict, tokenizer, fields: dict) -> dict:
     pre = signature["preprocessing"]
-    if pre["input"] == "chat-template":
+    reading = pre["input"]
+    if reading == "trl":  # the chat template for messages, plain text as one text
+        reading = "chat-template" if fields.get("messages") else "text"
+    if reading == "chat-template":
         messages = fields.get("messages") or [{"role": "user", "content": fields["question"]}]
         text = tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": fields["answer"]}],
                                              tokenize=False)
         enc = tokenizer(text, add_special_tokens=False)
-    elif pre["input"] == "text":
+    elif reading == "text":
         enc = tokenizer(fields["question"] + fields["answer"], add_special_tokens=False)
-    elif pre["input"] == "text-pair":
+    elif reading == "text-pair":
         enc = tokenizer(fields["question"], fields["answer"])
     else:
         text = pre["template"]

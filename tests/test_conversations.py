@@ -181,7 +181,8 @@ def _grpo(tmp_path, tiny_llama_dir, reward_funcs, prompt):
     AutoModelForCausalLM.from_pretrained(tiny_llama_dir).save_pretrained(policy)
     args = GRPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, report_to=[], per_device_train_batch_size=3,
                       num_generations=3, max_completion_length=4, logging_strategy="no", save_strategy="no",
-                      bf16=False)  # TRL defaults to bf16 (then the rewards agree to ~1e-4)
+                      bf16=False,  # TRL defaults to bf16 (then the rewards agree to ~1e-4)
+                      max_steps=1, disable_tqdm=True)
     return GRPOTrainer(model=str(policy), reward_funcs=reward_funcs, args=args,
                        train_dataset=Dataset.from_list([{"prompt": prompt}] * 3))  # only read at training
 
@@ -208,3 +209,34 @@ def test_trl_grpo_standard_rewards_equal_clfjudge(plain_rm, fine_tuned, tiny_lla
     assert rewards[:, 0].tolist() == pytest.approx([judge.score(p, c).value for p, c in STANDARD], abs=TOLERANCE)
     fine = Judge.load(fine_tuned)
     assert rewards[:, 1].tolist() == pytest.approx([fine.score(p, c).value for p, c in STANDARD], abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("shape", ["standard", "conversational"])
+def test_a_grpo_step_rewards_the_directory_and_reward_function_alike(chat_rm, tiny_llama_dir, tmp_path, shape,
+                                                                      monkeypatch):
+    """A drop-in: in one GRPO training step, ``reward_funcs=[RM_DIR]`` and ``reward_funcs=[reward_function(RM_DIR)]``
+    give every generated completion the same reward, on TRL's standard (plain-text) and conversational data, for a
+    decoder reward model with a chat template. Read through the chat template, plain text would score otherwise."""
+    pytest.importorskip("trl", reason="the dev extra installs trl")
+    conversation = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Name a prime."}]
+    prompt = STANDARD[0][0] if shape == "standard" else conversation  # (a dataset column holds one content type)
+    trainer = _grpo(tmp_path, tiny_llama_dir, [str(chat_rm), reward_function(str(chat_rm))], prompt)
+    seen = []
+    calculate = trainer._calculate_rewards
+
+    def recording(inputs, prompts, completions, completion_ids):
+        rewards = calculate(inputs, prompts, completions, completion_ids)
+        seen.append((prompts, completions, rewards.clone()))
+        return rewards
+
+    monkeypatch.setattr(trainer, "_calculate_rewards", recording)
+    trainer.train()
+    [(prompts, completions, rewards)] = seen
+    assert len(completions) == 3 and isinstance(prompts[0], str) == (shape == "standard")
+    assert rewards[:, 1].tolist() == pytest.approx(rewards[:, 0].tolist(), abs=TOLERANCE)
+    as_chat = reward_function(Judge.load(chat_rm, model_input="chat-template"))(prompts=prompts,
+                                                                                 completions=completions)
+    if shape == "standard":  # the explicit option reads otherwise: the test tells the readings apart
+        assert min(abs(a - b) for a, b in zip(as_chat, rewards[:, 0].tolist())) > 100 * TOLERANCE
+    else:
+        assert as_chat == pytest.approx(rewards[:, 0].tolist(), abs=TOLERANCE)

@@ -22,11 +22,14 @@ ANSWERS = ["  Paris is the capital.  ", "Lyon, because the river runs quickly."]
 def _ids(signature: dict, tokenizer, **fields) -> dict[str, np.ndarray]:
     """Token ids as the signature's pre-processing says, for one sequence."""
     pre = signature["preprocessing"]
-    if pre["input"] == "chat-template":
+    reading = "text" if pre["input"] == "trl" else pre["input"]  # a plain-text question: TRL's standard path
+    if reading == "chat-template":
         text = tokenizer.apply_chat_template([{"role": "user", "content": fields["question"]},
                                               {"role": "assistant", "content": fields["answer"]}], tokenize=False)
         enc = tokenizer(text, add_special_tokens=False)
-    elif pre["input"] == "text-pair":
+    elif reading == "text":
+        enc = tokenizer(fields["question"] + fields["answer"], add_special_tokens=False)
+    elif reading == "text-pair":
         enc = tokenizer(fields["question"], fields["answer"])
     else:
         text = pre["template"]

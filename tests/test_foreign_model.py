@@ -1,7 +1,7 @@
 """A reward model clfjudge did not write (``save_pretrained`` of a sequence-classification model, no judge card)
-is a judge: it scores what transformers scores on the model's own input (chat template for decoders, text pair
-for encoders), and goes through score, export (parity gate), serve and audit; a foreign directory is untrusted
-input."""
+is a judge: it scores what transformers scores on the input TRL gives it (a decoder: the chat template over
+messages, a plain-text prompt and its answer as one text; an encoder: the text pair), and goes through score,
+export (parity gate), serve and audit; a foreign directory is untrusted input."""
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +17,9 @@ from starlette.testclient import TestClient
 from clfjudge.audit import run_audit
 from clfjudge.card import CARD_NAME, JudgeCard
 from clfjudge.cli import main
+from clfjudge.data.records import PointRecord
 from clfjudge.judges.base import Judge, as_point
+from clfjudge.serving.reward import as_record
 from clfjudge.serving.server import create_app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -33,6 +35,16 @@ CONVERSATIONS = [("What is the capital of France?", "  Paris is the capital city
 TOLERANCE = 1e-4  # float32 sums in another order (thread count, batch padding): ~1e-5 seen
 
 
+def plain(arch: str) -> str:
+    """How the model reads a plain-text question by default: as TRL's GRPOTrainer does on standard data."""
+    return "text-pair" if arch in ENCODERS else "text"
+
+
+def as_messages(conversations: list[tuple[str, str]]) -> list[PointRecord]:
+    """Each question given as messages (TRL's conversational format)."""
+    return [as_record([{"role": "user", "content": q}], a, i) for i, (q, a) in enumerate(conversations)]
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("foreign")
@@ -42,15 +54,18 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_saved_reward_model_scores_what_transformers_scores(models, arch):
     judge = Judge.load(models[arch])
-    assert judge.card.head == "reward" and judge.card.scheme == ("text-pair" if arch in ENCODERS else "chat-template")
+    assert judge.card.head == "reward" and judge.card.scheme == ("text-pair" if arch in ENCODERS else "trl")
     got = [s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in CONVERSATIONS])]
-    want = native_rewards(models[arch], CONVERSATIONS, chat=arch not in ENCODERS)
+    want = native_rewards(models[arch], CONVERSATIONS, plain(arch))
     assert got == pytest.approx(want, abs=TOLERANCE)
+    if arch not in ENCODERS:  # a conversation given as messages: the model's own chat template
+        chat = [s.value for s in judge.score_batch(as_messages(CONVERSATIONS))]
+        assert chat == pytest.approx(native_rewards(models[arch], CONVERSATIONS, "chat-template"), abs=TOLERANCE)
     assert len(set(got)) == len(got) and max(got) - min(got) > 10 * TOLERANCE  # the inputs differ, so do rewards
     (q, a), (_, b) = CONVERSATIONS[0], CONVERSATIONS[1]
     c = judge.compare(q, a, b)  # Bradley-Terry: P(A better) = sigmoid(r_A - r_B), no ties
     r_a, r_b = judge.score(q, a).value, judge.score(q, b).value
-    assert c.p_a == pytest.approx(1 / (1 + math.exp(-(r_a - r_b))), abs=TOLERANCE) and c.p_tie < 1e-12
+    assert c.p_a == pytest.approx(1 / (1 + math.exp(-(r_a - r_b))), abs=TOLERANCE) and c.p_tie == 0.0
     assert not (models[arch] / CARD_NAME).exists()  # loading writes nothing
 
 
@@ -60,14 +75,15 @@ def test_the_described_card_records_where_the_model_came_from(models):
     digest = hashlib.sha256((models["llama"] / "model.safetensors").read_bytes()).hexdigest()
     assert origin["path"] == str(models["llama"].resolve()) and origin["weights_sha256"] == {
         "model.safetensors": digest}
-    assert origin["model_type"] == "llama" and judge.card.truncation["input"] == "chat-template"
+    assert origin["model_type"] == "llama" and judge.card.truncation["input"] == "trl"
     assert judge.card.max_length == 128  # the tokenizer's model_max_length, below the config's 512 positions
 
 
 def test_the_input_format_can_be_overridden(models):
-    as_pair = Judge.load(models["llama"], model_input="text-pair")
-    assert as_pair.score("Q?", "A.").value == pytest.approx(native_rewards(models["llama"], [("Q?", "A.")],
-                                                                           chat=False)[0], abs=TOLERANCE)
+    for reading in ("text-pair", "chat-template"):  # the chat template: over a plain-text question too
+        judge = Judge.load(models["llama"], model_input=reading)
+        assert judge.score("Q?", "A.").value == pytest.approx(native_rewards(models["llama"], [("Q?", "A.")],
+                                                                             reading)[0], abs=TOLERANCE)
     with pytest.raises(ValueError, match="has no chat template"):
         Judge.load(models["bert"], model_input="chat-template")
     with pytest.raises(KeyError, match="model input format"):
@@ -107,7 +123,7 @@ def test_a_two_class_model_is_read_as_the_log_odds_of_its_class_1(arch, tmp_path
     judge = Judge.load(model)
     assert judge.card.head == "reward-binary" and judge.card.label_map["positive"] == 1
     got = [s.value for s in judge.score_batch([{"question": q, "answer": a} for q, a in CONVERSATIONS])]
-    want = native_rewards(model, CONVERSATIONS, chat=arch not in ENCODERS)  # logit[1] - logit[0]
+    want = native_rewards(model, CONVERSATIONS, plain(arch))  # logit[1] - logit[0]
     assert got == pytest.approx(want, abs=TOLERANCE)
     c = judge.compare(CONVERSATIONS[0][0], CONVERSATIONS[0][1], CONVERSATIONS[1][1])
     other = judge.score(CONVERSATIONS[0][0], CONVERSATIONS[1][1]).value
@@ -135,7 +151,7 @@ def test_export_gates_the_model_writes_its_card_and_the_export_scores_the_same(m
     assert exported.backend_name == "onnx" and exported.card.training["origin"] == card.training["origin"]
     items = [{"question": q, "answer": a} for q, a in CONVERSATIONS]
     got = [s.value for s in exported.score_batch(items)]
-    assert got == pytest.approx(native_rewards(models[arch], CONVERSATIONS, chat=arch not in ENCODERS), abs=1e-4)
+    assert got == pytest.approx(native_rewards(models[arch], CONVERSATIONS, plain(arch)), abs=1e-4)
     (models[arch] / CARD_NAME).unlink()  # the module's models stay cardless
 
 
@@ -145,7 +161,7 @@ def test_cli_score_serve_and_audit_without_a_card(models, tmp_path, monkeypatch)
     src.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in CONVERSATIONS))
     assert main(["score", str(model), "--input", str(src), "--output", str(out), "--task", "score"]) == 0
     scores = [json.loads(line)["score"] for line in out.read_text().splitlines()]
-    assert scores == pytest.approx(native_rewards(model, CONVERSATIONS, chat=True), abs=TOLERANCE)
+    assert scores == pytest.approx(native_rewards(model, CONVERSATIONS, "text"), abs=TOLERANCE)
 
     judge = Judge.load(model, max_batch_tokens=256)
     with TestClient(create_app(judge)) as client:
@@ -169,10 +185,13 @@ def test_reward_function_and_best_of_n_take_the_model_directory(models):
     prompts = [[{"role": "user", "content": q}] for q, _ in CONVERSATIONS]
     completions = [[{"role": "assistant", "content": a}] for _, a in CONVERSATIONS]
     rewards = reward_function(str(model))(prompts=prompts, completions=completions)
-    assert rewards == pytest.approx(native_rewards(model, CONVERSATIONS, chat=True), abs=TOLERANCE)
+    assert rewards == pytest.approx(native_rewards(model, CONVERSATIONS, "chat-template"), abs=TOLERANCE)
+    plain_rewards = reward_function(str(model))(prompts=[q for q, _ in CONVERSATIONS],
+                                                completions=[a for _, a in CONVERSATIONS])
+    assert plain_rewards == pytest.approx(native_rewards(model, CONVERSATIONS, "text"), abs=TOLERANCE)
     answers = [a for _, a in CONVERSATIONS]
-    best, scores = best_of_n(str(model), CONVERSATIONS[0][0], answers)
-    assert scores == pytest.approx(native_rewards(model, [(CONVERSATIONS[0][0], a) for a in answers], chat=True),
+    best, scores = best_of_n(str(model), CONVERSATIONS[0][0], answers)  # a plain-text question, as TRL reads it
+    assert scores == pytest.approx(native_rewards(model, [(CONVERSATIONS[0][0], a) for a in answers], "text"),
                                   abs=TOLERANCE)
     assert best == int(np.argmax(scores))
 
@@ -193,7 +212,7 @@ def test_cli_model_input_overrides_the_input_format(models, tmp_path):
     assert main(["score", str(model), "--input", str(src), "--output", str(out), "--task", "score",
                  "--model-input", "text-pair"]) == 0
     scores = [json.loads(line)["score"] for line in out.read_text().splitlines()]
-    assert scores == pytest.approx(native_rewards(model, CONVERSATIONS, chat=False), abs=TOLERANCE)
+    assert scores == pytest.approx(native_rewards(model, CONVERSATIONS, "text-pair"), abs=TOLERANCE)
     with pytest.raises(SystemExit) as usage:
         main(["score", str(model), "--input", str(src), "--output", str(out), "--model-input", "vibes"])
     assert usage.value.code == 2

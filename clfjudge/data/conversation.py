@@ -4,8 +4,9 @@ content a string or a list of parts ``[{"type": "text", "text": ...}]``) -> the 
 A conversation's prompt becomes one question: the last user turn alone when there is nothing before it, else every
 turn with its role label ("System:", "User:", "Assistant:") so that the system prompt and the earlier turns reach
 the judge whatever its scheme (``FLATTENING``). The turns stay in the record's ``meta[TURNS]``, with a list content
-as it was given, so that a model with its own chat template reads the messages themselves (``messages``) and
-truncation can drop the oldest of them first (``prompts/truncation.py``) and keep the last user turn whole.
+as it was given (a lone user turn too: a prompt given as messages is conversational, ``is_conversational``), so that
+a model with its own chat template reads the messages themselves (``messages``) and truncation can drop the oldest
+of them first (``prompts/truncation.py``) and keep the last user turn whole.
 """
 from __future__ import annotations
 
@@ -30,10 +31,21 @@ _NOTED: set[str] = set()
 Turn = tuple  # (role, text) or (role, text, parts): parts, the content as given where it was a list
 
 
+def is_conversational(meta: dict[str, Any]) -> bool:
+    """Whether the record's prompt was given as messages (TRL's conversational format), even a lone user turn."""
+    return TURNS in meta
+
+
+def loses_shape(meta: dict[str, Any]) -> bool:
+    """Whether reading the prompt as one question loses something: earlier turns, a system prompt, list content."""
+    prompt = meta.get(TURNS)
+    return bool(prompt) and (len(prompt) > 1 or len(prompt[0]) > 2)
+
+
 def note_flattened(reader: str, metas: Iterable[dict[str, Any]]) -> None:
     """Say once per run and reader (a judge's input format) that it reads conversations flattened, the first time
     it meets one."""
-    if reader not in _NOTED and any(TURNS in meta for meta in metas):
+    if reader not in _NOTED and any(loses_shape(meta) for meta in metas):
         _NOTED.add(reader)
         log.warning("note: %s reads conversations %s", reader, FLATTENING)
 
@@ -89,8 +101,7 @@ def prompt_question(prompt: Sequence[Turn], loc: Loc, field: str) -> tuple[str, 
     """(question, meta) of a conversational prompt; it must end with a user turn (what the answer replies to)."""
     if prompt[-1][0] != "user":
         raise loc.error(field, f"a prompt must end with a user turn, it ends with {prompt[-1][0]!r}")
-    meta = {TURNS: [list(t) for t in prompt]} if len(prompt) > 1 or len(prompt[0]) > 2 else {}
-    return flatten(prompt), meta
+    return flatten(prompt), {TURNS: [list(t) for t in prompt]}
 
 
 def answer_text(completion: Sequence[Turn], loc: Loc, field: str) -> str:

@@ -62,6 +62,12 @@ def _preprocessing(card: JudgeCard, tokenizer: Any, chat_template: bool) -> dict
                        "tokenize=False), messages the conversation's turns as given (system prompt, earlier turns, "
                        "list content), [{'role': 'user', 'content': question}] for a plain question; ids = "
                        "tokenizer(text, add_special_tokens=False)"}
+    if model_input == "trl":
+        return {"input": "trl", "add_special_tokens": False, **common,
+                "how": "as TRL's GRPOTrainer reads each data shape: a prompt given as messages as 'chat-template' "
+                       "reads it (text = tokenizer.apply_chat_template(messages + [{'role': 'assistant', 'content': "
+                       "answer}], tokenize=False); ids = tokenizer(text, add_special_tokens=False)), a plain-text "
+                       "prompt as 'text' does (ids = tokenizer(question + answer, add_special_tokens=False))"}
     if model_input == "text":
         return {"input": "text", "add_special_tokens": False, **common,
                 "how": "ids = tokenizer(question + answer, add_special_tokens=False) (TRL's standard format)"}

@@ -29,7 +29,9 @@ import numpy as np
 
 from ..batching import DEFAULT_BATCH_SIZE, Budget
 from ..card import CARD_NAME, JudgeCard
-from ..data.records import Loc, PairRecord, PointRecord, Verdict
+from ..data import conversation as conv
+from ..data.formats import ReadOptions, is_own_item, item_record
+from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
 from ..kinds import ONNX, check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO
@@ -45,7 +47,7 @@ ONNX_VARIANTS = {"fp32": "model.onnx", "optimized": "model_optimized.onnx", "int
 TORCH_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 
-BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item's index in the batch
+BATCH = "<batch item>"  # input errors of compare_batch / score_batch name the item, from 1 as files count lines
 # What ``Judge.warm_up`` reads: plain prose, repeated into an answer longer than any judge's token limit.
 WARM_UP_TEXT = ("The committee reviewed the proposal in detail, weighed its costs against the expected benefits, "
                 "and asked the authors to clarify how the results would be measured and reported. ")
@@ -98,29 +100,58 @@ class Score:
 
 PairInput = PairRecord | Mapping[str, Any]
 PointInput = PointRecord | Mapping[str, Any]
+Text = str | list[dict[str, Any]]  # text, or chat messages ({"role", "content"}; content a string or text parts)
 
 
 def _pick(item: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {k: item[k] for k in names if item.get(k) is not None}
 
 
+def _read_messages(fields: dict[str, Any], loc: Loc, answers: Sequence[str]) -> dict[str, Any]:
+    """A question or an answer given as chat messages (list content too) -> its text, the prompt's turns in meta, as
+    every other format reads them (``data.conversation``)."""
+    question = fields.get("question")
+    if conv.is_messages(question):
+        fields["question"], meta = conv.prompt_question(conv.turns(question, loc, "question"), loc, "question")
+        fields["meta"] = {**fields.get("meta", {}), **meta}
+    for name in answers:
+        if conv.is_messages(fields.get(name)):
+            fields[name] = conv.answer_text(conv.turns(fields[name], loc, name), loc, name)
+    return fields
+
+
 def as_pair(item: PairInput, loc: Loc = Loc()) -> PairRecord:
-    """A pair record from a record or a dict with question / answer_a / answer_b [/ rubric / reference / id];
-    bad input raises ``RecordError`` naming ``loc`` and the field."""
+    """A pair record from a record or a dict with question / answer_a / answer_b [/ rubric / reference / id] (a
+    question or answer may be chat messages); bad input raises ``RecordError`` naming ``loc`` and the field."""
     if isinstance(item, PairRecord):
         return item
     if not isinstance(item, Mapping):
         raise loc.error(None, f"expected a pair (a mapping or a PairRecord), got {type(item).__name__}")
-    return PairRecord.build(loc, **_pick(item, _PAIR_FIELDS), unlabelled=True, allow_empty_answers=True)
+    fields = _read_messages(_pick(item, _PAIR_FIELDS), loc, ("answer_a", "answer_b"))
+    return PairRecord.build(loc, **fields, unlabelled=True, allow_empty_answers=True)
 
 
 def as_point(item: PointInput, loc: Loc = Loc()) -> PointRecord:
-    """A point record from a record or a dict with question / answer [/ rubric / reference / id]."""
+    """A point record from a record or a dict with question / answer [/ rubric / reference / id] (a question or
+    the answer may be chat messages)."""
     if isinstance(item, PointRecord):
         return item
     if not isinstance(item, Mapping):
         raise loc.error(None, f"expected an answer to score (a mapping or a PointRecord), got {type(item).__name__}")
-    return PointRecord.build(loc, **_pick(item, _POINT_FIELDS), unlabelled=True, allow_empty_answers=True)
+    fields = _read_messages(_pick(item, _POINT_FIELDS), loc, ("answer",))
+    return PointRecord.build(loc, **fields, unlabelled=True, allow_empty_answers=True)
+
+
+def read_item(item: Any, loc: Loc, kind: str, options: ReadOptions = ReadOptions()) -> Record:
+    """One item as every interface reads it (the Python API, ``clfjudge score``'s lines, the server's items): a
+    record of ``kind`` ("pair" / "point") as it is; clfjudge's own fields (``as_pair`` / ``as_point``); or another
+    of the ecosystem's formats, TRL's prompt / chosen / rejected, prompt / completion and messages among them
+    (``data.formats.item_record``), which is also how any item is read when ``options`` force a format or map
+    columns. Bad input raises ``RecordError`` naming ``loc`` and the field."""
+    own = as_pair if kind == "pair" else as_point
+    if not isinstance(item, Mapping) or (options.format is None and not options.columns and is_own_item(item, kind)):
+        return own(item, loc)
+    return item_record(item, loc, labelled=False, options=options, kind=kind)
 
 
 # -- judges -----------------------------------------------------------------------------------------------
@@ -248,7 +279,7 @@ class Judge:
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
         self.require("compare")
-        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        records = [read_item(item, Loc(BATCH, i), "pair") for i, item in enumerate(items, start=1)]
         if not records:
             return []
         outputs = self.pair_outputs(self.raw_outputs(records))
@@ -259,19 +290,21 @@ class Judge:
         return [Comparison(float(a), float(t), float(b), v, None if m is None else float(m))
                 for a, t, b, v, m in zip(outputs.p_a, outputs.p_tie, outputs.p_b, verdicts, margins)]
 
-    def compare(self, question: str, a: str, b: str, rubric: str | None = None, reference: str | None = None,
+    def compare(self, question: Text, a: Text, b: Text, rubric: str | None = None, reference: str | None = None,
                 symmetric: bool = False) -> Comparison:
+        """One pair (``compare_batch``): a question and answers as text or chat messages."""
         item = {"question": question, "answer_a": a, "answer_b": b, "rubric": rubric, "reference": reference}
         return self.compare_batch([item], symmetric=symmetric)[0]
 
     def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
         self.require("score")
-        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        records = [read_item(item, Loc(BATCH, i), "point") for i, item in enumerate(items, start=1)]
         if not records:
             return []
         return [Score(float(s)) for s in self.point_scores(self.raw_outputs(records))]
 
-    def score(self, question: str, answer: str, rubric: str | None = None, reference: str | None = None) -> Score:
+    def score(self, question: Text, answer: Text, rubric: str | None = None, reference: str | None = None) -> Score:
+        """One answer (``score_batch``): a question and an answer as text or chat messages."""
         item = {"question": question, "answer": answer, "rubric": rubric, "reference": reference}
         return self.score_batch([item])[0]
 

@@ -9,10 +9,11 @@ id ``hf:OWNER/NAME[@REVISION]``, opened without a judge card.
   two outputs: a classifier whose class 1 (``id2label[1]``, the transformers convention for the positive
   class; ``label_map.positive`` in the card says otherwise) is "good": its log-odds are the reward
   (head ``reward-binary``); more outputs are refused, naming their labels;
-- the input as the model was trained on it (``prompts.model_input``): a decoder's chat template over the
-  conversation as given (system prompt, every turn, then the answer), or where its tokenizer has none the prompt and
-  the answer as one text (TRL's standard format); an encoder's text pair (question, answer); ``model_input``
-  overrides;
+- the input as TRL's ``GRPOTrainer(reward_funcs=[path])`` gives it to the model (``prompts.model_input``): a
+  decoder's chat template over a conversation given as messages (system prompt, every turn, then the answer), a
+  plain-text prompt and its answer as one text (TRL's standard format; input ``trl``), or where its tokenizer has no
+  chat template always as one text (``text``); an encoder's text pair (question, answer); ``model_input``
+  overrides (``chat-template``: the chat template over plain-text prompts too);
 - where it came from (``training.origin``: path or hub id, revision, the sha256 of each weights file).
 
 Then the ``torch`` loader runs it like a fine-tuned judge, and ``clfjudge export`` / ``audit`` write the card
@@ -48,7 +49,7 @@ CONFIG_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json
 # A foreign model reads at most this many tokens per answer unless its card says otherwise (decoder RMs declare
 # 32k-128k positions; an answer that long is cut, question first kept, as a scheme's inputs are).
 MAX_LENGTH = 4096
-DEFAULT_INPUT = {"decoder": "chat-template", "encoder": "text-pair"}
+DEFAULT_INPUT = {"decoder": "trl", "encoder": "text-pair"}
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 HEAD_OF_OUTPUTS = {1: "reward", 2: "reward-binary"}  # outputs of the model -> the head that reads them
 
@@ -159,8 +160,8 @@ def _default_input(directory: Path, family: str, tokenizer_config: dict[str, Any
 
 def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[Path, JudgeCard]:
     """The directory a spec names (a local directory or ``hf:OWNER/NAME[@REV]``) and the judge card of the model in
-    it, checked as untrusted input (see the module doc). ``model_input``: "chat-template" | "text-pair" (default:
-    by the model's family)."""
+    it, checked as untrusted input (see the module doc). ``model_input``: a name of ``prompts.model_input.INPUTS``
+    (default: by the model's family, as TRL reads it)."""
     text = os.fspath(spec)
     if is_hub_id(text):
         directory, origin = fetch(text)

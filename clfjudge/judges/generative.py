@@ -32,8 +32,7 @@ from .base import (
     PairInput,
     PointInput,
     Score,
-    as_pair,
-    as_point,
+    read_item,
 )
 
 GENERATIVE = "generative"  # the judge card's head name
@@ -184,7 +183,7 @@ class GenerateJudge(Judge):
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
         self.require("compare")
-        records = [as_pair(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        records = [read_item(item, Loc(BATCH, i), "pair") for i, item in enumerate(items, start=1)]
         if not symmetric:
             return [_written_comparison([p]) for p in self.generator.generate(records)]
         parsed = self.generator.generate(records + [r.swapped() for r in records])
@@ -192,7 +191,7 @@ class GenerateJudge(Judge):
 
     def score_batch(self, items: Sequence[PointInput]) -> list[Score]:
         self.require("score")
-        records = [as_point(item, Loc(BATCH, i)) for i, item in enumerate(items)]
+        records = [read_item(item, Loc(BATCH, i), "point") for i, item in enumerate(items, start=1)]
         return [Score(p.score if p.ok else math.nan, parsed=p.ok, generated=(p.raw,))
                 for p in self.generator.generate(records)]
 

@@ -3,10 +3,12 @@
 A fine-tuned or frozen reader with a linear head learns answer length first; a model asked whether an answer is
 right brings what it knows. Here the model is asked a question from the card (``configs/verdict.yaml`` holds the
 shipped ones) in its own chat template, and the logits of the first token of its reply are read: pointwise,
-``log P(yes) - log P(no)`` is the answer's reward (the judge then scores, ranks and compares by the difference of
-two rewards: no answer order to lean on); pairwise, ``log P(A) - log P(B)`` for the answer shown first (the pair
-judged in both orders where ``symmetric``). No sampling, no parsing: one padded forward pass per prompt, only the
-verdict tokens' rows of the output layer, so the same graph exports to ONNX (``export.verdict``).
+``log sum P(yes) - log sum P(no)`` is the answer's reward, each side's probability summed over the first tokens of
+its spellings ("Yes", "yes", " Yes" against "No", "no", " No": ``verdict_token_ids``); the judge then scores, ranks
+and compares by the difference of two rewards, with no answer order to lean on. Pairwise, ``log sum P(A) - log sum
+P(B)`` for the answer shown first (the pair judged in both orders where ``symmetric``). No sampling, no parsing: one
+padded forward pass per prompt, only the verdict tokens' rows of the output layer, so the same graph exports to ONNX
+(``export.verdict``).
 
 Both forms give the judge's raw outputs as two rewards per pair (pairwise: +-margin / 2), so calibration, ties and
 the audit treat it as a reward head (Davidson's tie model fitted by ``clfjudge calibrate``).
@@ -453,6 +455,14 @@ class VerdictJudge(Judge):
         return RewardHead.rewards(raw)
 
 
+# What a verdict judge's raw output is (the card's label_map says so): the first tokens of the question's spellings
+# (``verdict_token_ids``), their probabilities summed per side.
+RAW_POINT = ("log sum P(positive) - log sum P(negative) of the reply's first token, each side's probability summed "
+             "over the first tokens of its spellings (question.positive / question.negative)")
+RAW_PAIR = ("log sum P(A) - log sum P(B) of the reply's first token, each side summed over the first tokens of its "
+            "spellings (question.positive / question.negative), as rewards +-margin / 2")
+
+
 def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
                  max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, training: dict[str, Any] | None = None
@@ -463,8 +473,7 @@ def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precisi
     return JudgeCard(head=VERDICT, kind=kind, backbone=backbone, scheme=f"verdict-{kind}",
                      max_length=max_question_tokens + max_answer_tokens * (2 if kind == "pair" else 1),
                      template=questions[0].user,
-                     label_map={"raw": "log P(yes) - log P(no) of the reply's first token" if kind == "point"
-                                else "log P(A) - log P(B) of the reply's first token, as rewards +-margin / 2"},
+                     label_map={"raw": RAW_POINT if kind == "point" else RAW_PAIR},
                      truncation={"max_question_tokens": max_question_tokens, "max_answer_tokens": max_answer_tokens,
                                  "keep": "first and last tokens", "conversation": FLATTENING},
                      training=training or {},

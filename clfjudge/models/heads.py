@@ -53,8 +53,9 @@ class PairOutputs:
     margin: np.ndarray | None = None
 
     def verdicts(self) -> list[Verdict]:
+        """The likeliest outcome; TIE where P(A) == P(B) (identical answers), which no answer wins."""
         best = np.stack([self.p_tie, self.p_a, self.p_b], axis=1).argmax(axis=1)  # study class order
-        return [VERDICT_OF_CLASS[int(c)] for c in best]
+        return [Verdict.TIE if a == b else VERDICT_OF_CLASS[int(c)] for c, a, b in zip(best, self.p_a, self.p_b)]
 
 
 @dataclass
@@ -316,9 +317,10 @@ def fit_length_coef(records: Sequence[PairRecord]) -> float:
 
 
 def davidson_probs(margin: np.ndarray, scale: float, nu: float) -> np.ndarray:
-    """Columns P(A), P(TIE), P(B) under Davidson's tie model for reward margins r_A - r_B."""
+    """Columns P(A), P(TIE), P(B) under Davidson's tie model for reward margins r_A - r_B; nu = 0 (no tie model):
+    Bradley-Terry, P(TIE) exactly 0."""
     half = 0.5 * scale * np.asarray(margin, dtype=np.float64)
-    logw = np.stack([half, np.full_like(half, math.log(max(nu, 1e-300))), -half], axis=1)
+    logw = np.stack([half, np.full_like(half, math.log(nu) if nu > 0 else -math.inf), -half], axis=1)
     logw -= logw.max(axis=1, keepdims=True)
     w = np.exp(logw)
     return w / w.sum(axis=1, keepdims=True)

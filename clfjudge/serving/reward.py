@@ -85,6 +85,7 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None, ref
 
 
 def best_of_n(judge: Judge | str | Path, question: str, candidates: Sequence[str]) -> tuple[int, list[float]]:
-    """The best candidate's index and every candidate's score (``Judge.rank``)."""
+    """The best candidate's index (the first of equal best scores: identical candidates score alike) and every
+    candidate's score (``Judge.rank``)."""
     scores = _load(judge).rank(question, list(candidates))
     return int(np.argmax(scores)), scores

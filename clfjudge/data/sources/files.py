@@ -13,10 +13,12 @@ the first few are kept in the notes with file, row and field, and a source with 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +74,28 @@ class DataSpec:
         return cls(text, path.resolve(), None, split)
 
 
+@contextlib.contextmanager
+def _datasets_quiet() -> Iterator[None]:
+    """datasets logs its own error for a file it cannot read ("Failed to load JSON ... in row 6", its rows counted
+    from 0), before the exception that clfjudge turns into one error naming the file and line: keep it off the
+    console."""
+    from datasets.utils import logging as datasets_logging  # its import sets its loggers' level: set ours after
+
+    level = datasets_logging.get_verbosity()
+    datasets_logging.set_verbosity(datasets_logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets_logging.set_verbosity(level)
+
+
 def _read(spec: DataSpec):
     """The rows of ``spec`` as a ``datasets.Dataset``; a file datasets cannot read is an error naming it."""
+    with _datasets_quiet():
+        return _load(spec)
+
+
+def _load(spec: DataSpec):
     import datasets
 
     where = spec.text
