@@ -36,6 +36,18 @@ MATMUL_FLAGS = ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx512bw"
 ARM = ("arm64", "aarch64")
 
 
+def import_openvino():
+    """The ``openvino`` module, its telemetry off for this process: ``import openvino`` starts it otherwise (it
+    reads and rewrites files under ~/intel and looks up an analytics host); ImportError where it is not
+    installed. Every clfjudge import of OpenVINO goes through here."""
+    if "openvino" not in sys.modules:
+        # a None entry makes "import openvino_telemetry" fail, so OpenVINO falls back to its own no-op stub
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
 @dataclass(frozen=True)
 class Capability:
     runs: bool
@@ -104,7 +116,6 @@ def _probe_openvino() -> tuple[bool, str]:
 
     if importlib.util.find_spec("openvino") is None:
         return False, "openvino is not installed (pip install 'clfjudge[openvino]')"
-    from .models.openvino_session import import_openvino
 
     core = import_openvino().Core()
     if "CPU" not in core.available_devices:

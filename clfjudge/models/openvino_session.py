@@ -22,18 +22,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..machine import import_openvino  # noqa: F401 - OpenVINO is imported through it alone
+
 INSTALL = "pip install 'clfjudge[openvino]' (or: pip install openvino)"
-
-
-def import_openvino():
-    """The ``openvino`` module, its telemetry off for this process (the module doc); ImportError where it is not
-    installed."""
-    if "openvino" not in sys.modules:
-        # a None entry makes "import openvino_telemetry" fail, so OpenVINO falls back to its own no-op stub
-        sys.modules.setdefault("openvino_telemetry", None)
-    import openvino
-
-    return openvino
 
 
 class Port(NamedTuple):

@@ -11,12 +11,10 @@ shorter-answer-wins, with paired bootstrap CIs: what the cheap judge keeps of th
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,17 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..data.records import PairRecord, Record, Verdict
+from ..data.records import PairRecord, Verdict
+from .labels import load_pool, pair_key
 
 TEACHER_LABELS = "teacher_labels.jsonl"  # in the output directory: pair key -> the teacher's P(A)
 STUDENT_DIR = "student"
 REPORT = "distill_report"  # .json and .md
-
-
-def pair_key(record: PairRecord) -> str:
-    """The pair's content (question and both answers, in order): equal pairs under any id or file share it."""
-    text = "\0".join((record.question, record.answer_a, record.answer_b))
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 class PredictionsTeacher:
@@ -152,17 +145,6 @@ def teacher_targets(teacher, records: Sequence[PairRecord], cache: Path, chunk: 
     return done
 
 
-def any_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter]:
-    """Pool pairs, labelled or not (the teacher labels them)."""
-    kept, excluded = [], Counter()
-    for r in records:
-        if isinstance(r, PairRecord):
-            kept.append(r)
-        else:
-            excluded[f"{r.kind} record (distillation reads pairs)"] += 1
-    return kept, excluded
-
-
 @dataclass(frozen=True)
 class DistillJob:
     """``teacher``: a judge directory / hub id or a predictions file; ``pool``: data specs (labelled or not);
@@ -176,21 +158,6 @@ class DistillJob:
     holdout: float = 0.1
     seed: int = 0
     batch_size: int = 16
-
-
-def load_pool(specs: Sequence[str], seed: int) -> tuple[list[PairRecord], dict[str, Any]]:
-    from ..data import sources
-
-    pool, counts = [], {}
-    for spec in specs:
-        usable = sources.load_usable(spec, any_pairs, labelled=False)
-        pairs = usable.records
-        if usable.limit and len(pairs) > usable.limit:
-            pairs = random.Random(seed).sample(pairs, usable.limit)
-        pool += pairs
-        counts[usable.name] = {"used": len(pairs), "excluded": dict(usable.excluded),
-                               "excluded_by_loader": dict(usable.loaded.excluded)}
-    return pool, counts
 
 
 def split_by_question(records: Sequence[PairRecord], holdout: float, seed: int

@@ -25,12 +25,13 @@ import math
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data.records import PairRecord, PointRecord
+from ..data.records import PairRecord, PointRecord, Record
 
 PROVENANCE, PAIRS, LABELS = "provenance.json", "pairs.jsonl", "labels.jsonl"
 SELECTIONS = ("random", "uncertain")
@@ -40,6 +41,38 @@ FORMAT = 1
 def answer_key(question: str, answer: str) -> str:
     """An answer's content under its question: equal texts under any id, pair or file share it."""
     return hashlib.blake2b(f"{question}\0{answer}".encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def pair_key(record: PairRecord) -> str:
+    """The pair's content (question and both answers, in order): equal pairs under any id or file share it."""
+    text = "\0".join((record.question, record.answer_a, record.answer_b))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def any_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter]:
+    """Pool pairs, labelled or not (the teacher labels them)."""
+    kept, excluded = [], Counter()
+    for r in records:
+        if isinstance(r, PairRecord):
+            kept.append(r)
+        else:
+            excluded[f"{r.kind} record (distillation reads pairs)"] += 1
+    return kept, excluded
+
+
+def load_pool(specs: Sequence[str], seed: int) -> tuple[list[PairRecord], dict[str, Any]]:
+    from ..data import sources
+
+    pool, counts = [], {}
+    for spec in specs:
+        usable = sources.load_usable(spec, any_pairs, labelled=False)
+        pairs = usable.records
+        if usable.limit and len(pairs) > usable.limit:
+            pairs = random.Random(seed).sample(pairs, usable.limit)
+        pool += pairs
+        counts[usable.name] = {"used": len(pairs), "excluded": dict(usable.excluded),
+                               "excluded_by_loader": dict(usable.loaded.excluded)}
+    return pool, counts
 
 
 def is_label_dir(path: str | Path) -> bool:
@@ -155,7 +188,6 @@ class Teacher:
                  "tokens": n[0]} for p, v, n in zip(points, values, lengths)]
 
     def pairs(self, records: Sequence[PairRecord]) -> list[dict[str, Any]]:
-        from .distill import pair_key
 
         rows = []
         for r, c in zip(records, self.judge.compare_batch(list(records), symmetric=True)):
@@ -186,13 +218,12 @@ class LabelJob:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_pool(job: LabelJob) -> tuple[list[PairRecord], dict[str, Any]]:
+def load_job_pool(job: LabelJob) -> tuple[list[PairRecord], dict[str, Any]]:
     """The pool's pairs, decontaminated by question against ``job.against``."""
     from ..data import sources
     from ..data.splits import decontaminate
-    from .distill import load_pool as load_specs
 
-    pool, counts = load_specs(job.pool, job.seed)
+    pool, counts = load_pool(job.pool, job.seed)
     against = [r for name in job.against for r in sources.load(name).records]
     kept, removed, by_set = decontaminate(pool, against) if against else (pool, 0, {})
     counts["decontaminated"] = {"removed": removed, "by_set": by_set}
@@ -217,7 +248,6 @@ class LabelSet:
         question and its calibration scale (pointwise; Davidson's tie weight cancels in this ratio), or as read
         (pairwise); None where a label is missing."""
         if not self.pointwise:
-            from .distill import pair_key
 
             row = self.labels.get(pair_key(PairRecord(id="", question=question, answer_a=answer_a,
                                                       answer_b=answer_b, verdict=None)))
@@ -232,7 +262,6 @@ class LabelSet:
 
 def _choose(job: LabelJob, pool: Sequence[PairRecord], chosen: set[str], have: int,
             log: Callable[[str], None]) -> list[PairRecord]:
-    from .distill import pair_key
 
     todo = max(0, job.pairs - have)
     free = list({pair_key(r): r for r in pool if pair_key(r) not in chosen}.values())
@@ -274,7 +303,6 @@ def _by_question(records: Sequence[PairRecord], chunk: int) -> list[list[PairRec
 def label(job: LabelJob, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Choose pairs (``job.select``) and label every answer (or pair) of the chosen ones not yet labelled; returns
     what this run did."""
-    from .distill import pair_key
 
     if job.select not in SELECTIONS:
         raise ValueError(f"--select is one of {', '.join(SELECTIONS)}, got {job.select!r}")
@@ -288,7 +316,7 @@ def label(job: LabelJob, log: Callable[[str], None] = print) -> dict[str, Any]:
             raise ValueError(f"{out / PROVENANCE}: these labels come from another teacher ({before['backbone']}, card "
                              f"{before['card_hash']}); {job.teacher} is {teacher.identity()['backbone']}, card "
                              f"{teacher.identity()['card_hash']}: label into another directory")
-    pool, counts = load_pool(job)
+    pool, counts = load_job_pool(job)
     provenance = have.provenance or {"format": FORMAT, **teacher.provenance(), "pool": list(job.pool),
                                      "decontaminated_against": list(job.against), "rounds": []}
     chosen = {row["key"] for row in have.pairs}
@@ -315,7 +343,6 @@ def label(job: LabelJob, log: Callable[[str], None] = print) -> dict[str, Any]:
 
 def _label_plan(teacher: Teacher, ordered: Sequence[PairRecord], out: Path, done: dict[str, Any], job: LabelJob,
                 log: Callable[[str], None]) -> dict[str, Any]:
-    from .distill import pair_key
 
     if teacher.pointwise:
         todo_answers = {answer_key(r.question, a) for r in ordered for a in (r.answer_a, r.answer_b)} - set(done)
