@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -380,6 +381,7 @@ class RayOptions:
 
 
 _started_locally = False  # whether the Ray instance in use was started here (it has this machine and cannot grow)
+CLIENT_TRIES = 4  # connecting through Ray Client (ray://): tries, 2, 4, 6 s apart
 
 
 def _connect(address: str | None) -> bool:
@@ -388,7 +390,20 @@ def _connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     local = {"include_dashboard": False} if address is None and "RAY_ADDRESS" not in os.environ else {}
-    ray.init(address=address, logging_level="warning", log_to_driver=False, **local)
+    target = address if address is not None else os.environ.get("RAY_ADDRESS", "")
+    tries = CLIENT_TRIES if target.startswith("ray://") else 1
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address=address, logging_level="warning", log_to_driver=False, **local)
+            break
+        except Exception as e:  # noqa: BLE001 - Ray's client raises bare Exceptions; retried, then one line
+            # a loaded head can fail to start the client's own server process at first (it then says so)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if attempt == tries:
+                reason = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+                raise ConnectionError(f"cannot connect to Ray at {target} after {tries} tries: {reason}") from None
+            time.sleep(2 * attempt)
     _started_locally = bool(local)
     return True
 
