@@ -100,13 +100,43 @@ def score_cuda() -> str:
     return f"{len(items)} pairs in {time.monotonic() - start:.2f} s ({judge.runtime_choice})"
 
 
+def verdict() -> str:
+    """A verdict judge (a tiny random chat LLaMA asked "is this answer correct?") read on the device in its auto
+    precision, against the CPU in fp32, and its shared-prefix reading against whole prompts on the device."""
+    import numpy as np
+
+    from clfjudge.judges.base import Judge
+    from clfjudge.judges.verdict import questions_from, verdict_card
+    from clfjudge.testing import tiny_llama
+
+    model = tiny_llama(OUT / "tiny-chat", chat=True)
+    answers = ["Because of Rayleigh scattering.", "7", "The sky reflects the ocean.", "Blue light scatters more."]
+    items = [{"question": "Why is the sky blue? Explain it to a child in two sentences, naming the effect.",
+              "answer": a} for a in answers] + [{"question": "Name a prime.", "answer": a} for a in ("7", "9")]
+    runs = {}
+    for name, precision, provider in (("cpu-fp32", "fp32", "cpu"), ("device", "auto", DEVICE)):
+        directory = OUT / f"verdict-{name}"
+        directory.mkdir(exist_ok=True)
+        verdict_card(str(model), questions_from(["correct"], "gpu_check"), precision=precision).save(directory)
+        judge = Judge.load(directory, provider=provider)
+        runs[name] = np.array([s.value for s in judge.score_batch(items)])
+    judge.reader.share_prefix, judge.reader.memory = False, type(judge.reader.memory)(1024)
+    whole = np.array([s.value for s in judge.score_batch(items)])
+    gap = float(np.abs(runs["device"] - runs["cpu-fp32"]).max())
+    share_gap = float(np.abs(runs["device"] - whole).max())
+    if share_gap > 0.05 or gap > 0.1:
+        raise AssertionError(f"log-odds differ: device vs CPU fp32 {gap:.3g}, shared vs whole {share_gap:.3g}")
+    return f"{judge.runtime_choice}; max |device - CPU fp32| {gap:.2g}, shared vs whole {share_gap:.2g}"
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     check("probe", probe)
     if DEVICE == "cuda" and not machine.probe().cuda():
         print(f"gpu_check: not run: {machine.probe().cuda().why}", flush=True)
         return 0
-    for name, run in (("fine-tune (bf16 asked)", fine_tune), ("reader (precision auto)", reader_judge)):
+    for name, run in (("fine-tune (bf16 asked)", fine_tune), ("reader (precision auto)", reader_judge),
+                      (f"verdict ({DEVICE})", verdict)):
         check(name, run)
     # the ONNX checks need onnxruntime's CUDA provider (the onnxruntime-gpu wheel): a machine without it says why
     ort_cuda = machine.probe().capabilities()["onnxruntime_cuda"] if DEVICE == "cuda" else None

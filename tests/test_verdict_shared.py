@@ -93,3 +93,17 @@ def test_a_template_with_the_answer_first_shares_nothing_it_should_not(chat_mode
     r = open_reader(verdict_card(str(chat_model), [q], precision="fp32"))
     whole = open_reader(verdict_card(str(chat_model), [q], precision="fp32"), share_prefix=False)
     np.testing.assert_allclose(r.log_odds(points()), whole.log_odds(points()), atol=1e-5)
+
+
+def test_the_verdict_judge_runs_on_cuda_or_says_why_not(chat_model, tmp_path):
+    import torch
+
+    (tmp_path / "judge").mkdir()
+    verdict_card(str(chat_model), questions_from(["correct"], "t"), precision="auto").save(tmp_path / "judge")
+    if torch.cuda.is_available():
+        assert Judge.load(tmp_path / "judge", provider="cuda").runtime_choice["provider"] == "cuda"
+    else:
+        with pytest.raises(ValueError, match="provider 'cuda' does not run on this machine: torch sees no CUDA"):
+            Judge.load(tmp_path / "judge", provider="cuda")
+    with pytest.raises(ValueError, match="runs on the CPU or on CUDA"):
+        Judge.load(tmp_path / "judge", provider="openvino")

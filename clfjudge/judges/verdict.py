@@ -188,7 +188,7 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
 
         def _log_odds(self, states, mask):
             last = mask.long().sum(dim=1) - 1
-            final = states[torch.arange(states.shape[0]), last].float()
+            final = states[torch.arange(states.shape[0], device=states.device), last].float()
             with torch.autocast(final.device.type, enabled=False):  # fp32 logits: bf16 rounds the log-odds
                 logits = final @ self.weight.T + self.bias
                 if self.softcap:
@@ -221,10 +221,12 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
                     keys[row, :, :lengths[row]], values[row, :, :lengths[row]] = p[layer][0][0], p[layer][1][0]
                 layers.append((keys, values))
             cache = DynamicCache(layers, config=self.decoder.config)
-            shared = torch.zeros((rows, width), dtype=attention_mask.dtype)
+            device = input_ids.device
+            shared = torch.zeros((rows, width), dtype=attention_mask.dtype, device=device)
             for row, n in enumerate(lengths):
                 shared[row, :n] = 1
-            positions = torch.tensor(lengths).unsqueeze(1) + torch.arange(input_ids.shape[1]).unsqueeze(0)
+            positions = (torch.tensor(lengths, device=device).unsqueeze(1)
+                         + torch.arange(input_ids.shape[1], device=device).unsqueeze(0))
             states = self.decoder(input_ids=input_ids, attention_mask=torch.cat([shared, attention_mask], dim=1),
                                   position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
             return self._log_odds(states, attention_mask)
@@ -250,7 +252,7 @@ class VerdictReader:
                  max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
                  max_batch_tokens: int | None = DEFAULT_VERDICT_TOKENS, memory_items: int | None = 65_536,
-                 budget: Budget | None = None, share_prefix: bool = True) -> None:
+                 budget: Budget | None = None, share_prefix: bool = True, device: str = "cpu") -> None:
         import torch
 
         from ..embedders.cache import MemoryCache
@@ -260,10 +262,13 @@ class VerdictReader:
             raise ValueError(f"{getattr(tokenizer, 'name_or_path', 'the model')}: a verdict judge asks a chat model, "
                              "and this tokenizer has no chat template")
         self.tokenizer, self.questions = tokenizer, list(questions)
-        self.precision, self.precision_why = decoder_precision(precision)
+        self.device = device
+        self.precision, self.precision_why = decoder_precision(precision, device)
         self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
         self.budget = budget if budget is not None else Budget(batch_size, max_batch_tokens)
         self.modules = self._modules(model)
+        for module in self.modules if device != "cpu" else ():
+            module.to(device)
         if self.precision == "bf16":  # held in bf16: autocast would cast every weight again at every forward pass
             for module in self.modules:
                 module.decoder.to(torch.bfloat16)
@@ -348,7 +353,7 @@ class VerdictReader:
 
         shared = [(list(head), members) for head, members in groups.items() if worth(head, members)]
         whole = [i for head, members in groups.items() if not worth(head, members) for i in members]
-        with torch.inference_mode(), autocast(self.precision):
+        with torch.inference_mode(), autocast(self.precision, self.device):
             for i, value in zip(whole, self._read(module, [prompts[i][0] for i in whole])):
                 values[i] = value
             for wave in self._waves(shared):
@@ -392,7 +397,7 @@ class VerdictReader:
         for row, p in enumerate(prompts):
             ids[row, :len(p)] = torch.tensor(p)
             mask[row, :len(p)] = 1
-        return ids, mask
+        return ids.to(self.device), mask.to(self.device)
 
     def _read(self, module, prompts: list[list[int]], prefixes: list | None = None) -> list[float]:
         """Right-padded token-budget batches of ``prompts`` (each after its prefix's cache where given)."""
@@ -537,13 +542,20 @@ def _load_verdict(directory: Path, card: JudgeCard, options: LoadOptions) -> Jud
     if options.variant is not None:
         raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this verdict judge runs in PyTorch "
                          "(clfjudge export writes its ONNX form)")
-    if options.provider != "cpu":
-        raise ValueError(f"provider {options.provider!r}: a verdict judge in PyTorch runs on the CPU here")
+    if options.provider not in ("cpu", "cuda"):
+        raise ValueError(f"provider {options.provider!r}: a verdict judge in PyTorch runs on the CPU or on CUDA "
+                         "(clfjudge export writes the ONNX form the other providers run)")
+    if options.provider == "cuda":
+        from ..machine import probe
+
+        if not probe().cuda():
+            raise ValueError(f"provider 'cuda' does not run on this machine: {probe().cuda().why}")
     if options.threads:
         import torch
 
         torch.set_num_threads(options.threads)
-    judge = VerdictJudge(card, open_reader(card, directory, **reader_options(options)), options.budget)
-    judge.runtime_choice = {"provider": "cpu", "file": card.backbone,
+    reader = open_reader(card, directory, device=options.provider, **reader_options(options))
+    judge = VerdictJudge(card, reader, options.budget)
+    judge.runtime_choice = {"provider": options.provider, "file": card.backbone,
                             "why": f"{judge.reader.precision}: {judge.reader.precision_why}"}
     return judge
