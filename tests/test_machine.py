@@ -324,4 +324,4 @@ def test_the_gpu_checks_pass_on_the_cpu(tmp_path):
                           env=env, capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("gpu_check")]
     assert done.returncode == 0 and lines[-1] == "gpu_check: all checks passed", (lines, done.stderr[-2000:])
-    assert len([line for line in lines if ": ok (" in line]) == 5
+    assert len([line for line in lines if ": ok (" in line]) == 6
