@@ -36,6 +36,19 @@ def best_of_n_groups(pool: list[PairRecord], groups: int, n: int, seed: int) -> 
              for k, a in enumerate(by_question[q][:n])] for g, q in enumerate(chosen)]
 
 
+def long_question_groups(pool: list[PairRecord], groups: int, n: int) -> list[list[PointRecord]]:
+    """The ``groups`` longest questions of the pool (a long dialogue or document before short answers, as a GRPO
+    group over a long prompt reads), each with its own pairs' answers, filled to ``n`` with the pool's shortest."""
+    by_question: dict[str, list[str]] = {}
+    for r in pool:
+        answers = by_question.setdefault(r.question, [])
+        answers += [a for a in (r.answer_a, r.answer_b) if a not in answers]
+    short = sorted({a for r in pool for a in (r.answer_a, r.answer_b) if len(a) > 40}, key=len)[:n]
+    longest = sorted(by_question, key=len, reverse=True)[:groups]
+    return [[PointRecord(id=f"{g}:{k}", question=q, answer=a, score=None)
+             for k, a in enumerate((by_question[q] + short)[:n])] for g, q in enumerate(longest)]
+
+
 def pair_points(pool: list[PairRecord], pairs: int, seed: int) -> list[PointRecord]:
     sample = random.Random(seed).sample(pool, min(pairs, len(pool)))
     return [PointRecord(id=f"{r.id}:{s}", question=r.question, answer=a, score=None)
@@ -81,6 +94,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="run only the cases whose name holds this text")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     judge = Judge.load(args.judge, batch_size=8)
@@ -89,8 +103,12 @@ def main() -> int:
     groups = best_of_n_groups(pool, args.groups, args.n, args.seed)
     pairs = pair_points(pool, args.pairs, args.seed)
     reader.log_odds(pairs[:2])  # warm-up: the weights paged in, the runtime's first shapes
-    rows = {f"best-of-{args.n} ({len(groups)} questions, one call each)": measure(reader, groups, args.repeats),
-            f"pool pairs ({args.pairs} pairs, one call)": measure(reader, [pairs], args.repeats)}
+    cases = {f"best-of-{args.n}, pool questions ({len(groups)}, one call each)": groups,
+             f"best-of-{args.n}, the pool's longest questions ({args.groups}, one call each)":
+                 long_question_groups(pool, args.groups, args.n),
+             f"pool pairs ({args.pairs} pairs, one call)": [pairs]}
+    rows = {name: measure(reader, calls, args.repeats) for name, calls in cases.items()
+            if not args.only or args.only in name}
     data = {"machine": common.machine(args.threads), "judge": args.judge, "backbone": judge.card.backbone,
             "precision": reader.precision, "pool": args.pool, "rows": rows}
     lines = [f"# Verdict judge: shared-prefix reading vs whole prompts — {data['machine']['date'][:10]}", "",
