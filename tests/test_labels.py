@@ -137,3 +137,23 @@ def test_a_student_learns_from_the_label_directory_alone(chat_model, tmp_path):
     card = Judge.load(student / "student").card
     provenance = card.training["distilled_from"]["labels"]
     assert provenance["teacher"]["card_hash"] == json.loads((out / PROVENANCE).read_text())["teacher"]["card_hash"]
+
+
+def test_uncertain_pairs_are_those_the_student_is_least_sure_of(chat_model, tmp_path):
+    from clfjudge.judges.base import Judge
+
+    t = teacher(tmp_path / "teacher", chat_model)
+    data = pool(tmp_path / "pool.jsonl", 12)
+    out = tmp_path / "labels"
+    assert run(t, "--pool", data, "--out", out, "--pairs", 4, "--select", "uncertain", "--student", t,
+               "--candidates", 12) == 0
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    results = Judge.load(t).compare_batch(rows, symmetric=True)
+    certainty = [abs(c.p_a / (c.p_a + c.p_b) - 0.5) for c in results]
+    chosen = {row["a"] + row["b"] for row in read_rows(out / PAIRS)}
+    keys = [answer_key(r["question"], r["answer_a"]) + answer_key(r["question"], r["answer_b"]) for r in rows]
+    least = {keys[i] for i in sorted(range(12), key=certainty.__getitem__)[:4]}
+    assert chosen == least and all(row["selection"] == "uncertain" for row in read_rows(out / PAIRS))
+    assert run(t, "--pool", data, "--out", out, "--pairs", 2) == 0  # a random round beside it
+    assert [r["selection"] for r in read_rows(out / PAIRS)].count("random") == 2
+    assert len(json.loads((out / PROVENANCE).read_text())["rounds"]) == 2
