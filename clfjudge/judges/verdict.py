@@ -42,8 +42,7 @@ _POINT_FIELDS, _PAIR_FIELDS = {"question", "answer"}, {"question", "answer_a", "
 _PLACEHOLDER = re.compile(r"\{(question|answer|answer_a|answer_b)\}")
 MIN_SHARED_TOKENS = 16  # a shorter shared prefix is not worth a forward pass of its own
 # Reading a shared prefix apart costs a forward pass of its own, the padding of two batches and attention over a
-# padded cache; on 2 CPU cores it paid off only where it saves about a third of the tokens a group reads
-# (bench/verdict_speed.py: a pair of long answers to a short question read whole was faster).
+# padded cache: a group is read shared only where that saves this share of its tokens (docs/speed.md).
 MIN_SAVED = 0.3
 
 
