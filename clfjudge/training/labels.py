@@ -27,7 +27,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +188,6 @@ class Teacher:
                  "tokens": n[0]} for p, v, n in zip(points, values, lengths)]
 
     def pairs(self, records: Sequence[PairRecord]) -> list[dict[str, Any]]:
-
         rows = []
         for r, c in zip(records, self.judge.compare_batch(list(records), symmetric=True)):
             total = c.p_a + c.p_b
@@ -215,7 +214,6 @@ class LabelJob:
     chunk: int = 8
     candidates: int = 2000
     limit_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def load_job_pool(job: LabelJob) -> tuple[list[PairRecord], dict[str, Any]]:
@@ -248,7 +246,6 @@ class LabelSet:
         question and its calibration scale (pointwise; Davidson's tie weight cancels in this ratio), or as read
         (pairwise); None where a label is missing."""
         if not self.pointwise:
-
             row = self.labels.get(pair_key(PairRecord(id="", question=question, answer_a=answer_a,
                                                       answer_b=answer_b, verdict=None)))
             return None if row is None else row["p_a"]
