@@ -137,6 +137,15 @@ def test_a_student_learns_from_the_label_directory_alone(chat_model, tmp_path):
     card = Judge.load(student / "student").card
     provenance = card.training["distilled_from"]["labels"]
     assert provenance["teacher"]["card_hash"] == json.loads((out / PROVENANCE).read_text())["teacher"]["card_hash"]
+    # labelling still under way: the pairs whose answers are all labelled are used, the others wait
+    rows = (out / LABELS).read_text().splitlines()
+    (out / LABELS).write_text("\n".join(rows[:20]) + "\n")
+    partial = tmp_path / "partial"
+    assert main(["distill", str(out), "--recipe", str(recipe), "--out", str(partial), "--holdout", "0.25"]) == 0
+    report = json.loads((partial / "distill_report.json").read_text())
+    labelled = LabelSet(out)
+    complete = [p for p in labelled.pairs if p["a"] in labelled.labels and p["b"] in labelled.labels]
+    assert 0 < report["pool_pairs"] == len(complete) < 24
 
 
 def test_uncertain_pairs_are_those_the_student_is_least_sure_of(chat_model, tmp_path):

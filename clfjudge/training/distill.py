@@ -185,8 +185,11 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     teacher = open_teacher(job.teacher, job.batch_size)
     pool, counts = load_pool(job.pool or tuple(getattr(teacher, "provenance", {}).get("pool", ())), job.seed)
-    if isinstance(teacher, LabelsTeacher):  # the pairs it chose and labelled
-        pool = [r for r in pool if pair_key(r) in teacher.pairs]
+    if isinstance(teacher, LabelsTeacher):  # the pairs it chose, those labelled so far (labelling may go on)
+        chosen = [r for r in pool if pair_key(r) in teacher.pairs]
+        pool = [r for r in chosen if teacher.labels.p_a(r.question, r.answer_a, r.answer_b) is not None]
+        counts["labels"] = {"chosen_pairs": len(chosen), "labelled_pairs": len(pool)}
+        print(f"teacher labels: {len(pool)} of the {len(chosen)} chosen pairs are labelled", flush=True)
     targets = teacher_targets(teacher, pool, out / TEACHER_LABELS)
     unlabelled = sum(math.isnan(targets[pair_key(r)]) for r in pool)
     labelled = [replace(r, verdict=Verdict.A if targets[pair_key(r)] >= 0.5 else Verdict.B,
