@@ -19,6 +19,7 @@ belongs to one teacher: another teacher is refused (its labels would be mixed wi
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -157,6 +158,7 @@ class Teacher:
         reader = getattr(self.judge, "reader", None)
         self.questions = [q.name for q in reader.questions] if hasattr(reader, "questions") else ["score"]
 
+    @functools.cache  # noqa: B019 - one teacher a run: its provenance (a git call, the machine probe) read once
     def provenance(self) -> dict[str, Any]:
         from .. import machine
 
