@@ -37,6 +37,7 @@ from .files import (
 
 if TYPE_CHECKING:
     from ..judges.base import Judge
+    from .escalation import EscalationSpec, Escalator
 
 SHOWN_REJECTIONS = 10
 
@@ -59,6 +60,7 @@ class ScoreJob:
     format: str | None = None  # as given (recorded in the progress file: a resumed run must read alike)
     columns: str | None = None
     encoding: str | None = None  # of a JSONL input (default UTF-8)
+    escalate: EscalationSpec | None = None  # the least sure pairs go to a teacher judge (``escalation``)
 
 
 PARTIAL = ".partial"
@@ -102,7 +104,8 @@ class RunFiles:
         """Before anything is read or written: no file the run writes is one it reads or another it writes, and
         the output and rejected files can be written."""
         inputs = [("--input", None if job.input.startswith("hf:") else input_sample(job.input)[0]),
-                  *files_of(job.model, "a file of JUDGE_DIR")]
+                  *files_of(job.model, "a file of JUDGE_DIR"),
+                  *(job.escalate.inputs() if job.escalate is not None else ())]
         outputs = [("--output", job.output), ("--rejected", job.rejected or self.rejected),
                    ("the progress file", self.progress),
                    ("the progress file's temporary", self.progress and progress_temporary(self.progress)),
@@ -138,6 +141,8 @@ def score_file(job: ScoreJob) -> int:
 
     if job.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
+    if job.escalate is not None:
+        job.escalate.check()
     files = RunFiles.of(job)
     files.check(job)
     src = open_input(job.input, job.encoding)
@@ -146,7 +151,8 @@ def score_file(job: ScoreJob) -> int:
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
                 "symmetric": job.symmetric, "rejected": str(files.rejected),
                 "backend": job.load.backend, "variant": job.load.variant, "format": job.format, "columns": job.columns,
-                "encoding": getattr(src, "encoding", None), "sample": src.sample}
+                "encoding": getattr(src, "encoding", None), "sample": src.sample,
+                "escalate": None if job.escalate is None else job.escalate.settings()}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
     if not job.resume and files.progress is not None and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
@@ -160,7 +166,8 @@ def score_file(job: ScoreJob) -> int:
     for path in (files.output, files.rejected):
         if path is not None and not is_stream(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-    run = _Run(judge, task, job, src, files, progress)
+    escalator = None if job.escalate is None else job.escalate.escalator(judge, task, job.symmetric, job.load)
+    run = _Run(judge, task, job, src, files, progress, escalator)
     run.score()
     files.finish(run.tally.rejected)
 
@@ -173,6 +180,8 @@ def score_file(job: ScoreJob) -> int:
     summary = sys.stderr if is_stream(files.output) and identity(files.output) == identity("/dev/stdout") \
         else sys.stdout
     print(tally.summary(), file=summary)
+    if escalator is not None:
+        print(escalator.report(tally), file=summary)
     print(f"results: {files.output}" + (f"; rejected lines: {files.rejected}" if tally.rejected and files.rejected
                                          else ""), file=summary)
     return 1 if tally.rejected else 0
@@ -183,8 +192,9 @@ class _Run:
     seen and the input's offset and hash up to the last line read."""
 
     def __init__(self, judge: Judge, task: str, job: ScoreJob, src: LineInput | TableInput, files: RunFiles,
-                 progress: Progress) -> None:
+                 progress: Progress, escalator: Escalator | None = None) -> None:
         self.judge, self.task, self.job, self.src, self.files, self.progress = judge, task, job, src, files, progress
+        self.escalator = escalator
         out, rejected = files.written(files.output), files.rejected and files.written(files.rejected)
         if job.resume:
             self.input_hash = src.prefix_hash(progress)
@@ -209,13 +219,21 @@ class _Run:
         self.tally.blank += chunk.blank
         if not chunk.records:
             return
-        results, errors = score_chunk(self.judge, self.task, chunk.records, self.job.symmetric, str(self.src))
+        results, errors = self.decide(chunk.records)
         for line, row in results:
             self.tally.count_id(self.seen, row["id"], line)
         self.sink.write("".join(map(row_text, (row for _, row in results))).encode())
         self.tally.scored += len(results)
         for err in errors:
             _reject(err, self.tally, self.rejected, self.shown)
+
+    def decide(self, records: list) -> tuple[list, list[RecordError]]:
+        """The chunk's rows and rejections: the judge's, or with escalation the least sure pairs the teacher's."""
+        if self.escalator is None:
+            return score_chunk(self.judge, self.task, records, self.job.symmetric, str(self.src))
+        results, errors, escalated = self.escalator.score(self.judge, records, str(self.src), self.tally.scored)
+        self.tally.escalated += escalated
+        return results, errors
 
     def numbered(self, bar) -> Iterator[tuple[int, str | RecordError]]:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
