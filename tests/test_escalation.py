@@ -305,3 +305,32 @@ def test_the_escalator_as_a_function(judges):
     assert not errors and sent == 2
     assert [row["decided_by"] for _, row in got] == ["judge", "teacher", "judge", "teacher"]
     assert [row["p_a"] for _, row in got][1] == pytest.approx(0.9)  # -1: A is shorter, the teacher says A
+
+
+# -- clfjudge audit --escalate ---------------------------------------------------------------------------------
+
+def test_the_audit_draws_the_escalation_curve_with_its_reading_cost(judges, tmp_path):
+    fast, teacher = judges
+    diffs = [d for d in range(-20, 21) if d]  # gold: the shorter answer wins, as the teacher says; the fast
+    gold = tmp_path / "gold.jsonl"            # judge (longer wins) is wrong on every pair
+    gold.write_text("".join(json.dumps({"id": f"g{i}", "question": f"Q{i}?", "answer_a": "x" * (30 + d),
+                                        "answer_b": "x" * 30, "verdict": "B" if d > 0 else "A"}) + "\n"
+                            for i, d in enumerate(diffs)))
+    out = tmp_path / "audit"
+    assert main(["audit", str(fast), "--escalate", str(teacher), "--sets", str(gold), "--out", str(out),
+                 "--suites", "cross-scheme", "--bootstrap", "0"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    (points,) = metrics["escalation"]["judges"][str(fast)].values()
+    assert [p["share"] for p in points] == [0.0, 0.1, 0.25, 0.5, 1.0]
+    assert [p["teacher_pairs"] for p in points] == [0, 4, 10, 20, 40]
+    assert [p["accuracy"] for p in points] == pytest.approx([0.0, 0.1, 0.25, 0.5, 1.0])
+    assert points[0]["teacher_seconds"] == 0 and points[-1]["teacher_seconds"] > 0
+    assert all(p["judge_seconds"] > 0 for p in points)
+    report = (out / "report.md").read_text()
+    assert "## Escalation" in report and "| 25% | 10 | 25.0 |" in report
+    LOADS.update(fast=0, teacher=0)  # a second audit reads its cached readings: neither judge reads again
+    assert main(["audit", str(fast), "--escalate", str(teacher), "--sets", str(gold), "--out", str(out),
+                 "--suites", "cross-scheme", "--bootstrap", "0"]) == 0
+    assert LOADS["teacher"] == 0
+    assert main(["audit", str(fast), "--escalate", str(tmp_path / "nobody"), "--sets", str(gold), "--out",
+                 str(tmp_path / "audit2")]) == 2

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..outputs import replace_whole, write_whole
+from .escalation import escalation_section
 from .paper import AGREEMENT, CROSS_SCHEME, LLMBAR, POINTWISE_EVAL, SEMSCORE_SYSTEM
 
 
@@ -283,6 +284,7 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
     for name, section in sections.items():
         if name in m["suites"]:
             lines += section()
+    lines += escalation_section(m)
     path = out_dir / "report.md"
     write_whole(path, "\n".join(lines) + "\n")
     return path

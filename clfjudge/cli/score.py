@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     e = p.add_argument_group("escalation", "the pairs the judge is least sure of go to a slower teacher judge "
                                            "(docs/scoring.md#escalation; pairs only, --engine local)")
     e.add_argument("--escalate", metavar="TEACHER", default=None,
-                   help="the teacher: a judge directory (in practice a verdict judge); loaded only if a pair goes to it")
+                   help="the teacher: a judge directory (in practice a verdict judge), loaded only if a pair goes "
+                        "to it")
     e.add_argument("--escalate-share", type=float, metavar="F", default=None,
                    help="send at most this share of the pairs, the least sure of each chunk (kept over the whole run)")
     e.add_argument("--escalate-agreement", type=float, metavar="A", default=None,
@@ -91,7 +92,8 @@ def escalation(args: argparse.Namespace):
     from ..scoring.escalation import EscalationSpec
 
     if args.escalate is None:
-        given = [name for name in ("share", "agreement", "calibration") if getattr(args, f"escalate_{name}") is not None]
+        given = [name for name in ("share", "agreement", "calibration")
+                 if getattr(args, f"escalate_{name}") is not None]
         if given:
             raise ValueError(f"--escalate-{given[0]} applies with --escalate TEACHER")
         return None

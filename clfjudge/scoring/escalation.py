@@ -73,7 +73,8 @@ class ShareRule:
     share: float
 
     def pick(self, conf: Sequence[float], done: int) -> list[int]:
-        """The least sure of a chunk, as many as keep the run at ``floor(share * scored)`` (``done``: scored before)."""
+        """The least sure of a chunk, as many as keep the run at ``floor(share * scored)`` (``done``: scored
+        before it)."""
         return least_sure(conf, share_count(self.share, done + len(conf)) - share_count(self.share, done))
 
     def describe(self) -> str:
