@@ -89,24 +89,3 @@ def escalation_curves(fast_specs: Sequence[str], teacher: str, sets, records, ca
     bar.close()
     return {"teacher": teacher, "shares": list(SHARES), "judges": judges}
 
-
-def escalation_section(m: dict[str, Any]) -> list[str]:
-    """The report's tables: per fast judge and set, accuracy and reading cost at each escalated share."""
-    table = m.get("escalation")
-    if not table:
-        return []
-    out = ["## Escalation: accuracy against the share of pairs sent to the teacher", "",
-           f"Teacher: `{table['teacher']}`. The fast judge decides every pair; the least sure share of them "
-           "(smallest |P(A) - P(B)|) is decided by the teacher. Accuracy: one answer order, unparsed outputs count "
-           "wrong. Seconds: wall time on this machine, the teacher's scaled from its time on the whole set to the "
-           "pairs it reads.", ""]
-    for judge, sets in table["judges"].items():
-        for set_name, points in sets.items():
-            out += [f"**{judge}** on {set_name} (n={points[0]['pairs'] if points else 0})", "",
-                    "| escalated | teacher pairs | accuracy | agreement with teacher | judge s | teacher s | total s |",
-                    "|---|---|---|---|---|---|---|"]
-            out += [f"| {100 * p['share']:g}% | {p['teacher_pairs']} | {100 * p['accuracy']:.1f} | "
-                    f"{100 * p['agreement_with_teacher']:.1f} | {p['judge_seconds']:.2f} | "
-                    f"{p['teacher_seconds']:.2f} | {p['seconds']:.2f} |" for p in points]
-            out.append("")
-    return out
