@@ -167,14 +167,21 @@ def test_the_teacher_is_not_loaded_when_nothing_goes_to_it(judges, tmp_path):
     assert all(r["decided_by"] == "teacher" for r in rows(out)) and LOADS["teacher"] == 1
 
 
+CAL_DIFFS = [d * s for d in range(1, 41) for s in (1, -1)]
+
+
+def calibration_file(path: Path) -> Path:
+    """The teacher's predictions on held-out pairs: it agrees with the fast judge exactly where |diff| >= 5."""
+    path.write_text("".join(json.dumps({"question": f"Q{i}?", "answer_a": "x" * (50 + d), "answer_b": "x" * 50,
+                                        "p_a": (0.9 if d > 0 else 0.1) if abs(d) >= 5 else (0.1 if d > 0 else 0.9)})
+                            + "\n" for i, d in enumerate(CAL_DIFFS)))
+    return path
+
+
 def test_the_calibrated_threshold_sends_the_pairs_below_it(judges, tmp_path):
     fast, teacher = judges
-    # calibration pairs: the teacher agrees with the fast judge exactly where |diff| >= 5
-    diffs = [d * s for d in range(1, 41) for s in (1, -1)]
-    cal = tmp_path / "teacher_predictions.jsonl"
-    cal.write_text("".join(json.dumps({"question": f"Q{i}?", "answer_a": "x" * (50 + d), "answer_b": "x" * 50,
-                                       "p_a": (0.9 if d > 0 else 0.1) if abs(d) >= 5 else (0.1 if d > 0 else 0.9)})
-                           + "\n" for i, d in enumerate(diffs)))
+    diffs = CAL_DIFFS
+    cal = calibration_file(tmp_path / "teacher_predictions.jsonl")
     src, out = pairs_file(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     code, _, stderr = score(fast, src, out, "--escalate", teacher, "--escalate-agreement", 0.9,
                             "--escalate-calibration", cal, "--chunk-size", 3)
@@ -243,6 +250,30 @@ def test_resume_escalates_each_pair_exactly_once(judges, tmp_path, monkeypatch):
     code, _, stderr = score(fast, src, out, "--escalate", teacher, "--escalate-share", 0.5, "--chunk-size", 4,
                             "--resume")
     assert code == 2 and "escalate was" in stderr
+
+
+def test_a_calibrated_run_resumes_with_the_same_threshold(judges, tmp_path, monkeypatch):
+    fast, teacher = judges
+    cal = calibration_file(tmp_path / "cal.jsonl")
+    src, whole, out = pairs_file(tmp_path / "in.jsonl", DIFFS * 2), tmp_path / "whole.jsonl", tmp_path / "out.jsonl"
+    args = ("--escalate", teacher, "--escalate-agreement", 0.9, "--escalate-calibration", cal, "--chunk-size", 4)
+    assert score(fast, src, whole, *args)[0] == 0
+    original, calls = RuleJudge.raw_outputs, [0]
+
+    def failing(self, records):
+        if self.rule == "longer" and len(records) == 4:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise RuntimeError("power cut")
+        return original(self, records)
+
+    monkeypatch.setattr(RuleJudge, "raw_outputs", failing)
+    with pytest.raises(RuntimeError, match="power cut"):
+        score(fast, src, out, *args)
+    monkeypatch.setattr(RuleJudge, "raw_outputs", original)
+    assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 8
+    assert score(fast, src, out, *args, "--resume")[0] == 0 and out.read_bytes() == whole.read_bytes()
+    assert 0 < sum(r["decided_by"] == "teacher" for r in rows(out)) < 16
 
 
 def test_a_pair_the_teacher_cannot_take_keeps_the_judges_decision(judges, tmp_path, monkeypatch):
@@ -334,3 +365,16 @@ def test_the_audit_draws_the_escalation_curve_with_its_reading_cost(judges, tmp_
     assert LOADS["teacher"] == 0
     assert main(["audit", str(fast), "--escalate", str(tmp_path / "nobody"), "--sets", str(gold), "--out",
                  str(tmp_path / "audit2")]) == 2
+
+
+def test_an_output_over_the_teachers_or_the_calibrations_files_is_refused(judges, tmp_path):
+    fast, teacher = judges
+    src = pairs_file(tmp_path / "in.jsonl")
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text(json.dumps({"question": "Q?", "answer_a": "aa", "answer_b": "a", "p_a": 0.2}) + "\n")
+    code, _, stderr = score(fast, src, teacher / "judge_card.json", "--escalate", teacher, "--escalate-share", 0.5)
+    assert code == 2 and "a file of the --escalate judge" in stderr
+    code, _, stderr = score(fast, src, cal, "--escalate", teacher, "--escalate-agreement", 0.9,
+                            "--escalate-calibration", cal)
+    assert code == 2 and "--escalate-calibration" in stderr and len(stderr.strip().splitlines()) == 1
+    assert json.loads(cal.read_text())["p_a"] == 0.2
