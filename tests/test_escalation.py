@@ -214,6 +214,23 @@ def test_a_label_directory_calibrates(judges, tmp_path):
     assert all(r["decided_by"] == "teacher" for r in rows(out))
 
 
+def interrupted(monkeypatch, run, rule: str, nth: int, size: int | None = None) -> None:
+    """``run()`` stopped by the ``nth`` call of the ``rule`` judge (of ``size`` pairs, if given) failing."""
+    original, calls = RuleJudge.raw_outputs, [0]
+
+    def failing(self, records):
+        if self.rule == rule and size in (None, len(records)):
+            calls[0] += 1
+            if calls[0] == nth:
+                raise RuntimeError("the machine went away")
+        return original(self, records)
+
+    monkeypatch.setattr(RuleJudge, "raw_outputs", failing)
+    with pytest.raises(RuntimeError, match="went away"):
+        run()
+    monkeypatch.setattr(RuleJudge, "raw_outputs", original)
+
+
 def test_resume_escalates_each_pair_exactly_once(judges, tmp_path, monkeypatch):
     fast, teacher = judges
     src = pairs_file(tmp_path / "in.jsonl", DIFFS * 3)
@@ -222,19 +239,8 @@ def test_resume_escalates_each_pair_exactly_once(judges, tmp_path, monkeypatch):
     code, summary, _ = score(fast, src, whole, *args)
     assert code == 0
     out = tmp_path / "out.jsonl"
-    original, calls = RuleJudge.raw_outputs, [0]
-
-    def failing(self, records):
-        if self.rule == "shorter":
-            calls[0] += 1
-            if calls[0] == 3:  # 1: the self-test, 2: the first chunk that sends pairs, 3: the next
-                raise RuntimeError("the teacher's machine went away")
-        return original(self, records)
-
-    monkeypatch.setattr(RuleJudge, "raw_outputs", failing)
-    with pytest.raises(RuntimeError, match="went away"):
-        score(fast, src, out, *args)
-    monkeypatch.setattr(RuleJudge, "raw_outputs", original)
+    # the teacher's third call fails (1: its self-test, 2: the first chunk that sends pairs, 3: the next)
+    interrupted(monkeypatch, lambda: score(fast, src, out, *args), "shorter", 3)
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
     assert 0 < progress["line"] < 24 and progress["tally"]["escalated"] > 0
     code, resumed, _ = score(fast, src, out, *args, "--resume")
@@ -242,11 +248,7 @@ def test_resume_escalates_each_pair_exactly_once(judges, tmp_path, monkeypatch):
     assert resumed == summary.replace(str(whole), str(out))  # the counts, escalated ones too, span both runs
     assert sum(r["decided_by"] == "teacher" for r in rows(out)) == math.floor(0.3 * 24)
     # a resumed run asks for the same escalation
-    monkeypatch.setattr(RuleJudge, "raw_outputs", failing)
-    calls[0] = 0
-    with pytest.raises(RuntimeError):
-        score(fast, src, out, *args)
-    monkeypatch.setattr(RuleJudge, "raw_outputs", original)
+    interrupted(monkeypatch, lambda: score(fast, src, out, *args), "shorter", 3)
     code, _, stderr = score(fast, src, out, "--escalate", teacher, "--escalate-share", 0.5, "--chunk-size", 4,
                             "--resume")
     assert code == 2 and "escalate was" in stderr
@@ -258,19 +260,7 @@ def test_a_calibrated_run_resumes_with_the_same_threshold(judges, tmp_path, monk
     src, whole, out = pairs_file(tmp_path / "in.jsonl", DIFFS * 2), tmp_path / "whole.jsonl", tmp_path / "out.jsonl"
     args = ("--escalate", teacher, "--escalate-agreement", 0.9, "--escalate-calibration", cal, "--chunk-size", 4)
     assert score(fast, src, whole, *args)[0] == 0
-    original, calls = RuleJudge.raw_outputs, [0]
-
-    def failing(self, records):
-        if self.rule == "longer" and len(records) == 4:
-            calls[0] += 1
-            if calls[0] == 3:
-                raise RuntimeError("power cut")
-        return original(self, records)
-
-    monkeypatch.setattr(RuleJudge, "raw_outputs", failing)
-    with pytest.raises(RuntimeError, match="power cut"):
-        score(fast, src, out, *args)
-    monkeypatch.setattr(RuleJudge, "raw_outputs", original)
+    interrupted(monkeypatch, lambda: score(fast, src, out, *args), "longer", 3, size=4)  # the third chunk
     assert json.loads((tmp_path / "out.jsonl.progress.json").read_text())["line"] == 8
     assert score(fast, src, out, *args, "--resume")[0] == 0 and out.read_bytes() == whole.read_bytes()
     assert 0 < sum(r["decided_by"] == "teacher" for r in rows(out)) < 16
