@@ -440,13 +440,26 @@ def test_a_card_whose_kind_and_scheme_disagree_says_so(judge_dir):
         judge.require("score")
 
 
-@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_a_stopped_export_leaves_no_temporary_folder(judge_dir, tmp_path, signum):
+@pytest.fixture(scope="module")
+def verdict_dir(tmp_path_factory) -> Path:
+    from clfjudge import testing
+    from clfjudge.judges.verdict import questions_from, verdict_card
+
+    root = tmp_path_factory.mktemp("verdict")
+    model = testing.tiny_llama(root / "model", chat=True)
+    verdict_card(str(model), questions_from(["correct"], "test"), precision="fp32").save(root)
+    return root
+
+
+@pytest.mark.parametrize(("judge", "signum"), [("judge_dir", "SIGTERM"), ("judge_dir", "SIGINT"),
+                                                ("verdict_dir", "SIGTERM")])
+def test_a_stopped_export_leaves_no_temporary_folder(request, tmp_path, judge, signum):
     import signal
     import subprocess
     import sys
     import time
 
+    judge_dir = request.getfixturevalue(judge)
     proc = subprocess.Popen([sys.executable, "-m", "clfjudge.cli", "export", str(judge_dir), "--out",
                              str(tmp_path / "onnx"), "--n", "8"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
