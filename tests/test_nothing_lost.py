@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tiny_judges import make_judge
 
-from clfjudge.cli import EXIT_OS, EXIT_USAGE, main
+from clfjudge.cli import EXIT_JUDGE, EXIT_OS, EXIT_USAGE, main
 from clfjudge.cli import os_error_line as main_line
 from clfjudge.outputs import SamePathError, check_apart, check_writable, replace_whole, write_whole
 
@@ -470,3 +470,33 @@ def test_a_stopped_export_leaves_no_temporary_folder(request, tmp_path, judge, s
     proc.send_signal(getattr(signal, signum))
     proc.communicate(timeout=120)
     assert proc.returncode != 0 and list(tmp_path.iterdir()) == []
+
+
+class SessionFailed(Exception):
+    """What a runtime raises for a part of the judge that fails mid-run (onnxruntime's errors are plain Exceptions)."""
+
+
+def test_a_judge_failing_mid_run_is_a_judge_error_and_the_run_resumes(judge_dir, tmp_path, capsys, monkeypatch):
+    from clfjudge.scoring import batch
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text(_pairs(6))
+    real, calls = batch.judge_chunk, []
+
+    def fails_second(*args, **kwargs):  # the second chunk reaches a part that fails (a graph opened late)
+        calls.append(1)
+        if len(calls) == 2:
+            raise SessionFailed("continuation.onnx: protobuf parsing failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "judge_chunk", fails_second)
+    argv = ["score", str(judge_dir), "--input", str(inp), "--output", str(out), "--chunk-size", "2"]
+    assert main(argv) == EXIT_JUDGE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not out.exists()
+    assert err.splitlines()[-1] == (f"clfjudge: error: judge {judge_dir} cannot be used: SessionFailed: "
+                                    "continuation.onnx: protobuf parsing failed")
+    assert "lines 1-2 of" in err and "--resume" in err
+    monkeypatch.setattr(batch, "judge_chunk", real)
+    assert main([*argv, "--resume"]) == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"p{i}" for i in range(6)]

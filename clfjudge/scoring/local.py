@@ -22,7 +22,17 @@ from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..options import LoadOptions
 from ..outputs import check_apart, check_writable, files_of, identity, is_stream, target
-from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
+from .batch import (
+    INPUT_ERRORS,
+    Chunk,
+    Tally,
+    chunk_lines,
+    pick_task,
+    reason,
+    rejected_text,
+    row_text,
+    score_chunk,
+)
 from .files import (
     LineInput,
     Progress,
@@ -209,7 +219,14 @@ class _Run:
         self.tally.blank += chunk.blank
         if not chunk.records:
             return
-        results, errors = score_chunk(self.judge, self.task, chunk.records, self.job.symmetric, str(self.src))
+        try:
+            results, errors = score_chunk(self.judge, self.task, chunk.records, self.job.symmetric, str(self.src))
+        except INPUT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not an input's fault (those are rejected): a part of the judge's
+            from ..judges.base import JudgeError
+
+            raise JudgeError(self.job.model, exc) from exc
         for line, row in results:
             self.tally.count_id(self.seen, row["id"], line)
         self.sink.write("".join(map(row_text, (row for _, row in results))).encode())
