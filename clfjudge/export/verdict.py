@@ -150,6 +150,7 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         ParityError,
         _check_out_dir,
         _parity_message,
+        batch_tolerances,
         gated,
         hidden_beside,
         served,
@@ -192,7 +193,7 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
             "primary": PRIMARY, "files": files, "bytes": sizes,
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
-            "gated": gated(report), "served": served(report),
+            "gated": gated(report), "served": served(report), "batch_tolerance": batch_tolerances(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in report["variants"].items()}},

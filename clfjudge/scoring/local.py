@@ -201,6 +201,10 @@ class _Run:
             self.sink, self.rejected = Sink(out, progress.files["output"]), Sink(rejected, progress.files["rejected"])
             self.tally, self.seen = Tally.from_dict(progress.tally), seen_ids(out, self.sink.size)
             print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
+            if (stated := judge.batch_tolerance()) is not None:  # the rows from here are judged in other batches
+                print(f"the rows judged from here may differ from an uninterrupted run's by up to {stated[1]:g} "
+                      f"(a row's numbers move with the batch it is judged in; {stated[0]}: the judge card's "
+                      "batch_tolerance); every id is still written once", file=sys.stderr)
         else:
             self.input_hash, self.sink, self.rejected = hashlib.sha256(), Sink(out), Sink(rejected)
             self.tally, self.seen = Tally(), set()
