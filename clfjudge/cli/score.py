@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                            "reward model (JSONL, Parquet, CSV, a datasets directory)",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error (an output that is an input included), 3 "
-                                     "the judge cannot be loaded, 4 a file cannot be read or written "
+                                     "the judge cannot be loaded or fails mid-run, 4 a file cannot be read or written "
                                      "(docs/scoring.md)")
     p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "

@@ -150,7 +150,9 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         ParityError,
         _check_out_dir,
         _parity_message,
+        batch_tolerances,
         gated,
+        hidden_beside,
         served,
         validation_records,
     )
@@ -172,8 +174,9 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
     ref_raw = reference.raw_outputs(records)  # read once, for every run
     reader = reference.reader
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = hidden_beside(out)
     try:
+        tmp.mkdir(mode=0o700)
         files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
@@ -190,7 +193,7 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
             "primary": PRIMARY, "files": files, "bytes": sizes,
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
-            "gated": gated(report), "served": served(report),
+            "gated": gated(report), "served": served(report), "batch_tolerance": batch_tolerances(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in report["variants"].items()}},

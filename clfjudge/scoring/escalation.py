@@ -346,6 +346,10 @@ class Escalator:
             decided, refused = score_chunk(teacher, "compare", sent, self.symmetric, source)
         except INPUT_ERRORS as exc:  # a single pair: score_chunk leaves its error to the caller
             decided, refused = [], [RecordError(source, sent[0][0], None, f"the teacher cannot take it: {exc}")]
+        except Exception as exc:  # noqa: BLE001 - the teacher's fault, named as such (exit 3; the run resumes)
+            from ..judges.base import JudgeError
+
+            raise JudgeError(self.spec.teacher, exc) from exc
         self.seconds[TEACHER] += time.perf_counter() - start
         by_line = {line: row for line, row in decided}
         why = {err.line: err.message for err in refused}

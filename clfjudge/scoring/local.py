@@ -22,7 +22,17 @@ from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..options import LoadOptions
 from ..outputs import check_apart, check_writable, files_of, identity, is_stream, target
-from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
+from .batch import (
+    INPUT_ERRORS,
+    Chunk,
+    Tally,
+    chunk_lines,
+    pick_task,
+    reason,
+    rejected_text,
+    row_text,
+    score_chunk,
+)
 from .files import (
     LineInput,
     Progress,
@@ -201,6 +211,10 @@ class _Run:
             self.sink, self.rejected = Sink(out, progress.files["output"]), Sink(rejected, progress.files["rejected"])
             self.tally, self.seen = Tally.from_dict(progress.tally), seen_ids(out, self.sink.size)
             print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
+            if (stated := judge.batch_tolerance()) is not None:  # the rows from here are judged in other batches
+                print(f"the rows judged from here may differ from an uninterrupted run's by up to {stated[1]:g} "
+                      f"(a row's numbers move with the batch it is judged in; {stated[0]}: the judge card's "
+                      "batch_tolerance); every id is still written once", file=sys.stderr)
         else:
             self.input_hash, self.sink, self.rejected = hashlib.sha256(), Sink(out), Sink(rejected)
             self.tally, self.seen = Tally(), set()
@@ -219,7 +233,16 @@ class _Run:
         self.tally.blank += chunk.blank
         if not chunk.records:
             return
-        results, errors = self.decide(chunk.records)
+        try:
+            results, errors = self.decide(chunk.records)
+        except INPUT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not an input's fault (those are rejected): a part of the judge's
+            from ..judges.base import JudgeError
+
+            if isinstance(exc, JudgeError):  # the teacher's, named already
+                raise
+            raise JudgeError(self.job.model, exc) from exc
         for line, row in results:
             self.tally.count_id(self.seen, row["id"], line)
         self.sink.write("".join(map(row_text, (row for _, row in results))).encode())
