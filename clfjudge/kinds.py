@@ -29,9 +29,10 @@ class JudgeKind:
     """``loaders``: backend name -> loader ``(directory, card, options) -> Judge`` (``options``: the caller's
     ``options.LoadOptions``, built once and handed down); the first is the one a card that names none opens with,
     unless ``detect``. ``trainer``: ``(TrainConfig) -> Path``, trains ``head: NAME`` (None: the fine-tuned heads'
-    Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source,
-    n_records, parity, int8_config, fallback, providers[, int4]) -> ExportResult`` (None: the fine-tuned heads' ONNX
-    export; a kind without ONNX form is refused there). ``heads``: the card heads besides the kind's own name that
+    Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, options) ->
+    ExportResult`` (``options``: the caller's ``export.options.ExportOptions``, built once and handed down; it refuses
+    what its kind cannot honour, ``ExportOptions.refuse``; None: the kind has no export, and ``clfjudge export``
+    refuses it). ``heads``: the card heads besides the kind's own name that
     are this kind (a collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
     a card that names no backend, from the files the directory holds. ``aliases``: other backend names, as older
     cards or users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
@@ -134,9 +135,10 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
 
 
 # The built-in kinds. The fine-tuned heads (cls3, regression, reward: ``models.heads.HEADS``) train in the Trainer
-# loop and export through ``export.onnx``'s own path.
+# loop.
 register_kind("fine-tuned", JudgeKind(
     loaders={"torch": "clfjudge.judges.model:_load_torch", ONNX: "clfjudge.judges.model:_load_onnx"},
+    exporter="clfjudge.export.fine_tuned:export_fine_tuned",
     heads="clfjudge.models.heads:HEADS", detect="clfjudge.judges.model:detect_backend",
     help="a classification / regression / reward head fine-tuned with its backbone; PyTorch or ONNX"))
 register_kind("embedding", JudgeKind(

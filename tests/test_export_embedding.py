@@ -15,7 +15,8 @@ from test_decoder_embedder import TEMPLATE, _pairs
 from clfjudge.card import JudgeCard
 from clfjudge.cli.export import _print_variants
 from clfjudge.export.embedding import export_embedding_judge
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityConfig, ParityError
+from clfjudge.export.onnx import export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.testing import tiny_llama
@@ -213,7 +214,7 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
 
 
 def test_min_cosine_gates_the_shared_prefix_graphs_too():
-    from clfjudge.export.onnx import Thresholds
+    from clfjudge.export.gate import Thresholds
 
     failures = Thresholds(min_cosine=0.9999).failures({"min_cosine": 1.0, "shared_min_cosine": 0.98})
     assert failures == ["shared-prefix feature cosine 0.980000 < min_cosine 0.9999"]

@@ -23,7 +23,8 @@ from clfjudge.data.readers import iter_jsonl
 from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
-from clfjudge.export.onnx import ExportResult
+from clfjudge.export.directory import ExportResult
+from clfjudge.export.options import ExportOptions
 from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
 from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind, registered_kind
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
@@ -242,12 +243,11 @@ def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):
 
 # -- recipe 4b: a whole judge kind, registered once (clfjudge/kinds.py: register_kind) -------------------------
 
-def export_longer(judge_dir: Path, out_dir: Path, *, int8: bool, isa: str, source: str | None,
-                  n_records: int | None, parity, int8_config, fallback: bool, providers) -> ExportResult:
+def export_longer(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
     """``clfjudge export`` of a toy-longer judge: it has no network to convert, so its export is its card, marked
-    as exported; ``int8`` is refused, as a kind refuses what does not apply to it."""
-    if int8:
-        raise ValueError("a toy-longer judge has no int8 form")
+    as exported; the options that do not apply to it are refused, as every kind refuses them."""
+    options.refuse({name: "a toy-longer judge has no network to quantize" for name in ("int8", "int4", "optimize")},
+                   f"{judge_dir}: a toy-longer judge")
     card = JudgeCard.load(judge_dir)
     card.runtime = {**card.runtime, "exported_from": str(judge_dir)}
     Path(out_dir).mkdir(parents=True)
@@ -280,7 +280,8 @@ def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_s
     exported = export_judge(judge_dir, tmp_path / "exported")
     again = Judge.load(exported.out_dir)
     assert isinstance(again, LongerJudge) and again.card.runtime["exported_from"] == str(judge_dir)
-    with pytest.raises(ValueError, match="no int8 form"):
+    with pytest.raises(ValueError, match=r"a toy-longer judge cannot honour --int8 \(int8=True\): a toy-longer "
+                                         "judge has no network to quantize"):
         export_judge(judge_dir, tmp_path / "int8", int8=True)
     with pytest.raises(ValueError, match="judge kind 'toy-longer', judge loader 'toy-longer/toy-longer', trainer "
                                          "'toy-longer', exporter 'toy-longer' is registered already"):

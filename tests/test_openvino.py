@@ -17,7 +17,8 @@ from tiny_judges import make_judge
 
 from clfjudge import machine
 from clfjudge.card import JudgeCard
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityConfig, ParityError
+from clfjudge.export.onnx import export_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.machine import probe

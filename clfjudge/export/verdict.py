@@ -29,12 +29,34 @@ from typing import Any
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
 from ..judges.verdict_onnx import BACKEND, GRAPH_INPUTS, GRAPH_OUTPUT, OnnxVerdictReader, graph_file
-from . import quiet, signature
+from ..models.heads import RewardHead
+from . import quantize, quiet, signature
+from .directory import ExportResult, check_out_dir
+from .gate import (
+    ParityConfig,
+    ParityError,
+    compare_to_reference,
+    drop_refused,
+    gate_entry,
+    gate_runs,
+    gated,
+    parity_message,
+    served,
+    validation_records,
+)
+from .options import ExportOptions
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
+# what a verdict judge's export cannot do, and why (``ExportOptions.refuse``)
+NO_INT8 = ("a verdict judge exports weight-only int4 beside fp32, each gated; dynamic int8 is for fine-tuned and "
+           "embedding judges")
+CANNOT = {"int8": NO_INT8, "isa": NO_INT8, "int8_config": NO_INT8,
+          "optimize": "its graphs have no separate optimized copy (onnxruntime optimizes them as it loads)",
+          "opset": f"its graphs are written at opset {OPSET}, the one OpenVINO reads their reductions right at",
+          "trust_pickle": "a verdict judge holds no pickles (a chat model's safetensors and its card)"}
 
 
 def _trace_inputs(prompt: list[int]):
@@ -91,10 +113,9 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
         export_graph(module, directory / graph_file(PRIMARY, k), prompt)
         files[PRIMARY].append(graph_file(PRIMARY, k))
         if int4:
-            from .onnx import quantize_int4
-
             fp32 = directory / graph_file(PRIMARY, k)
-            info["int4"] = quantize_int4(fp32, directory / graph_file("int4", k), nodes_to_exclude=head_nodes(fp32))
+            info["int4"] = quantize.quantize_int4(fp32, directory / graph_file("int4", k),
+                                                  nodes_to_exclude=head_nodes(fp32))
             files["int4"].append(graph_file("int4", k))
     return files, info
 
@@ -103,11 +124,9 @@ def _bytes(directory: Path, names: Sequence[str]) -> int:
     return sum(p.stat().st_size for name in names for p in directory.glob(name + "*"))
 
 
-def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records, parity,
-          providers: Sequence[str]) -> dict[str, Any]:
+def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records,
+          parity: ParityConfig, providers: Sequence[str]) -> dict[str, Any]:
     """Every variant on onnxruntime's CPU, and fp32 on each of ``providers``, against the PyTorch readings."""
-    from .onnx import compare_to_reference, gate_entry, gate_runs
-
     variants = {}
     reader = reference.reader
     for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, providers):
@@ -126,8 +145,6 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
 def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory: Path, fallback: bool) -> None:
     """int4 that failed (and with ``fallback`` a bf16 provider) goes to the report's ``refused`` when every fp32 run
     passed; the graphs no run kept are deleted."""
-    from .onnx import drop_refused
-
     failed = [v["precision"] for v in report["variants"].values() if not v["passed"] and v["precision"] != "fp32"]
     if not failed or not (fallback or set(failed) == {"int4"}):
         return
@@ -139,34 +156,20 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
                     path.unlink()
 
 
-def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = True,
-                         isa: str = "auto", source: str | None = None, n_records: int | None = None, parity=None,
-                         int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=()):
-    """``int4``: the weight-only int4 copy beside fp32 (by default: a verdict judge offers it whatever is asked)."""
-    from ..models.heads import RewardHead
-    from .onnx import (
-        ExportResult,
-        ParityConfig,
-        ParityError,
-        _check_out_dir,
-        _parity_message,
-        gated,
-        served,
-        validation_records,
-    )
-
+def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
+    """``options.int4``: the weight-only int4 copy beside fp32 (None, by default: a verdict judge offers it whatever
+    is asked); the options a verdict judge cannot honour (``CANNOT``) are refused."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
-    if int8:
-        raise ValueError(f"{judge_dir}: a verdict judge exports weight-only int4 beside fp32, each gated; dynamic "
-                         "int8 (--int8) is for fine-tuned and embedding judges")
+    options.refuse(CANNOT, f"{judge_dir}: a verdict judge")
     card = JudgeCard.load(judge_dir)
     if card.runtime.get("backend") == BACKEND:
         raise ValueError(f"{judge_dir} is an exported verdict judge already; export the judge it came from "
                          f"({card.runtime.get('onnx', {}).get('exported_from')})")
-    _check_out_dir(out)
-    parity = parity or ParityConfig.load()
+    check_out_dir(out)
+    parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
-    records, validation = validation_records(card, RewardHead(), parity, source, n_records, kind="pair")
+    records, validation = validation_records(card, RewardHead(), parity, options.source, options.n_records,
+                                             kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
     ref_raw = reference.raw_outputs(records)  # read once, for every run
@@ -174,15 +177,16 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions],
+                                        options.int4 is not False)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, providers)}
+                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, options.providers)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
-        _drop_refused(report, files, tmp, fallback)
+        _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
-            raise ParityError(_parity_message(report), report)
+            raise ParityError(parity_message(report), report)
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
         shared = share_weights(tmp, [graph for graphs in files.values() for graph in graphs])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
