@@ -8,7 +8,8 @@ and those modules build on one another in that order, so the entry names them as
 any of them may read it. ``register_kind`` fills the registries the runtime dispatches on (``LOADERS``: (kind,
 backend) -> loader, ``TRAINERS``: kind -> trainer, ``EXPORTERS``: kind -> exporter); registering a kind once makes
 its directories loadable (``Judge.load``, ``clfjudge score / serve / audit``), trainable (``clfjudge train`` with
-``head: NAME``) and exportable (``clfjudge export``). Every kind calls its exported form's backend ``onnx``.
+``head: NAME``) and exportable (``clfjudge export``). Every kind calls its exported form's backend
+``runtimes.EXPORTED`` ("onnx"), the form the runtimes (``clfjudge/runtimes.py``) run.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .registry import Registry, resolve
+from .runtimes import EXPORTED  # the exported form's backend, which the runtimes run (clfjudge/runtimes.py)
 
 Target = Callable[..., Any] | str  # a function, or a lazy "module:function" target
-ONNX = "onnx"  # every kind's exported form: its loader resolves provider "auto" from the card (Judge.load)
 
 
 @dataclass(frozen=True)
@@ -137,12 +138,12 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
 # The built-in kinds. The fine-tuned heads (cls3, regression, reward: ``models.heads.HEADS``) train in the Trainer
 # loop.
 register_kind("fine-tuned", JudgeKind(
-    loaders={"torch": "clfjudge.judges.model:_load_torch", ONNX: "clfjudge.judges.model:_load_onnx"},
+    loaders={"torch": "clfjudge.judges.model:_load_torch", EXPORTED: "clfjudge.judges.model:_load_onnx"},
     exporter="clfjudge.export.fine_tuned:export_fine_tuned",
     heads="clfjudge.models.heads:HEADS", detect="clfjudge.judges.model:detect_backend",
     help="a classification / regression / reward head fine-tuned with its backbone; PyTorch or ONNX"))
 register_kind("embedding", JudgeKind(
-    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn", ONNX: "clfjudge.judges.embedding:_load_onnx"},
+    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn", EXPORTED: "clfjudge.judges.embedding:_load_onnx"},
     trainer="clfjudge.training.embedding:train_embedding",
     exporter="clfjudge.export.embedding:export_embedding_judge",
     help="a frozen encoder or decoder reader + a scikit-learn head; exported: the decoder reader in ONNX"))
@@ -152,8 +153,8 @@ register_kind("generative", JudgeKind(
     help="a causal LM that writes its judgement (no ONNX form)"))
 register_kind("verdict", JudgeKind(
     loaders={"verdict": "clfjudge.judges.verdict:_load_verdict",
-             ONNX: "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
-    aliases={"verdict-onnx": ONNX},  # what an exported verdict judge's card names
+             EXPORTED: "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
+    aliases={"verdict-onnx": EXPORTED},  # what an exported verdict judge's card names
     trainer="clfjudge.training.verdict:train_verdict",
     exporter="clfjudge.export.verdict:export_verdict_judge",
     help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass; PyTorch "

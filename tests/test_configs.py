@@ -27,7 +27,7 @@ def test_configs_load_from_the_package_in_any_working_directory(tmp_path):
         import json
         from importlib import resources
         from pathlib import Path
-        from clfjudge.export.gate import PARITY_CONFIG, ParityConfig
+        from clfjudge.export.parity import PARITY_CONFIG, ParityConfig
         from clfjudge.export.quantize import INT8_CONFIG, int8_settings
         from clfjudge.pipeline import DEFAULT_RECIPE
         from clfjudge.training.config import TrainConfig

@@ -14,8 +14,8 @@ from transformers import AutoConfig
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord
-from clfjudge.export.gate import ParityConfig, Thresholds
 from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig, Thresholds
 from clfjudge.export.quantize import cpu_isa, int8_settings
 from clfjudge.judges.base import ONNX_VARIANTS, Judge
 from clfjudge.judges.model import OnnxBackend, load_tokenizer

@@ -15,8 +15,9 @@ import pytest
 from clfjudge import testing
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PointRecord
-from clfjudge.export.gate import ParityConfig, ParityError
+from clfjudge.export.gate import ParityError
 from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict import questions_from, verdict_card
 

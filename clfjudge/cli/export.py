@@ -63,9 +63,10 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export.gate import PARITY_CONFIG, ParityConfig, ParityError, served
+    from ..export.gate import ParityError, served
     from ..export.onnx import export_judge
     from ..export.options import ExportOptions
+    from ..export.parity import PARITY_CONFIG, ParityConfig
     from ..export.presets import apply_preset, load_preset
     from ..judges.base import open_judge
     from ..outputs import check_apart, target

@@ -45,7 +45,6 @@ from ..untrusted import inside
 from . import quiet, signature
 from .directory import ExportResult, check_out_dir, hidden_beside
 from .gate import (
-    ParityConfig,
     ParityError,
     drop_refused,
     gate_entry,
@@ -56,6 +55,7 @@ from .gate import (
     validation_records,
 )
 from .options import ExportOptions
+from .parity import ParityConfig
 from .quantize import INT8_CONFIG, int8_settings, quantize_int4, quantize_onnx
 from .shared_weights import share_weights
 
@@ -423,8 +423,7 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     settings = int8_settings(options.isa, options.int8_config or INT8_CONFIG) if options.int8 else None
-    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, options.source,
-                                             options.n_records)
+    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, options)
     embedder, reference = _open_reference(judge_dir, card, config, parity.batch_size, options.trust_pickle)
     reader = _reader_entry(judge_dir, card, embedder, records)
 

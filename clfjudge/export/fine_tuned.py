@@ -44,7 +44,6 @@ from .directory import ExportResult, check_out_dir, hidden_beside
 from .gate import (
     GATE_CHUNK_BATCHES,
     REPORT_NAME,
-    ParityConfig,
     ParityError,
     compare_to_reference,
     drop_refused,
@@ -59,6 +58,7 @@ from .gate import (
 )
 from .graph import export_onnx, optimize_onnx
 from .options import ExportOptions
+from .parity import ParityConfig
 from .quantize import INT8_CONFIG, Int8Settings, int8_settings, quantize_int4, quantize_onnx
 
 if TYPE_CHECKING:
@@ -174,8 +174,7 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
     tokenizer = load_tokenizer(judge_dir)
     torch_backend = TorchBackend(judge_dir)
     reference = ModelJudge(card, tokenizer, torch_backend, parity.batch_size)
-    records, validation = validation_records(card, HEADS.get(card.head).from_card(card), parity, options.source,
-                                             options.n_records)
+    records, validation = validation_records(card, HEADS.get(card.head).from_card(card), parity, options)
     records, budget = within_budget(records, reference.sequence_lengths(records),
                                     decoder_parameters(torch_backend.model), parity)
     validation.update(n=len(records), **({"budget": budget} if budget else {}))

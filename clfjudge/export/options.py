@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .gate import ParityConfig
+    from .parity import ParityConfig
 
 
 def _flag(name: str) -> dict[str, str]:

@@ -33,7 +33,6 @@ from ..models.heads import RewardHead
 from . import quantize, quiet, signature
 from .directory import ExportResult, check_out_dir
 from .gate import (
-    ParityConfig,
     ParityError,
     compare_to_reference,
     drop_refused,
@@ -45,6 +44,7 @@ from .gate import (
     validation_records,
 )
 from .options import ExportOptions
+from .parity import ParityConfig
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
@@ -125,11 +125,11 @@ def _bytes(directory: Path, names: Sequence[str]) -> int:
 
 
 def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records,
-          parity: ParityConfig, providers: Sequence[str]) -> dict[str, Any]:
-    """Every variant on onnxruntime's CPU, and fp32 on each of ``providers``, against the PyTorch readings."""
+          parity: ParityConfig, options: ExportOptions) -> dict[str, Any]:
+    """Every variant on onnxruntime's CPU, and fp32 on each of ``options.providers``, against the PyTorch readings."""
     variants = {}
     reader = reference.reader
-    for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, providers):
+    for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, options.providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
                                         reader.questions, variant=run.file, provider=run.provider,
@@ -168,8 +168,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
-    records, validation = validation_records(card, RewardHead(), parity, options.source, options.n_records,
-                                             kind="pair")
+    records, validation = validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
     ref_raw = reference.raw_outputs(records)  # read once, for every run
@@ -182,7 +181,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, options.providers)}
+                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, options)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
