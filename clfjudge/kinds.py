@@ -13,13 +13,12 @@ its directories loadable (``Judge.load``, ``clfjudge score / serve / audit``), t
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .registry import Registry, resolve
+from .registry import Registry, resolve, undone_after
 from .runtimes import EXPORTED  # the exported form's backend, which the runtimes run (clfjudge/runtimes.py)
 
 Target = Callable[..., Any] | str  # a function, or a lazy "module:function" target
@@ -80,14 +79,7 @@ def unregister_kind(name: str) -> None:
         registry.unregister(key)
 
 
-@contextlib.contextmanager
-def registered_kind(name: str, kind: JudgeKind) -> Iterator[JudgeKind]:
-    """``register_kind`` for the block, undone after it (for tests: the registries are process-global)."""
-    register_kind(name, kind)
-    try:
-        yield kind
-    finally:
-        unregister_kind(name)
+registered_kind = undone_after(register_kind, unregister_kind)  # ``register_kind`` for a block (tests)
 
 
 def kind_of(head: str, where: str = "judge_card.json") -> str:

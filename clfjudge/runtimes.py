@@ -13,14 +13,13 @@ Like ``kinds``, this module sits below every subpackage and names what opens a f
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import machine
 from .machine import Capability
-from .registry import Registry, resolve
+from .registry import Registry, resolve, undone_after
 
 Target = Callable[..., Any] | str  # a function, or a lazy "module:function" target
 EXPORTED = "onnx"  # the backend of every kind's exported form: its loader runs it on a provider (Judge.load)
@@ -103,14 +102,7 @@ def unregister_runtime(name: str) -> None:
     RUNTIMES.unregister(name)
 
 
-@contextlib.contextmanager
-def registered_runtime(name: str, runtime: Runtime) -> Iterator[Runtime]:
-    """``register_runtime`` for the block, undone after it (for tests: the registries are process-global)."""
-    register_runtime(name, runtime)
-    try:
-        yield runtime
-    finally:
-        unregister_runtime(name)
+registered_runtime = undone_after(register_runtime, unregister_runtime)  # ``register_runtime`` for a block (tests)
 
 
 # The built-in runtimes. Their machine facts are machine.py's own (``machine.PROBES``: ort_cuda, openvino), which

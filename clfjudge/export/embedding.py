@@ -42,18 +42,8 @@ import numpy as np
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import PairRecord
 from ..untrusted import inside
-from . import quiet, signature
+from . import gate, quiet, signature
 from .directory import ExportResult, check_out_dir, hidden_beside
-from .gate import (
-    ParityError,
-    drop_refused,
-    gate_entry,
-    gate_runs,
-    gated,
-    parity_message,
-    served,
-    validation_records,
-)
 from .options import ExportOptions
 from .parity import ParityConfig
 from .quantize import INT8_CONFIG, int8_settings, quantize_int4, quantize_onnx
@@ -383,12 +373,13 @@ def _gate(reference_readings: tuple, judge_dir: Path, tmp: Path, reader: dict[st
     from ..judges.embedding import EmbeddingModel
 
     variants = {}
-    for run in gate_runs(files, READER_FILES["fp32"], options.providers):
+    for run in gate.gate_runs(files, READER_FILES["fp32"], options.providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": _primary(files)}, config, variant=run.file,
                                         provider=run.provider, batch_size=parity.batch_size, cache_dir="")
         candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=options.trust_pickle)
-        variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds), thresholds)
+        measured = _parity(reference_readings, candidate, records, thresholds)
+        variants[run.key] = gate.gate_entry(run, measured, thresholds)
     return variants
 
 
@@ -401,7 +392,8 @@ def _runtime(card: JudgeCard, judge_dir: Path, reader: dict[str, Any], files: di
     parity = {name: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff", "agreement", "metric_delta",
                                        "on_boundary") if k in v} for name, v in report["variants"].items()}
     return {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files, **exported},
-            "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
+            "onnx": {"primary": READER_FILES[primary], "gated": gate.gated(report),
+                     "served": gate.served(report),
                      "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"], **parity},
                      "exported_from": str(judge_dir.resolve())}}
 
@@ -423,7 +415,7 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     settings = int8_settings(options.isa, options.int8_config or INT8_CONFIG) if options.int8 else None
-    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, options)
+    records, validation = gate.validation_records(card, EmbeddingDataHead(card.kind), parity, options)
     embedder, reference = _open_reference(judge_dir, card, config, parity.batch_size, options.trust_pickle)
     reader = _reader_entry(judge_dir, card, embedder, records)
 
@@ -444,10 +436,10 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": READER_FILES[_primary(files)], "variants": variants,
                   "passed": all(v["passed"] for v in variants.values())}
-        if options.fallback and drop_refused(report, files, tmp):
+        if options.fallback and gate.drop_refused(report, files, tmp):
             report["primary"] = READER_FILES[_primary(files)]
         if not report["passed"]:
-            raise ParityError(parity_message(report), report)
+            raise gate.ParityError(gate.parity_message(report), report)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         card.runtime = _runtime(card, judge_dir, reader, files, exported, report, validation)
         signature.finish(tmp, out, card, signature.decoder_reader(card, tmp))

@@ -30,19 +30,8 @@ from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
 from ..judges.verdict_onnx import BACKEND, GRAPH_INPUTS, GRAPH_OUTPUT, OnnxVerdictReader, graph_file
 from ..models.heads import RewardHead
-from . import quantize, quiet, signature
+from . import gate, quantize, quiet, signature
 from .directory import ExportResult, check_out_dir
-from .gate import (
-    ParityError,
-    compare_to_reference,
-    drop_refused,
-    gate_entry,
-    gate_runs,
-    gated,
-    parity_message,
-    served,
-    validation_records,
-)
 from .options import ExportOptions
 from .parity import ParityConfig
 from .shared_weights import share_weights
@@ -129,7 +118,7 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
     """Every variant on onnxruntime's CPU, and fp32 on each of ``options.providers``, against the PyTorch readings."""
     variants = {}
     reader = reference.reader
-    for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, options.providers):
+    for run in gate.gate_runs({name: {"precision": name} for name in files}, PRIMARY, options.providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
                                         reader.questions, variant=run.file, provider=run.provider,
@@ -137,8 +126,8 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
                                         max_question_tokens=reader.budgets["question"],
                                         max_answer_tokens=reader.budgets["answer"])
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
-        measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
-        variants[run.key] = gate_entry(run, measured, thresholds)
+        measured = gate.compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
+        variants[run.key] = gate.gate_entry(run, measured, thresholds)
     return variants
 
 
@@ -149,7 +138,7 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
     if not failed or not (fallback or set(failed) == {"int4"}):
         return
     before = dict(files)
-    if drop_refused(report, files, directory):
+    if gate.drop_refused(report, files, directory):
         for name in set(before) - set(files):
             for graph in before[name]:
                 for path in directory.glob(graph + "*"):
@@ -168,7 +157,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
-    records, validation = validation_records(card, RewardHead(), parity, options, kind="pair")
+    records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
     ref_raw = reference.raw_outputs(records)  # read once, for every run
@@ -185,7 +174,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
-            raise ParityError(parity_message(report), report)
+            raise gate.ParityError(gate.parity_message(report), report)
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
         shared = share_weights(tmp, [graph for graphs in files.values() for graph in graphs])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
@@ -193,7 +182,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
             "primary": PRIMARY, "files": files, "bytes": sizes,
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
-            "gated": gated(report), "served": served(report),
+            "gated": gate.gated(report), "served": gate.served(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in report["variants"].items()}},
