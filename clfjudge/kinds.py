@@ -32,8 +32,8 @@ class JudgeKind:
     Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, options) ->
     ExportResult`` (``options``: the caller's ``export.options.ExportOptions``, built once and handed down; it refuses
     what its kind cannot honour, ``ExportOptions.refuse``; None: the kind has no export, and ``clfjudge export``
-    refuses it). ``heads``: the card heads besides the kind's own name that
-    are this kind (a collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
+    refuses it). ``heads``: the card heads besides the kind's own name that are this kind (a collection of names, or
+    a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
     a card that names no backend, from the files the directory holds. ``aliases``: other backend names, as older
     cards or users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
 
