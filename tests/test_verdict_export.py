@@ -15,7 +15,9 @@ import pytest
 from clfjudge import testing
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PointRecord
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityError
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict import questions_from, verdict_card
 
@@ -113,9 +115,9 @@ def _negated_int4(src: Path, dst: Path, **_) -> dict:
 
 
 def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, monkeypatch):
-    import clfjudge.export.onnx as onnx_export
+    from clfjudge.export import quantize
 
-    monkeypatch.setattr(onnx_export, "quantize_int4", _negated_int4)
+    monkeypatch.setattr(quantize, "quantize_int4", _negated_int4)
     result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS)
     refused = result.report["refused"]
     gap = refused["variants"]["int4"]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import add_model_input, stopped_like_ctrl_c
+from .common import add_model_input, add_trust_pickle, stopped_like_ctrl_c
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true",
                    help="also write a dynamic int8 copy (model_quantized.onnx; an embedding judge's "
                         "reader_quantized.onnx), the primary where the gate passes it")
-    p.add_argument("--int4", action="store_true",
+    p.add_argument("--int4", action="store_true", default=None,
                    help="also write a weight-only int4 copy (MatMulNBits: model_int4.onnx; an embedding judge's "
                         "reader_int4.onnx), the primary where the gate passes it (after int8); a verdict judge "
                         "writes one always")
@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
     add_model_input(p)
+    add_trust_pickle(p)
     p.add_argument("--preset", default=None, metavar="PRESET.yaml",
                    help="export options from a YAML preset (the repository's export/*.yaml: fp32, int8 per ISA, "
                         "int4, OpenVINO bf16, CUDA); options given here override it")
@@ -62,7 +63,10 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export.onnx import PARITY_CONFIG, ParityConfig, ParityError, export_judge, served
+    from ..export.gate import ParityError, served
+    from ..export.onnx import export_judge
+    from ..export.options import ExportOptions
+    from ..export.parity import PARITY_CONFIG, ParityConfig
     from ..export.presets import apply_preset, load_preset
     from ..judges.base import open_judge
     from ..outputs import check_apart, target
@@ -74,14 +78,15 @@ def run(args: argparse.Namespace) -> int:
         taken = apply_preset(args, load_preset(args.preset), args.option_defaults)
         print(f"preset {args.preset}: {', '.join(f'{k}={getattr(args, k)}' for k in taken) or 'nothing'} "
               "(options given on the command line kept)")
-    parity = ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds)
+    options = ExportOptions(
+        int8=args.int8, int4=args.int4, optimize=args.optimize, opset=args.opset, isa=args.isa, source=args.source,
+        n_records=args.n_records, parity=ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds),
+        fallback=args.fallback, providers=tuple(args.providers), model_input=args.model_input,
+        trust_pickle=args.trust_pickle)
     open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
         with stopped_like_ctrl_c():  # a stopped export removes its temporary folder
-            result = export_judge(args.judge_dir, args.out, int8=args.int8, int4=args.int4, optimize=args.optimize,
-                                  opset=args.opset, isa=args.isa, source=args.source, n_records=args.n_records,
-                                  parity=parity, fallback=args.fallback, providers=args.providers,
-                                  model_input=args.model_input)
+            result = export_judge(args.judge_dir, args.out, options)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)
         raise

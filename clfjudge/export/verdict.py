@@ -29,12 +29,23 @@ from typing import Any
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
 from ..judges.verdict_onnx import BACKEND, GRAPH_INPUTS, GRAPH_OUTPUT, OnnxVerdictReader, graph_file
-from . import quiet, signature
+from ..models.heads import RewardHead
+from . import gate, quantize, quiet, signature
+from .directory import ExportResult, check_out_dir, hidden_beside
+from .options import ExportOptions
+from .parity import ParityConfig
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
+# what a verdict judge's export cannot do, and why (``ExportOptions.refuse``)
+NO_INT8 = ("a verdict judge exports weight-only int4 beside fp32, each gated; dynamic int8 is for fine-tuned and "
+           "embedding judges")
+CANNOT = {"int8": NO_INT8, "isa": NO_INT8, "int8_config": NO_INT8,
+          "optimize": "its graphs have no separate optimized copy (onnxruntime optimizes them as it loads)",
+          "opset": f"its graphs are written at opset {OPSET}, the one OpenVINO reads their reductions right at",
+          "trust_pickle": "a verdict judge holds no pickles (a chat model's safetensors and its card)"}
 
 
 def _trace_inputs(prompt: list[int]):
@@ -91,10 +102,9 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
         export_graph(module, directory / graph_file(PRIMARY, k), prompt)
         files[PRIMARY].append(graph_file(PRIMARY, k))
         if int4:
-            from .onnx import quantize_int4
-
             fp32 = directory / graph_file(PRIMARY, k)
-            info["int4"] = quantize_int4(fp32, directory / graph_file("int4", k), nodes_to_exclude=head_nodes(fp32))
+            info["int4"] = quantize.quantize_int4(fp32, directory / graph_file("int4", k),
+                                                  nodes_to_exclude=head_nodes(fp32))
             files["int4"].append(graph_file("int4", k))
     return files, info
 
@@ -103,14 +113,12 @@ def _bytes(directory: Path, names: Sequence[str]) -> int:
     return sum(p.stat().st_size for name in names for p in directory.glob(name + "*"))
 
 
-def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records, parity,
-          providers: Sequence[str]) -> dict[str, Any]:
-    """Every variant on onnxruntime's CPU, and fp32 on each of ``providers``, against the PyTorch readings."""
-    from .onnx import compare_to_reference, gate_entry, gate_runs
-
+def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records,
+          parity: ParityConfig, options: ExportOptions) -> dict[str, Any]:
+    """Every variant on onnxruntime's CPU, and fp32 on each of ``options.providers``, against the PyTorch readings."""
     variants = {}
     reader = reference.reader
-    for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, providers):
+    for run in gate.gate_runs({name: {"precision": name} for name in files}, PRIMARY, options.providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
                                         reader.questions, variant=run.file, provider=run.provider,
@@ -118,57 +126,38 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
                                         max_question_tokens=reader.budgets["question"],
                                         max_answer_tokens=reader.budgets["answer"])
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
-        measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
-        variants[run.key] = gate_entry(run, measured, thresholds)
+        measured = gate.compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
+        variants[run.key] = gate.gate_entry(run, measured, thresholds)
     return variants
 
 
 def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory: Path, fallback: bool) -> None:
     """int4 that failed (and with ``fallback`` a bf16 provider) goes to the report's ``refused`` when every fp32 run
     passed; the graphs no run kept are deleted."""
-    from .onnx import drop_refused
-
     failed = [v["precision"] for v in report["variants"].values() if not v["passed"] and v["precision"] != "fp32"]
     if not failed or not (fallback or set(failed) == {"int4"}):
         return
     before = dict(files)
-    if drop_refused(report, files, directory):
+    if gate.drop_refused(report, files, directory):
         for name in set(before) - set(files):
             for graph in before[name]:
                 for path in directory.glob(graph + "*"):
                     path.unlink()
 
 
-def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = True,
-                         isa: str = "auto", source: str | None = None, n_records: int | None = None, parity=None,
-                         int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=()):
-    """``int4``: the weight-only int4 copy beside fp32 (by default: a verdict judge offers it whatever is asked)."""
-    from ..models.heads import RewardHead
-    from .onnx import (
-        ExportResult,
-        ParityConfig,
-        ParityError,
-        _check_out_dir,
-        _parity_message,
-        batch_tolerances,
-        gated,
-        hidden_beside,
-        served,
-        validation_records,
-    )
-
+def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
+    """``options.int4``: the weight-only int4 copy beside fp32 (None, by default: a verdict judge offers it whatever
+    is asked); the options a verdict judge cannot honour (``CANNOT``) are refused."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
-    if int8:
-        raise ValueError(f"{judge_dir}: a verdict judge exports weight-only int4 beside fp32, each gated; dynamic "
-                         "int8 (--int8) is for fine-tuned and embedding judges")
+    options.refuse(CANNOT, f"{judge_dir}: a verdict judge")
     card = JudgeCard.load(judge_dir)
     if card.runtime.get("backend") == BACKEND:
         raise ValueError(f"{judge_dir} is an exported verdict judge already; export the judge it came from "
                          f"({card.runtime.get('onnx', {}).get('exported_from')})")
-    _check_out_dir(out)
-    parity = parity or ParityConfig.load()
+    check_out_dir(out)
+    parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
-    records, validation = validation_records(card, RewardHead(), parity, source, n_records, kind="pair")
+    records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
     ref_raw = reference.raw_outputs(records)  # read once, for every run
@@ -177,15 +166,16 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
     tmp = hidden_beside(out)
     try:
         tmp.mkdir(mode=0o700)
-        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions],
+                                        options.int4 is not False)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, providers)}
+                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, options)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
-        _drop_refused(report, files, tmp, fallback)
+        _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
-            raise ParityError(_parity_message(report), report)
+            raise gate.ParityError(gate.parity_message(report), report)
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
         shared = share_weights(tmp, [graph for graphs in files.values() for graph in graphs])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
@@ -193,7 +183,8 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
             "primary": PRIMARY, "files": files, "bytes": sizes,
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
-            "gated": gated(report), "served": served(report), "batch_tolerance": batch_tolerances(report),
+            "gated": gate.gated(report), "served": gate.served(report),
+            "batch_tolerance": gate.batch_tolerances(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                           for name, v in report["variants"].items()}},
