@@ -51,6 +51,9 @@ def train_verdict(cfg: TrainConfig) -> Path:
 
     start = time.monotonic()
     options = cfg.verdict  # checked key by key when the recipe was read (verdict_config.VerdictOptions)
+    if options.lora is not None:
+        raise ValueError("train config: verdict.lora fine-tunes a student on a teacher's labels: run clfjudge distill "
+                         "LABELS --recipe RECIPE --out DIR (clfjudge train writes a zero-shot verdict judge)")
     questions = questions_from(options.questions or [DEFAULT_QUESTION], "train config: verdict.questions")
     card = verdict_card(cfg.backbone, questions, precision=options.precision,
                         max_question_tokens=options.max_question_tokens or DEFAULT_MAX_QUESTION_TOKENS,
