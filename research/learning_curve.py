@@ -325,6 +325,11 @@ def fit(args: argparse.Namespace) -> None:
     print(write("learning_curve", data, markdown(data)))
 
 
+def kept(row: dict) -> str:
+    """The gain-kept cell: obvious pairs / dev mean."""
+    return " / ".join("-" if row[k] is None else f"{row[k]:.2f}" for k in ("obvious_gain_kept", "dev_mean_gain_kept"))
+
+
 def markdown(d: dict) -> str:
     def ci(x: dict | None, scale: float = 100) -> str:
         return "-" if not x else f"{scale * x['estimate']:+.1f} [{scale * x['low']:+.1f}, {scale * x['high']:+.1f}]"
@@ -359,11 +364,10 @@ def markdown(d: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["curve"]:
         a = r["agreement"]
-        kept = " / ".join("-" if r[k] is None else f"{r[k]:.2f}" for k in ("obvious_gain_kept", "dev_mean_gain_kept"))
         out.append(f"| {r['student']} | {r['selection']} | {r['labels']} | {a['estimate']:.1f} [{a['low']:.1f}, "
                    f"{a['high']:.1f}] | {pct(r.get('obvious'))} | {ci(r.get('obvious_vs_default'))} | "
                    f"{ci(r.get('obvious_vs_teacher'))} | {pct(r['dev_mean'])} | {ci(r.get('dev_vs_default'))} | "
-                   f"{ci(r.get('dev_vs_teacher'))} | {kept} |")
+                   f"{ci(r.get('dev_vs_teacher'))} | {kept(r)} |")
     out += ["", "Per dev set (student rows):", "", "| student | selection | labels | " + " | ".join(groups) + " |",
             "|---|---|---|" + "---|" * len(groups)]
     for r in d["curve"]:
@@ -377,10 +381,8 @@ def markdown(d: dict) -> str:
                 "| share | teacher answers read | " + " | ".join(groups) + " | dev mean | gain kept obvious / dev |",
                 "|---|---|" + "---|" * (len(groups) + 2)]
         for e in r["escalation"]:
-            kept = " / ".join("-" if e[k] is None else f"{e[k]:.2f}"
-                              for k in ("obvious_gain_kept", "dev_mean_gain_kept"))
             out.append(f"| {e['share']:.0%} | {e['teacher_answers_read']} | "
-                       + " | ".join(pct(e.get(g)) for g in groups) + f" | {pct(e['dev_mean'])} | {kept} |")
+                       + " | ".join(pct(e.get(g)) for g in groups) + f" | {pct(e['dev_mean'])} | {kept(e)} |")
     return "\n".join(out) + "\n"
 
 
