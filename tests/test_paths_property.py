@@ -193,7 +193,7 @@ WRITERS = {
     "run": ("clfjudge.pipeline.run", lambda config, **_: config.out),
     "distill": ("clfjudge.training.distill.distill", lambda job, config: job.out_dir),
     "label": ("clfjudge.training.labels.label", lambda job, **_: job.out_dir),
-    "export": ("clfjudge.export.onnx.export_judge", lambda judge_dir, out, **_: out),
+    "export": ("clfjudge.export.onnx.export_judge", lambda judge_dir, out, *_, **__: out),
     "audit": ("clfjudge.audit.run_audit", lambda judges, out, **_: out),
 }
 
