@@ -482,12 +482,12 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
         return original(self, records)
 
     monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
-    with pytest.raises(RuntimeError, match="fell off"):
-        _score(cls3_dir, src, out)
+    assert _score(cls3_dir, src, out) == 3  # the judge's fault: exit 3, the checkpoint kept
     monkeypatch.setattr(ModelJudge, "raw_outputs", original)
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
     assert progress["line"] == accounted
-    assert f"lines 1-{accounted} of {src} are accounted for" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fell off" in err and f"lines 1-{accounted} of {src} are accounted for" in err
     assert not out.exists()  # written under its partial name until the run completes
     written = _partial(out).read_bytes()
     assert uninterrupted[0].startswith(written) and written.endswith(b"\n") == bool(written)
@@ -566,8 +566,7 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
         return original(self, records)
 
     monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
-    with pytest.raises(RuntimeError):
-        _score(cls3_dir, src, out)
+    assert _score(cls3_dir, src, out) == 3  # the judge failed mid-run: the checkpoint is kept
     monkeypatch.setattr(ModelJudge, "raw_outputs", original)
     capsys.readouterr()
     assert _score(cls3_dir, src, out, "--resume", "--symmetric") == 2
