@@ -160,12 +160,12 @@ def config(overrides: dict):
     return replace(cfg, embedding=replace(cfg.embedding, **overrides))
 
 
-def model(overrides: dict):
+def model(overrides: dict, cached: bool = True):
     from clfjudge.training.embedding import model_from_config
 
     m = model_from_config(config(overrides))
-    if overrides.get("verdict"):
-        m._verdict_reader = CachedVerdicts(overrides["verdict"], CACHE / "smollm2_verdicts.jsonl")
+    if cached and overrides.get("verdict"):
+        m.read_verdicts_with(CachedVerdicts(overrides["verdict"], CACHE / "smollm2_verdicts.jsonl"))
     return m
 
 
@@ -397,9 +397,7 @@ def speed(args: argparse.Namespace) -> None:
                for i, r in enumerate(held) for a in (r.answer_a, r.answer_b)]
     rows = {}
     for name, overrides in (("default / student a", {}), ("student b", STUDENTS["b"][1])):
-        m = model(overrides)
-        if overrides.get("verdict"):
-            m._verdict_reader = None  # read, not looked up
+        m = model(overrides, cached=False)  # read, not looked up
         m.fit(held[: max(8, len(held) // 4)])  # a head to predict with; what is timed is the reading
         m.embedder.memory.clear() if hasattr(m.embedder, "memory") else None
         t0 = time.monotonic()

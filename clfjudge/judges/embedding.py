@@ -429,6 +429,11 @@ class EmbeddingModel:
     def _needs(self, flag: str) -> bool:
         return any(getattr(KINDS[self.kind].features.get(g), flag) for g in self.groups)
 
+    def read_verdicts_with(self, reader) -> None:
+        """Read verdict log-odds through ``reader`` (anything with ``log_odds(points)``), e.g. a cache of readings
+        made once for many fits, instead of the chat model named by the verdict option."""
+        self._verdict_reader = reader
+
     def verdicts(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray | None:
         """(n, questions) verdict log-odds of each answer after its question, where a feature group reads them."""
         if not self._needs("needs_verdict"):
