@@ -63,8 +63,9 @@ def test_the_export_scores_and_compares_as_pytorch(judge_dir, exported):
     # two questions: two graphs, one copy of the decoder's weights
     card = JudgeCard.load(exported.out_dir)
     assert card.runtime["backend"] == "verdict-onnx" and card.runtime["questions"][1]["name"] == "on-topic"
-    assert card.runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"],
-                                             "int4": ["verdict-0_int4.onnx", "verdict-1_int4.onnx"]}
+    files = card.runtime["onnx"]["files"]  # and the OpenVINO variants the gate passed (tests/test_verdict_quant.py)
+    assert files["fp32"] == ["verdict-0.onnx", "verdict-1.onnx"]
+    assert files["int4"] == ["verdict-0_int4.onnx", "verdict-1_int4.onnx"]
     shared = card.runtime["onnx"]["shared_weights"]
     assert shared["shared_tensors"] > 0 and shared["bytes_after"] < shared["bytes_before"]
     assert not list(exported.out_dir.glob("*.onnx.data")), "every graph reads weights.data"
@@ -121,8 +122,9 @@ def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, mon
     gap = refused["variants"]["int4"]
     assert gap["agreement"] < 0.99 and not gap["passed"]
     assert f"decision agreement {gap['agreement']:.2%} < min_agreement 99.00%" in refused["reason"]
-    assert set(result.report["variants"]) == {"fp32"}
-    assert JudgeCard.load(result.out_dir).runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"]}
+    assert "int4" not in result.report["variants"]
+    files = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]
+    assert files["fp32"] == ["verdict-0.onnx", "verdict-1.onnx"] and "int4" not in files
     assert not list(result.out_dir.glob("*int4*"))
     on_disk = json.loads((result.out_dir / "parity_report.json").read_text())
     assert on_disk["refused"]["variants"]["int4"]["agreement"] == gap["agreement"]
@@ -137,8 +139,9 @@ def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):
     with pytest.raises(ParityError, match=r"fp32 \(fp32\): max \|logit diff\|"):
         export_judge(judge_dir, tmp_path / "b", n_records=4, parity=ParityConfig.load(overrides=[
             "fp32.max_abs_diff=-1"]))
-    with pytest.raises(ValueError, match="weight-only int4"):
-        export_judge(judge_dir, tmp_path / "c", int8=True)
+    with pytest.raises(ParityError, match=r"fp32 \(fp32\)"):  # every lossy variant gated after it, int8 too
+        export_judge(judge_dir, tmp_path / "c", n_records=4, int8=True, parity=ParityConfig.load(overrides=[
+            "fp32.max_abs_diff=-1"]))
 
 
 def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):

@@ -8,11 +8,18 @@ verdict tokens' rows of the output layer stay fp32). The questions' graphs hold 
 every graph kept are written once (``shared_weights``: ``weights.data``; a model past protobuf's 2 GB is read from
 side files by the same route).
 
+Beside them, where this machine makes them, the OpenVINO IR variants of ``export.verdict_quant`` (NNCF int8 and int4
+weights, int8 weights and activations; onnxruntime's dynamic int8 with ``int8``).
+
 The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources,
 else the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds
-diff|, decision agreement and the accuracy delta. An fp32 run that fails refuses the export (nothing is written);
-int4 that fails is left out and the report's ``refused`` says by how much it missed (a bf16 ``--provider`` too, with
-``fallback``). The directory: the graphs, the tokenizer files, parity_report.json, signature.json and the card
+diff| and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``obvious`` names a set of
+pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A run of an IR variant uses
+the OpenVINO provider this machine's probe picks (bf16 activations where it runs them). An fp32 run that fails
+refuses the export (nothing is written); a lossy variant that fails is left out and the report's ``refused`` says by
+how much it missed (a bf16 ``--provider`` too, with ``fallback``).
+
+The directory: the graphs, the tokenizer files, parity_report.json, signature.json and the card
 (``runtime.backend: verdict-onnx``, the questions, ``runtime.onnx.files``: variant -> one file per question).
 """
 from __future__ import annotations
@@ -26,15 +33,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import progress
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
-from ..judges.verdict_onnx import BACKEND, GRAPH_INPUTS, GRAPH_OUTPUT, OnnxVerdictReader, graph_file
-from . import quiet, signature
+from ..judges.verdict_onnx import (
+    BACKEND,
+    GRAPH_INPUTS,
+    GRAPH_OUTPUT,
+    OnnxVerdictReader,
+    graph_file,
+    ir_provider,
+    is_ir,
+)
+from ..models.onnx_session import gate_key
+from . import quiet, signature, verdict_quant
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
+# the lossy files: one that fails the gate is left out (bf16 providers are left out with ``fallback`` only)
+LOSSY = frozenset({"int4", "int8", *(v.precision for _, v in verdict_quant.VARIANTS.items())})
 
 
 def _trace_inputs(prompt: list[int]):
@@ -100,91 +119,207 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
 
 
 def _bytes(directory: Path, names: Sequence[str]) -> int:
-    return sum(p.stat().st_size for name in names for p in directory.glob(name + "*"))
+    return sum(p.stat().st_size for name in names for p in verdict_quant.graph_paths(directory, name))
 
 
-def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records, parity,
-          providers: Sequence[str]) -> dict[str, Any]:
-    """Every variant on onnxruntime's CPU, and fp32 on each of ``providers``, against the PyTorch readings."""
-    from .onnx import compare_to_reference, gate_entry, gate_runs
+def _runs(files: dict[str, list[str]], precisions: dict[str, str], providers: Sequence[str]) -> list:
+    """Every file on onnxruntime's CPU, an IR variant on the OpenVINO provider this machine picks for it, then fp32
+    on each of ``providers``."""
+    from .onnx import GateRun, gate_runs
+
+    runs = []
+    for name, graphs in files.items():
+        if is_ir(graphs):
+            provider = ir_provider(name, bf16_gated=True)[0]
+            runs.append(GateRun(gate_key(name, provider), name, provider, precisions[name]))
+        else:
+            runs.append(GateRun(name, name, "cpu", precisions[name]))
+    return runs + gate_runs({PRIMARY: {"precision": "fp32"}}, PRIMARY, providers)[1:]
+
+
+def log_odds_diff(reference: VerdictJudge, ref_raw, raw) -> dict[str, float]:
+    """|Δ log-odds| of a run against the reference: p50, p95 and max over the answers read (pairwise: the margins)."""
+    import numpy as np
+
+    diff = np.abs(np.asarray(raw) - np.asarray(ref_raw)[:len(raw)])
+    diff = 2 * diff[:, 0] if reference.pairwise else diff.ravel()
+    return {q: float(np.quantile(diff, level)) for q, level in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))}
+
+
+def _obvious_check(reference: VerdictJudge, candidate: VerdictJudge, obvious) -> dict[str, Any]:
+    """How many of the obvious pairs ``candidate`` decides otherwise than the reference (which must hold all)."""
+    from .onnx import _decisions
+
+    records, want = obvious
+    got = _decisions(candidate, candidate.raw_outputs(records))
+    changed = [r.id for r, a, b in zip(records, want, got) if a != b]
+    return {"n": len(records), "changed": len(changed), "changed_ids": changed[:20]}
+
+
+def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]],
+          precisions: dict[str, str], records, parity, providers: Sequence[str], obvious=None) -> dict[str, Any]:
+    """Every run against the PyTorch readings; a lossy run stops as soon as it fails whatever the rest gives."""
+    from .onnx import GATE_CHUNK_BATCHES, compare_to_reference, gate_entry
 
     variants = {}
     reader = reference.reader
-    for run in gate_runs({name: {"precision": name} for name in files}, PRIMARY, providers):
+    for run in _runs(files, precisions, providers):
+        progress.step(f"gate {run.key} ({run.precision}) on {len(records)} pairs")
         thresholds = parity.for_precision(run.precision)
-        onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
-                                        reader.questions, variant=run.file, provider=run.provider,
-                                        batch_size=parity.batch_size,
-                                        max_question_tokens=reader.budgets["question"],
-                                        max_answer_tokens=reader.budgets["answer"])
+        lossy = run.precision != "fp32"
+        try:
+            onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
+                                            reader.questions, variant=run.file, provider=run.provider,
+                                            batch_size=parity.batch_size,
+                                            max_question_tokens=reader.budgets["question"],
+                                            max_answer_tokens=reader.budgets["answer"])
+        except ValueError as exc:  # a lossy file its runtime cannot compile is refused, not the export
+            if not lossy:
+                raise
+            variants[run.key] = {"precision": run.precision, "provider": run.provider, "passed": False,
+                                 "failures": [f"cannot be run: {str(exc).split(': ', 1)[-1][:300]}"]}
+            continue
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
-        measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
-        variants[run.key] = gate_entry(run, measured, thresholds)
+        measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps,
+                                        **({"chunk": parity.batch_size * GATE_CHUNK_BATCHES, "stop": thresholds}
+                                           if lossy else {}))
+        read = records[:(measured.get("stopped_early") or {}).get("read", len(records))]
+        measured["log_odds_diff"] = log_odds_diff(reference, ref_raw, candidate.raw_outputs(read))  # remembered
+        entry = gate_entry(run, measured, thresholds)
+        if obvious is not None and lossy:
+            entry["obvious"] = _obvious_check(reference, candidate, obvious)
+            if entry["obvious"]["changed"]:
+                entry["failures"].append(f"obvious pairs: {entry['obvious']['changed']} of {len(obvious[0])} "
+                                         "decided otherwise than fp32")
+                entry["passed"] = False
+        variants[run.key] = entry
     return variants
 
 
 def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory: Path, fallback: bool) -> None:
-    """int4 that failed (and with ``fallback`` a bf16 provider) goes to the report's ``refused`` when every fp32 run
-    passed; the graphs no run kept are deleted."""
+    """Lossy files that failed (and with ``fallback`` a bf16 provider) go to the report's ``refused`` when every fp32
+    run passed; the graphs no run kept are deleted."""
     from .onnx import drop_refused
 
     failed = [v["precision"] for v in report["variants"].values() if not v["passed"] and v["precision"] != "fp32"]
-    if not failed or not (fallback or set(failed) == {"int4"}):
+    if not failed or not (fallback or set(failed) <= LOSSY):
         return
     before = dict(files)
     if drop_refused(report, files, directory):
         for name in set(before) - set(files):
             for graph in before[name]:
-                for path in directory.glob(graph + "*"):
-                    path.unlink()
+                verdict_quant.remove_graph(directory, graph)
+
+
+def _obvious_records(reference: VerdictJudge, spec: str | None):
+    """The pairs of ``spec`` (a source or data file) with the reference's decisions, which must be right on each."""
+    if spec is None:
+        return None
+    from ..data import sources
+    from ..models.heads import RewardHead
+    from .onnx import _decisions
+
+    records = sources.load_usable(spec, RewardHead().select).records
+    if not records:
+        raise ValueError(f"obvious pairs {spec!r}: no pairs with a verdict")
+    return records, _decisions(reference, reference.raw_outputs(records))
+
+
+def _calibration_prompts(card: JudgeCard, reader: VerdictReader, parity, source: str | None) -> list[list[list[int]]]:
+    """Per question, the prompts that set ov-int8's activation ranges: ``CALIBRATION_PAIRS`` pairs of another seed
+    than the gate's slice."""
+    from ..models.heads import RewardHead
+    from .onnx import validation_records
+
+    pairs, _ = validation_records(card, RewardHead(), replace(parity, seed=parity.seed + 1), source,
+                                  verdict_quant.CALIBRATION_PAIRS, kind="pair")
+    points = pairs if reader.questions[0].pairwise else [p for r in pairs for p in VerdictJudge._points(r)]
+    return [[reader.prompt_ids(q, r) for r in points] for q in reader.questions]
 
 
 def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = True,
                          isa: str = "auto", source: str | None = None, n_records: int | None = None, parity=None,
-                         int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=()):
-    """``int4``: the weight-only int4 copy beside fp32 (by default: a verdict judge offers it whatever is asked)."""
+                         int8_config=None, trust_pickle: bool = False, fallback: bool = False, providers=(),
+                         openvino: Sequence[str] = verdict_quant.OPENVINO_VARIANTS, obvious: str | None = None,
+                         show_progress: bool = True):
+    """``int4``: the weight-only int4 copy beside fp32 (by default: a verdict judge offers it whatever is asked);
+    ``int8``: onnxruntime's dynamic int8 too; ``openvino``: the IR variants to make where this machine can
+    (``verdict_quant.VARIANTS``; () for none); ``obvious``: a source or data file of pairs every lossy run must
+    decide as fp32 does; ``show_progress``: say each step on standard error."""
+    with progress.meter("export", enabled=show_progress):
+        return _export_verdict(Path(judge_dir), Path(out_dir), int8=int8, int4=int4, isa=isa, source=source,
+                               n_records=n_records, parity=parity, int8_config=int8_config, fallback=fallback,
+                               providers=providers, openvino=openvino, obvious=obvious)
+
+
+def _export_verdict(judge_dir: Path, out: Path, *, int8: bool, int4: bool, isa: str, source: str | None,
+                    n_records: int | None, parity, int8_config, fallback: bool, providers: Sequence[str],
+                    openvino: Sequence[str], obvious: str | None):
     from ..models.heads import RewardHead
     from .onnx import (
+        INT8_CONFIG,
         ExportResult,
         ParityConfig,
         ParityError,
         _check_out_dir,
         _parity_message,
         gated,
+        int8_settings,
         served,
         validation_records,
     )
 
-    judge_dir, out = Path(judge_dir), Path(out_dir)
-    if int8:
-        raise ValueError(f"{judge_dir}: a verdict judge exports weight-only int4 beside fp32, each gated; dynamic "
-                         "int8 (--int8) is for fine-tuned and embedding judges")
     card = JudgeCard.load(judge_dir)
     if card.runtime.get("backend") == BACKEND:
         raise ValueError(f"{judge_dir} is an exported verdict judge already; export the judge it came from "
                          f"({card.runtime.get('onnx', {}).get('exported_from')})")
+    for name in openvino:
+        verdict_quant.VARIANTS.get(name)  # an unknown name is refused before any work
     _check_out_dir(out)
     parity = parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
     records, validation = validation_records(card, RewardHead(), parity, source, n_records, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
+    progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
     ref_raw = reference.raw_outputs(records)  # read once, for every run
+    obvious_set = _obvious_records(reference, obvious)
     reader = reference.reader
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
+    quantized = [*openvino, *(["int8"] if int8 else [])]
+    calibration = _calibration_prompts(card, reader, parity, source) if "ov-int8" in quantized else None
+    settings = int8_settings(isa, int8_config or INT8_CONFIG) if int8 else None
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
+        progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
         files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
+        keep = head_nodes(tmp / files[PRIMARY][0])
+        width = verdict_quant.group_size(reader.modules[0].decoder.config)
+
+        def inputs(question: int, variant) -> verdict_quant.QuantInputs:
+            return verdict_quant.QuantInputs(keep, width, verdict_quant.calibration_feeds(
+                calibration[question]) if calibration else (), settings)
+
+        made, made_info, not_made = verdict_quant.make_variants(quantized, tmp, files[PRIMARY], inputs, graph_file,
+                                                                progress.step)
+        files |= made
+        precisions |= {name: made_info[name]["precision"] for name in made}
+        exported["quantized"] = {**made_info, **{name: {"skipped": why} for name, why in not_made.items()}}
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
-                  "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, providers)}
+                  "validation": {**validation, "batch_size": parity.batch_size,
+                                 **({"obvious": {"source": obvious, "n": len(obvious_set[0])}} if obvious_set
+                                    else {})},
+                  "export": exported, "primary": PRIMARY,
+                  "variants": _gate(reference, ref_raw, tmp, files, precisions, records, parity, providers,
+                                    obvious_set)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, fallback)
         if not report["passed"]:
             raise ParityError(_parity_message(report), report)
+        progress.step("writing the judge")
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
-        shared = share_weights(tmp, [graph for graphs in files.values() for graph in graphs])
+        shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         reader.tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
@@ -192,7 +327,8 @@ def export_verdict_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bo
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
             "gated": gated(report), "served": served(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
-                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
+                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary",
+                                                   "log_odds_diff")}
                           for name, v in report["variants"].items()}},
             "exported_from": str(judge_dir.resolve())}}
         signature.finish(tmp, out, card, signature.verdict(card, reader, tmp))
