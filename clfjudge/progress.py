@@ -24,8 +24,9 @@ class Meter:
     """Answers and tokens read so far under ``desc``, a note (the caller's own count, e.g. lines scored) and named
     steps, each on a line of its own."""
 
-    def __init__(self, desc: str, stream: TextIO | None = None, every: float = LINE_SECONDS) -> None:
-        self.desc, self.stream, self.every = desc, stream or sys.stderr, every
+    def __init__(self, desc: str, stream: TextIO | None = None, every: float | None = None) -> None:
+        self.desc, self.stream = desc, stream or sys.stderr
+        self.every = LINE_SECONDS if every is None else every
         self.answers = self.tokens = 0
         self.text = ""
         self.started = self._shown = time.monotonic()
