@@ -188,7 +188,8 @@ def test_export_refuses_existing_output_and_judges_without_weights(judges, tmp_p
 def test_parity_config_parsing(tmp_path):
     default = ParityConfig.load()
     assert default.for_precision("fp32") == Thresholds(max_abs_diff=1e-4, min_agreement=1.0, max_metric_delta=0.001,
-                                                       boundary_eps=1e-4, min_cosine=0.9999)
+                                                       boundary_eps=1e-4, min_cosine=0.9999, batch_tolerance=1e-4)
+    assert [default.for_precision(p).batch_tolerance for p in ("int4", "bf16", "int8")] == [1e-4, 5e-3, 5e-2]
     assert default.for_precision("int8").min_agreement == 0.99
     assert default.default_sources["pair"][0] == "pandalm-test"
     tightened = ParityConfig.load(overrides=["int8.max_abs_diff=0.5", "fp32.min_agreement=none"])

@@ -328,3 +328,72 @@ def test_a_corrupt_shared_prefix_graph_fails_the_start_up_check(judge_dir, tmp_p
     monkeypatch.setattr(listen, "serve", lambda *a, **kw: pytest.fail("a broken judge was served"))
     assert main(["serve", str(out), "--no-warm-up", "--port", "0"]) == 3
     assert graph in capsys.readouterr().err
+
+
+KILLED_AFTER = 4  # output writes (chunks): the fourth chunk's rows reach the file, its checkpoint never does
+KILL_SCRIPT = """
+import os, signal, sys
+from clfjudge.cli import main
+from clfjudge.scoring import files
+
+real, writes = files.Sink.write, []
+
+def write(self, data):  # kill -9 once the fourth chunk's rows are in the file, before their checkpoint
+    real(self, data)
+    if data and self.path is not None and self.path.name.endswith(".jsonl.partial"):
+        writes.append(1)
+        if len(writes) == {killed}:
+            self.file.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+files.Sink.write = write
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def served_dir(judge_dir, tmp_path_factory):
+    """The judge exported with OpenVINO bf16 gated where this machine runs it (left out elsewhere)."""
+    out = tmp_path_factory.mktemp("served") / "onnx"
+    export_judge(judge_dir, out, n_records=12, parity=_parity(), providers=["openvino-bf16"])
+    return out
+
+
+@pytest.mark.parametrize("provider", ["auto", "openvino-bf16"])
+def test_a_killed_score_resumes_within_the_cards_batch_tolerance(served_dir, tmp_path, capsys, provider):
+    """kill -9 mid-run, then --resume, on the served path of an exported judge (and on OpenVINO bf16): every id
+    once, in order, and every number within the batch tolerance the card states (the rows after the checkpoint are
+    read in other batches, and answers the killed run had in memory are read again), which --resume prints."""
+    from clfjudge.cli import main
+
+    out = served_dir
+    stated = JudgeCard.load(out).runtime["onnx"]["batch_tolerance"]
+    assert stated["reader.onnx"] == ParityConfig.load().for_precision("fp32").batch_tolerance
+    if provider != "auto" and f"reader.onnx @ {provider}" not in stated:
+        pytest.skip(f"{provider} was not gated on this machine")
+    pairs = _pairs(24, start=60)
+    # five pairs to a question, two answers_a among them: a question straddles the checkpoint (line 12), so the
+    # uninterrupted run reads some of the answers after it from memory, the resumed run in its own batches
+    lines = [{"id": p.id, "question": pairs[i - i % 5].question, "answer_a": pairs[i % 2].answer_a,
+              "answer_b": p.answer_b} for i, p in enumerate(pairs)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    argv = ["score", str(out), "--input", str(inp), "--chunk-size", "4", "--provider", provider]
+    assert main([*argv, "--output", str(tmp_path / "whole.jsonl")]) == 0
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT.replace("{killed}", str(KILLED_AFTER)), *argv,
+                             "--output", str(tmp_path / "resumed.jsonl")], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert len((tmp_path / "resumed.jsonl.partial").read_text().splitlines()) == 4 * KILLED_AFTER
+    capsys.readouterr()
+    assert main([*argv, "--output", str(tmp_path / "resumed.jsonl"), "--resume"]) == 0
+    err = capsys.readouterr().err
+    run, tolerance = Judge.load(out, provider=provider).batch_tolerance()
+    assert f"resuming after line {4 * (KILLED_AFTER - 1)} of" in err
+    assert (f"may differ from an uninterrupted run's by up to {tolerance:g} (a row's numbers move with the batch it "
+            f"is judged in; {run}: the judge card's batch_tolerance)") in err
+    whole, resumed = ([json.loads(row) for row in (tmp_path / name).read_text().splitlines()]
+                      for name in ("whole.jsonl", "resumed.jsonl"))
+    assert [r["id"] for r in resumed] == [r["id"] for r in whole] == [line["id"] for line in lines]
+    assert [r["verdict"] for r in resumed] == [r["verdict"] for r in whole]
+    for key in ("p_a", "p_tie", "p_b"):
+        assert np.abs(np.array([r[key] for r in resumed]) - [r[key] for r in whole]).max() <= tolerance

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tiny_judges import make_judge
 
-from clfjudge.cli import EXIT_OS, EXIT_USAGE, main
+from clfjudge.cli import EXIT_JUDGE, EXIT_OS, EXIT_USAGE, main
 from clfjudge.cli import os_error_line as main_line
 from clfjudge.outputs import SamePathError, check_apart, check_writable, replace_whole, write_whole
 
@@ -440,13 +440,26 @@ def test_a_card_whose_kind_and_scheme_disagree_says_so(judge_dir):
         judge.require("score")
 
 
-@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_a_stopped_export_leaves_no_temporary_folder(judge_dir, tmp_path, signum):
+@pytest.fixture(scope="module")
+def verdict_dir(tmp_path_factory) -> Path:
+    from clfjudge import testing
+    from clfjudge.judges.verdict import questions_from, verdict_card
+
+    root = tmp_path_factory.mktemp("verdict")
+    model = testing.tiny_llama(root / "model", chat=True)
+    verdict_card(str(model), questions_from(["correct"], "test"), precision="fp32").save(root)
+    return root
+
+
+@pytest.mark.parametrize(("judge", "signum"), [("judge_dir", "SIGTERM"), ("judge_dir", "SIGINT"),
+                                                ("verdict_dir", "SIGTERM")])
+def test_a_stopped_export_leaves_no_temporary_folder(request, tmp_path, judge, signum):
     import signal
     import subprocess
     import sys
     import time
 
+    judge_dir = request.getfixturevalue(judge)
     proc = subprocess.Popen([sys.executable, "-m", "clfjudge.cli", "export", str(judge_dir), "--out",
                              str(tmp_path / "onnx"), "--n", "8"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -457,3 +470,33 @@ def test_a_stopped_export_leaves_no_temporary_folder(judge_dir, tmp_path, signum
     proc.send_signal(getattr(signal, signum))
     proc.communicate(timeout=120)
     assert proc.returncode != 0 and list(tmp_path.iterdir()) == []
+
+
+class SessionFailed(Exception):
+    """What a runtime raises for a part of the judge that fails mid-run (onnxruntime's errors are plain Exceptions)."""
+
+
+def test_a_judge_failing_mid_run_is_a_judge_error_and_the_run_resumes(judge_dir, tmp_path, capsys, monkeypatch):
+    from clfjudge.scoring import batch
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text(_pairs(6))
+    real, calls = batch.judge_chunk, []
+
+    def fails_second(*args, **kwargs):  # the second chunk reaches a part that fails (a graph opened late)
+        calls.append(1)
+        if len(calls) == 2:
+            raise SessionFailed("continuation.onnx: protobuf parsing failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "judge_chunk", fails_second)
+    argv = ["score", str(judge_dir), "--input", str(inp), "--output", str(out), "--chunk-size", "2"]
+    assert main(argv) == EXIT_JUDGE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not out.exists()
+    assert err.splitlines()[-1] == (f"clfjudge: error: judge {judge_dir} cannot be used: SessionFailed: "
+                                    "continuation.onnx: protobuf parsing failed")
+    assert "lines 1-2 of" in err and "--resume" in err
+    monkeypatch.setattr(batch, "judge_chunk", real)
+    assert main([*argv, "--resume"]) == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"p{i}" for i in range(6)]

@@ -116,7 +116,8 @@ def judge(tiny_bert_dir, tmp_path_factory) -> Path:
 def _commands(root: Path, judge_dir: Path, spelled_file: str, spelled_dir: str,
               spelled_card: str) -> dict[str, list[str]]:
     """Each command with an output aimed at what it reads: ``spelled_file`` spells data/in.jsonl, ``spelled_dir``
-    spells data/ (the folder of an audit's sets named metrics.json and of a recipe named run.json) or, for export,
+    spells data/ (the folder of an audit's sets named metrics.json, of a recipe named run.json and of a pool named
+    pairs.jsonl) or, for export,
     distill and train, the judge's folder (root/judge, a copy); ``spelled_card`` (an input calibrate reads,
     through folders that exist) the judge card calibrate writes."""
     recipe = root / "recipe.yaml"
@@ -132,6 +133,7 @@ def _commands(root: Path, judge_dir: Path, spelled_file: str, spelled_dir: str,
         "train output_dir": ["train", "--recipe", str(recipe), "--set", f"output_dir={judge_spelled}"],
         "distill --out": ["distill", "judge", "--pool", "data/in.jsonl", "--recipe", str(recipe), "--out",
                           judge_spelled],
+        "label --out": ["label", str(judge_dir), "--pool", "data/pairs.jsonl", "--out", spelled_dir],
     }
 
 
@@ -145,12 +147,14 @@ def cli_root(judge, tmp_path_factory) -> Path:
     (root / "data" / "metrics.json").write_text(json.dumps([{"question": "Q?", "answer_a": "a", "answer_b": "b",
                                                              "winner": "A"}]))
     (root / "data" / "run.json").write_text("{}\n")
+    shutil.copy(root / "data" / "in.jsonl", root / "data" / "pairs.jsonl")  # a pool named as label's chosen pairs
     (root / "recipe.yaml").write_text(f"backbone: {root / 'judge'}\nhead: cls3\nsources: [{root / 'data'}]\n")
     return root
 
 
 @pytest.mark.parametrize("command", ["score --output", "score --rejected", "calibrate --source", "audit --out",
-                                     "run --out", "export --out", "train output_dir", "distill --out"])
+                                     "run --out", "export --out", "train output_dir", "distill --out",
+                                     "label --out"])
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spelled_file=spellings(("data", "in.jsonl"), FILE_ALIASES),
        spelled_dir=spellings(("data",), {"data": "alias"}, trailing=True),
@@ -164,3 +168,65 @@ def test_every_command_refuses_an_output_spelled_as_its_input(cli_root, judge, c
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "is the same file as" in err and "refused" in err, (argv, err)
     assert _snapshot(cli_root) == before
+
+
+# -- a new output through folders that do not exist: the writer makes no folder on the way ------------------------
+
+class _Written(Exception):
+    """Raised by a stand-in writer once it has made its output, as the command's real writer would."""
+
+
+def _stand_in(where):
+    """A command's writer that makes its output folder as the real ones do (``mkdir(parents=True)`` of the path it
+    is given, where a ``missing/..`` makes ``missing``) and stops."""
+    def write(*args, **kwargs):
+        out = Path(where(*args, **kwargs))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "written").write_text("x")
+        raise _Written(out)
+    return write
+
+
+# each command that makes an output folder: the function that writes it, and where its output is among its arguments
+WRITERS = {
+    "train": ("clfjudge.training.trainer.train", lambda cfg: cfg.output_dir),
+    "run": ("clfjudge.pipeline.run", lambda config, **_: config.out),
+    "distill": ("clfjudge.training.distill.distill", lambda job, config: job.out_dir),
+    "label": ("clfjudge.training.labels.label", lambda job, **_: job.out_dir),
+    "export": ("clfjudge.export.onnx.export_judge", lambda judge_dir, out, **_: out),
+    "audit": ("clfjudge.audit.run_audit", lambda judges, out, **_: out),
+}
+
+
+def _new_output(command: str, root: Path, judge_dir: Path, spelled: str) -> list[str]:
+    recipe = str(root / "recipe.yaml")
+    return {
+        "train": ["train", "--recipe", recipe, "--set", f"output_dir={spelled}"],
+        "run": ["run", "--recipe", recipe, "--out", spelled, "--steps", "data"],
+        "distill": ["distill", str(judge_dir), "--pool", "data/in.jsonl", "--recipe", recipe, "--out", spelled],
+        "label": ["label", str(judge_dir), "--pool", "data/in.jsonl", "--out", spelled],
+        "export": ["export", str(judge_dir), "--out", spelled],
+        "audit": ["audit", str(judge_dir), "--sets", "data/metrics.json", "--out", spelled],
+        "score": ["score", str(judge_dir), "--input", "data/in.jsonl", "--output", f"{spelled}.jsonl"],
+    }[command]
+
+
+@pytest.mark.parametrize("command", [*WRITERS, "score"])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spelled=spellings(("fresh",), noise=st.sampled_from(["nd/..", "nd/nd2/../..", "nd/./..", "sub/nd/../.."])))
+def test_a_new_output_through_missing_folders_makes_no_folder_on_the_way(cli_root, judge, monkeypatch, command,
+                                                                        spelled):
+    if command in WRITERS:
+        name, where = WRITERS[command]
+        module, attribute = name.rsplit(".", 1)
+        monkeypatch.setattr(f"{module}.{attribute}", _stand_in(where))
+    before = {p.name for p in cli_root.iterdir()} | {p.name for p in (cli_root / "sub").iterdir()}
+    try:
+        with _inside(cli_root), contextlib.suppress(_Written):
+            assert main(_new_output(command, cli_root, judge, spelled)) == 0
+        made = ({p.name for p in cli_root.iterdir()} | {p.name for p in (cli_root / "sub").iterdir()}) - before
+        assert made == {"fresh.jsonl" if command == "score" else "fresh"}, (spelled, made)
+    finally:
+        for leftover in ("fresh", "fresh.jsonl", "nd", "sub/nd"):
+            path = cli_root / leftover
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)

@@ -244,14 +244,40 @@ class PickyJudge(SlowJudge):
         return super().compare_batch(items, symmetric)
 
 
-def test_a_failing_judge_call_fails_only_the_request_that_broke_it(pair_judge):
-    app = create_app(PickyJudge(pair_judge, 0.05), Limits(budget=rows(16), max_wait_ms=100))
+def test_a_failing_judge_call_fails_only_the_request_that_broke_it(pair_judge, caplog):
+    """The judge's fault, answered 503 (retryable: another replica may judge it) with one log line, no traceback."""
+    app = create_app(PickyJudge(pair_judge, 0.05), Limits(budget=rows(16), max_wait_ms=100, retry_after_s=3))
     bodies = [PAIR, {**PAIR, "question": "BOOM"}, PAIR, PAIR]
-    with TestClient(app) as client, ThreadPoolExecutor(4) as pool:
+    with caplog.at_level("INFO"), TestClient(app) as client, ThreadPoolExecutor(4) as pool:
         got = list(pool.map(lambda body: client.post("/compare", json=body), bodies))
-    assert [r.status_code for r in got] == [200, 500, 200, 200]
+    assert [r.status_code for r in got] == [200, 503, 200, 200]
     assert got[1].json() == {"error": "judge error: RuntimeError: the model fell over"}
+    assert got[1].headers["retry-after"] == "3"
     assert app.state.stats.batch_size.count < 4  # the four were merged, then judged apart
+    logged = [r for r in caplog.records if r.levelname in ("WARNING", "ERROR", "CRITICAL")]
+    assert [(r.name, r.getMessage(), r.exc_info) for r in logged] == [
+        ("clfjudge.serve", "a judge call failed, answered 503: RuntimeError: the model fell over", None)]
+
+
+def test_a_judge_failing_on_every_call_logs_one_line_per_cause(pair_judge):
+    """As `clfjudge serve` logs (serving.listen): a judge failing on every request writes one line, then counts."""
+    import io
+    import logging
+
+    from clfjudge.serving.listen import OncePer, _OnceFilter
+    from clfjudge.serving.server import LOG
+
+    stream = io.StringIO()
+    once = _OnceFilter(OncePer(stream=stream), lambda: True)
+    LOG.addFilter(once)
+    try:
+        with TestClient(create_app(PickyJudge(pair_judge, 0.0), warm_up=False)) as client:
+            codes = [client.post("/compare", json={**PAIR, "question": "BOOM"}).status_code for _ in range(5)]
+    finally:
+        LOG.removeFilter(once)
+    assert codes == [503] * 5 and logging.getLogger("clfjudge.serve").filters == []
+    assert stream.getvalue() == ("clfjudge serve: a judge call failed, answered 503: RuntimeError: the model fell "
+                                 "over\n")
 
 
 def test_503_says_when_to_retry(pair_judge):
@@ -846,13 +872,13 @@ def test_real_answers_of_every_route_validate_against_the_served_document(name, 
 
 
 def test_the_servers_own_faults_are_answered_as_the_document_declares(pair_judge):
-    """500 (the judge failed on a call) and 504 (not judged in time) carry the declared error body too."""
+    """503 (the judge failed on a call) and 504 (not judged in time) carry the declared error body too."""
     app = create_app(PickyJudge(pair_judge, 2.0), Limits(timeout_s=1.0), warm_up=False)
     with TestClient(app) as client:
         doc = client.get("/openapi.json").json()
         failed = client.post("/compare", json={**PAIR, "question": "BOOM"})
         late = client.post("/compare", json=PAIR)
-    assert (failed.status_code, late.status_code) == (500, 504)
+    assert (failed.status_code, late.status_code) == (503, 504)
     for answer in (failed, late):
         _check_answer(doc, "/compare", "post", answer)
 

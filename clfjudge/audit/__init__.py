@@ -26,6 +26,7 @@ from ..data.records import LoadResult, PairRecord, exclusion_lines
 from ..models.onnx_session import AUTO
 from ..options import LoadOptions
 from ..outputs import write_whole
+from .escalation import escalation_curves
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
 
@@ -224,10 +225,12 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
               extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
               trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None,
-              ray_options: RayOptions | None = None, read_options: ReadOptions = ReadOptions()) -> dict[str, Any]:
+              ray_options: RayOptions | None = None, read_options: ReadOptions = ReadOptions(),
+              escalate: str | None = None) -> dict[str, Any]:
     """Audit the judges (specs) into ``out_dir``; ``ray_options``: predict with the judge directories on Ray
     actors (``scoring.ray_engine.RayOptions``; the ray extra), with the same results as in this process;
-    ``read_options``: how the data specs among ``sets`` are read."""
+    ``read_options``: how the data specs among ``sets`` are read; ``escalate``: a teacher judge directory, for the
+    escalation curve of each judge directory among ``judges`` (``audit.escalation``, read in this process)."""
     from .report import write_report
 
     out_dir = Path(out_dir)
@@ -237,6 +240,12 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         raise ValueError(f"unknown suite(s) {unknown}; known: {sorted(SUITES)}")
     for spec in judges:  # before any set is loaded or judge predicts
         check_spec(spec)
+    fast = [spec for spec in judges if judge_directory(spec) is not None and spec != escalate]
+    if escalate is not None:
+        if judge_directory(escalate) is None:
+            raise FileNotFoundError(f"--escalate {escalate}: no such judge directory")
+        if not fast:
+            raise ValueError("--escalate: no judge directory among the judges to escalate from")
     check_sets(sets)
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -249,6 +258,10 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
             for line in exclusion_lines(f"audit: set {name}", account):
                 print(line, file=sys.stderr)
         names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+        curves = None if escalate is None else escalation_curves(
+            fast, escalate, test_sets, records, lambda spec, set_name: _cache_path(out_dir, spec,
+                                                                                   f"{set_name}.escalation"),
+            trust_pickle, progress)
     except BaseException:
         if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -260,6 +273,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
                           **({"loaded": accounts[s.name]} if s.name in accounts else {})} for s in test_sets},
         "sets_not_available": missing, "limit": limit, "set_limits": dict(set_limits or {}), "bootstrap": bootstrap,
         "suites": {name: SUITES[name](data) for name in chosen},
+        **({"escalation": curves} if curves is not None else {}),
     }
     write_whole(out_dir / "metrics.json", json.dumps(metrics, indent=2, default=float) + "\n")
     write_report(metrics, out_dir)

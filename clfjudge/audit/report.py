@@ -264,6 +264,27 @@ def excluded_section(m: Mapping[str, Any]) -> list[str]:
     return ["## Rows excluded", "", "What the sets' loaders could not use (n counts the rest).", "", *body, ""]
 
 
+def escalation_section(m: Mapping[str, Any]) -> list[str]:
+    """Per fast judge and set: accuracy and reading cost at each share of pairs sent to the teacher."""
+    table = m.get("escalation")
+    if not table:
+        return []
+    out = ["## Escalation: accuracy against the share of pairs sent to the teacher", "",
+           f"Teacher: `{table['teacher']}`. The fast judge decides every pair; the least sure share of them "
+           "(smallest |P(A) - P(B)|) is decided by the teacher. Accuracy: one answer order, unparsed outputs count "
+           "wrong. Seconds: wall time on this machine, the teacher's scaled from its time on the whole set to the "
+           "pairs it reads.", ""]
+    header = ["escalated", "teacher pairs", "accuracy", "agreement with teacher", "judge s", "teacher s", "total s"]
+    for judge, sets in table["judges"].items():
+        for set_name, points in sets.items():
+            body = [[f"{100 * p['share']:g}%", str(p["teacher_pairs"]), _fmt(p["accuracy"]),
+                     _fmt(p["agreement_with_teacher"]), *(f"{p[k]:.2f}" for k in ("judge_seconds", "teacher_seconds",
+                                                                                  "seconds"))] for p in points]
+            out += [f"**{judge}** on {set_name} (n={points[0]['pairs'] if points else 0})", "",
+                    *_table(header, body), ""]
+    return out
+
+
 def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
     lines = ["# clfjudge audit", "", "Judges: " + ", ".join(f"`{n}`" for n in m["judges"]) + ".",
              "Sets: " + ", ".join(f"{s} (n={v['n']}{_read(v)})" for s, v in m["sets"].items()) + "."]
@@ -283,6 +304,7 @@ def write_report(m: Mapping[str, Any], out_dir: Path) -> Path:
     for name, section in sections.items():
         if name in m["suites"]:
             lines += section()
+    lines += escalation_section(m)
     path = out_dir / "report.md"
     write_whole(path, "\n".join(lines) + "\n")
     return path

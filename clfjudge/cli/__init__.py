@@ -38,7 +38,7 @@ USER_ERRORS = (FileNotFoundError, ValueError, KeyError)  # a user's mistake: one
 # The exit statuses every command shares (docs/scoring.md lists them); 1 is a command's own partial failure
 # (clfjudge score: some lines rejected; clfjudge run: a step failed).
 EXIT_USAGE = 2  # a usage or input error: argparse's, a missing file, a bad line or option, an output that is an input
-EXIT_JUDGE = 3  # the judge cannot be loaded or cannot score (judges.base.JudgeError), before any input is read
+EXIT_JUDGE = 3  # the judge cannot be loaded or cannot score (judges.base.JudgeError): before any input, or mid-run
 EXIT_OS = 4  # a file could not be read or written: a directory where a file goes, permissions, a full disk
 EXIT_LISTEN = 5  # clfjudge serve cannot listen on its address (in use, not this machine's), before the judge loads
 

@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                              "hf:OWNER/NAME[:SPLIT])")
     p.add_argument("--limit", type=int, help="seeded sample of at most N records per set")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (0: none)")
+    p.add_argument("--escalate", metavar="TEACHER", default=None,
+                   help="a teacher judge directory: the escalation curve of each judge directory named, accuracy "
+                        "against the share of pairs sent to the teacher (0, 10, 25, 50, 100%%) with each point's "
+                        "reading cost (docs/scoring.md#escalation)")
     add_trust_pickle(p)
     add_data_options(p)
     add_engine_options(p, ENGINES, "local: this process; ray: the judge directories predict on judge actors on a Ray "
@@ -50,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     figures = [("the length-bias figure", args.out / "length_bias.png"),
                *((f"the agreement figure of {spec}", args.out / f"agreement_{set_slug(spec)}.png")
                  for spec in args.sets or ())]
-    check_apart([*local_inputs(args.judges, "JUDGE"), *local_inputs(args.sets or (), "--sets")],
+    check_apart([*local_inputs([*args.judges, *filter(None, [args.escalate])], "JUDGE"),
+                 *local_inputs(args.sets or (), "--sets")],
                 [("the report", args.out / "report.md"), ("the metrics", args.out / "metrics.json"), *figures])
     args.out = target(args.out)  # where the OS puts it: no folder made for a "missing/.." on the way
     if args.engine == "ray":
@@ -60,6 +65,6 @@ def run(args: argparse.Namespace) -> int:
         options = None
     run_audit(args.judges, args.out, suites=args.suites, limit=args.limit, bootstrap=args.bootstrap,
               sets=args.sets, trust_pickle=args.trust_pickle, ray_options=options,
-              read_options=read_options(args))
+              read_options=read_options(args), escalate=args.escalate)
     print(f"report: {args.out / 'report.md'}; metrics: {args.out / 'metrics.json'}")
     return 0

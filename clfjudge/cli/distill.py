@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..outputs import check_apart
+    from ..outputs import check_apart, target
     from ..training.config import TrainConfig
     from ..training.distill import DistillJob, distill
 
@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
                  *((f"TEACHER {p}", p) for p in Path(args.teacher).glob("*.json*") if Path(args.teacher).is_dir())],
                 [("--out", out), *((f"--out {out / name}", out / name) for name in
                                    (f"{REPORT}.json", f"{REPORT}.md", TEACHER_LABELS, STUDENT_DIR))])
+    out = target(out)  # where the OS puts it: no folder made for a "missing/.." on the way
     report = distill(DistillJob(args.teacher, tuple(pool), out, tuple(args.eval), args.holdout,
                                 args.seed, args.batch_size), config)
-    print(Path(args.out) / "distill_report.md")
+    print(out / "distill_report.md")
     agreement = report["agreement_holdout"]
     if agreement:
         print(f"student-teacher agreement on {agreement['pairs']} held-out pairs: "

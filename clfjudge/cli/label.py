@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..outputs import check_apart
+    from ..outputs import check_apart, target
     from ..training.labels import LabelJob, label
 
     for name, value, least in (("--pairs", args.pairs, 0), ("--candidates", args.candidates, 1),
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_apart([("TEACHER", args.teacher), *((f"--pool {s}", s) for s in args.pool if Path(s).exists())],
                 [(f"--out {out / name}", out / name) for name in ("provenance.json", "pairs.jsonl", "labels.jsonl")])
+    out = target(out)  # where the OS puts it: no folder made for a "missing/.." on the way
     result = label(LabelJob(args.teacher, tuple(args.pool), out, args.pairs, args.select, args.student,
                             tuple(args.decontaminate_against), args.seed, args.chunk, args.candidates,
                             args.limit_s))

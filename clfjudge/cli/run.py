@@ -32,13 +32,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import traceback
 
-    from ..outputs import check_apart
+    from ..outputs import check_apart, target
     from ..pipeline import RunConfig, StepFailed
     from ..pipeline import run as run_pipeline
     from . import USER_ERRORS
 
     check_apart([("--recipe", args.recipe)], [("the run record", args.out / "run.json"),
                                               ("the data statistics", args.out / "data_stats.json")])
+    args.out = target(args.out)  # where the OS puts it: no folder made for a "missing/.." on the way
     try:
         record = run_pipeline(RunConfig(out=args.out, recipe=args.recipe, overrides=args.overrides,
                                         profile=args.profile, steps=args.steps, judges=args.judges))

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                            "reward model (JSONL, Parquet, CSV, a datasets directory)",
                               epilog="exit status: 0 every line scored, 1 some lines rejected (see the rejected "
                                      "file), 2 a usage or input error (an output that is an input included), 3 "
-                                     "the judge cannot be loaded, 4 a file cannot be read or written "
+                                     "the judge cannot be loaded or fails mid-run, 4 a file cannot be read or written "
                                      "(docs/scoring.md)")
     p.add_argument("model", metavar="JUDGE_DIR",
                    help="judge directory (trained, exported to ONNX, embedding or generative judge), or a reward "
@@ -61,6 +61,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from OUTPUT.progress.json (same model, input and options; "
                         "--engine ray resumes by itself: finished shards are skipped)")
+    e = p.add_argument_group("escalation", "the pairs the judge is least sure of go to a slower teacher judge "
+                                           "(docs/scoring.md#escalation; pairs only, --engine local)")
+    e.add_argument("--escalate", metavar="TEACHER", default=None,
+                   help="the teacher: a judge directory (in practice a verdict judge), loaded only if a pair goes "
+                        "to it")
+    e.add_argument("--escalate-share", type=float, metavar="F", default=None,
+                   help="send at most this share of the pairs, the least sure of each chunk (kept over the whole run)")
+    e.add_argument("--escalate-agreement", type=float, metavar="A", default=None,
+                   help="send the pairs below the confidence threshold that keeps agreement with the teacher >= A, "
+                        "calibrated on --escalate-calibration with an exact binomial bound")
+    e.add_argument("--escalate-calibration", metavar="PAIRS", default=None,
+                   help="held-out pairs the teacher labelled: a label directory (clfjudge label) or a JSONL file of "
+                        "its predictions (question, answer_a, answer_b, p_a)")
+    e.add_argument("--escalate-delta", type=float, metavar="DELTA", default=0.1,
+                   help="the bound holds at level 1 - DELTA (default 0.1)")
     judge_options(p)
     add_data_options(p)
     add_engine_options(p, ENGINES.names(), "local: this process; ray: judge actors on a Ray cluster (Ray Data), "
@@ -72,6 +87,20 @@ def run_score(args: argparse.Namespace) -> int:
     return ENGINES.get(args.engine)(args)
 
 
+def escalation(args: argparse.Namespace):
+    """``--escalate`` and its options as an ``EscalationSpec``; None without it (its options alone are refused)."""
+    from ..scoring.escalation import EscalationSpec
+
+    if args.escalate is None:
+        given = [name for name in ("share", "agreement", "calibration")
+                 if getattr(args, f"escalate_{name}") is not None]
+        if given:
+            raise ValueError(f"--escalate-{given[0]} applies with --escalate TEACHER")
+        return None
+    return EscalationSpec(args.escalate, args.escalate_share, args.escalate_agreement, args.escalate_calibration,
+                          args.escalate_delta)
+
+
 def run_local(args: argparse.Namespace) -> int:
     from ..scoring.local import ScoreJob, score_file
 
@@ -79,7 +108,8 @@ def run_local(args: argparse.Namespace) -> int:
     return score_file(ScoreJob(
         model=args.model, input=args.input, output=args.output, rejected=args.rejected, task=args.task,
         symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, load=load_options(args),
-        options=read_options(args), format=args.format, columns=args.columns, encoding=args.encoding))
+        options=read_options(args), format=args.format, columns=args.columns, encoding=args.encoding,
+        escalate=escalation(args)))
 
 
 def run_ray(args: argparse.Namespace) -> int:
@@ -90,6 +120,9 @@ def run_ray(args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"{option} applies to --engine local (--engine ray writes SHARD.rejected.jsonl beside "
                              "each output shard, and a re-run skips finished shards)")
+    if args.escalate:
+        raise ValueError("--escalate applies to --engine local (a Ray actor holds one judge, not a judge and its "
+                         "teacher)")
     if args.encoding:
         raise ValueError("--encoding applies to --engine local (--engine ray reads UTF-8 JSONL and Parquet)")
     if args.format or args.columns or args.scale:

@@ -50,12 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def check_output_dir(config: TrainConfig) -> None:
     """The judge directory training writes is none it reads: the backbone's (a local directory), a data file or
-    directory, the recipe."""
-    from ..outputs import check_apart
+    directory, the recipe. Then the directory is named where the OS puts it (``outputs.target``), so no folder is
+    made for a ``missing/..`` on the way."""
+    from ..outputs import check_apart, target
 
     sources = [*config.sources, *config.eval_sources, *config.extra_train_sources, *config.decontaminate_against]
     inputs = [("backbone", config.backbone), *((f"source {s}", s) for s in sources if Path(s).exists())]
     check_apart(inputs, [("output_dir", config.output_dir)])
+    config.output_dir = str(target(config.output_dir))
 
 
 def run(args: argparse.Namespace) -> int:

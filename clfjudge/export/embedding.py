@@ -381,13 +381,14 @@ def _runtime(card: JudgeCard, judge_dir: Path, reader: dict[str, Any], files: di
              exported: dict[str, Any], report: dict[str, Any], validation: dict[str, Any]) -> dict[str, Any]:
     """The exported card's ``runtime``: the reader (files, primary), and what the gate measured and served."""
     from ..embedders.onnx_reader import READER_FILES
-    from .onnx import gated, served
+    from .onnx import batch_tolerances, gated, served
 
     primary = _primary(files)
     parity = {name: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff", "agreement", "metric_delta",
                                        "on_boundary") if k in v} for name, v in report["variants"].items()}
     return {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files, **exported},
             "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
+                     "batch_tolerance": batch_tolerances(report),
                      "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"], **parity},
                      "exported_from": str(judge_dir.resolve())}}
 

@@ -87,6 +87,7 @@ class Thresholds:
     max_metric_delta: float | None = None  # |metric(ONNX) - metric(PyTorch)|, metric as a fraction (0.01 = 1 point)
     boundary_eps: float | None = None  # records whose PyTorch decision is this close to flipping are not compared
     min_cosine: float | None = None  # embedding judges: the smallest cosine of an ONNX feature vector with PyTorch's
+    batch_tolerance: float | None = None  # stated in the card, not gated: how far a row moves in another batch
 
     def failures(self, measured: Mapping[str, float]) -> list[str]:
         out = []
@@ -557,6 +558,14 @@ def gated(report: Mapping[str, Any]) -> list[str]:
     return [key for key, v in report["variants"].items() if v.get("provider", "cpu") != "cpu" and v["passed"]]
 
 
+def batch_tolerances(report: Mapping[str, Any]) -> dict[str, float]:
+    """The card's ``runtime.onnx.batch_tolerance``: for each run the gate passed, how far a row's numbers may move
+    when it is judged in another batch (parity.yaml's ``batch_tolerance`` of its precision; ``Judge.batch_tolerance``
+    reads the one a loaded judge runs)."""
+    return {key: v["thresholds"]["batch_tolerance"] for key, v in report["variants"].items()
+            if v["passed"] and v["thresholds"].get("batch_tolerance") is not None}
+
+
 @dataclass
 class ExportResult:
     out_dir: Path
@@ -700,6 +709,7 @@ def _write_judge(tmp: Path, out: Path, card: JudgeCard, judge_dir: Path, config:
     signature.write(tmp, signature.sequence_classification(card, config, tokenizer, tmp, files, primary))
     card.runtime = {**card.runtime, "backend": "onnx", "onnx": {
         "primary": primary, "files": files, **exported, "gated": gated(report), "served": served(report),
+        "batch_tolerance": batch_tolerances(report),
         "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                    **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
                       for name, v in variants.items()}},

@@ -263,7 +263,9 @@ def _export_verdict(judge_dir: Path, out: Path, *, int8: bool, int4: bool, isa: 
         ParityError,
         _check_out_dir,
         _parity_message,
+        batch_tolerances,
         gated,
+        hidden_beside,
         int8_settings,
         served,
         validation_records,
@@ -289,8 +291,9 @@ def _export_verdict(judge_dir: Path, out: Path, *, int8: bool, int4: bool, isa: 
     quantized = [*openvino, *(["int8"] if int8 else [])]
     calibration = _calibration_prompts(card, reader, parity, source) if "ov-int8" in quantized else None
     settings = int8_settings(isa, int8_config or INT8_CONFIG) if int8 else None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = hidden_beside(out)
     try:
+        tmp.mkdir(mode=0o700)
         progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
         files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
         precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
@@ -325,7 +328,7 @@ def _export_verdict(judge_dir: Path, out: Path, *, int8: bool, int4: bool, isa: 
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
             "primary": PRIMARY, "files": files, "bytes": sizes,
             **{k: v for k, v in exported.items() if k != "int4" or k in files}, "shared_weights": shared,
-            "gated": gated(report), "served": served(report),
+            "gated": gated(report), "served": served(report), "batch_tolerance": batch_tolerances(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
                        **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary",
                                                    "log_odds_diff")}

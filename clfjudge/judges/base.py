@@ -34,7 +34,7 @@ from ..data.formats import ReadOptions, is_own_item, item_record
 from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
 from ..kinds import ONNX, check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
-from ..models.onnx_session import AUTO
+from ..models.onnx_session import AUTO, gate_key
 from ..options import LoadOptions
 from ..registry import resolve
 from ..untrusted import check_directory
@@ -263,6 +263,17 @@ class Judge:
                 self.compare_batch([{"question": "Self-test question.", "answer_a": "One.", "answer_b": "Two."}])
             else:
                 self.score_batch([{"question": "Self-test question.", "answer": "One."}])
+
+    def batch_tolerance(self) -> tuple[str, float] | None:
+        """(run, tolerance): how far a row's numbers may move when it is judged in another batch, as the exported
+        card states it for the run this judge is (``runtime.onnx.batch_tolerance``, keyed as the parity report
+        names a run); None where the card states none."""
+        choice = self.runtime_choice
+        if not choice.get("file"):
+            return None
+        run = gate_key(choice["file"], choice["provider"])
+        stated = (self.card.runtime.get("onnx") or {}).get("batch_tolerance") or {}
+        return (run, stated[run]) if run in stated else None
 
     def scratch(self) -> contextlib.AbstractContextManager:
         """A context whose judgements leave no trace (a judge that caches readings forgets the ones made inside)."""

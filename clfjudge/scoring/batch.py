@@ -34,6 +34,7 @@ class Tally:
     rejected: int = 0
     reasons: Counter = field(default_factory=Counter)
     duplicates: int = 0  # scored lines whose id is already in the output
+    escalated: int = 0  # scored lines the teacher decided (``escalation``)
     duplicate_examples: list[tuple[str, Any]] = field(default_factory=list)  # (id, line or file)
 
     def summary(self) -> str:
@@ -42,6 +43,8 @@ class Tally:
             text += f", blank {self.blank}"
         if self.duplicates:
             text += f", duplicate ids {self.duplicates}"
+        if self.escalated:
+            text += f", decided by the teacher {self.escalated}"
         if self.reasons:
             text += " (" + ", ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common()) + ")"
         return text
@@ -68,6 +71,7 @@ class Tally:
         self.blank += other.blank
         self.scored += other.scored
         self.rejected += other.rejected
+        self.escalated += other.escalated
         self.reasons.update(other.reasons)
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,17 @@ from ..data.formats import ReadOptions
 from ..data.records import RecordError
 from ..options import LoadOptions
 from ..outputs import check_apart, check_writable, files_of, identity, is_stream, target
-from .batch import Chunk, Tally, chunk_lines, pick_task, reason, rejected_text, row_text, score_chunk
+from .batch import (
+    INPUT_ERRORS,
+    Chunk,
+    Tally,
+    chunk_lines,
+    pick_task,
+    reason,
+    rejected_text,
+    row_text,
+    score_chunk,
+)
 from .files import (
     LineInput,
     Progress,
@@ -37,6 +47,7 @@ from .files import (
 
 if TYPE_CHECKING:
     from ..judges.base import Judge
+    from .escalation import EscalationSpec, Escalator
 
 SHOWN_REJECTIONS = 10
 
@@ -59,6 +70,7 @@ class ScoreJob:
     format: str | None = None  # as given (recorded in the progress file: a resumed run must read alike)
     columns: str | None = None
     encoding: str | None = None  # of a JSONL input (default UTF-8)
+    escalate: EscalationSpec | None = None  # the least sure pairs go to a teacher judge (``escalation``)
 
 
 PARTIAL = ".partial"
@@ -102,7 +114,8 @@ class RunFiles:
         """Before anything is read or written: no file the run writes is one it reads or another it writes, and
         the output and rejected files can be written."""
         inputs = [("--input", None if job.input.startswith("hf:") else input_sample(job.input)[0]),
-                  *files_of(job.model, "a file of JUDGE_DIR")]
+                  *files_of(job.model, "a file of JUDGE_DIR"),
+                  *(job.escalate.inputs() if job.escalate is not None else ())]
         outputs = [("--output", job.output), ("--rejected", job.rejected or self.rejected),
                    ("the progress file", self.progress),
                    ("the progress file's temporary", self.progress and progress_temporary(self.progress)),
@@ -138,6 +151,8 @@ def score_file(job: ScoreJob) -> int:
 
     if job.chunk_size < 1:
         raise ValueError("--chunk-size must be positive")
+    if job.escalate is not None:
+        job.escalate.check()
     files = RunFiles.of(job)
     files.check(job)
     src = open_input(job.input, job.encoding)
@@ -146,7 +161,8 @@ def score_file(job: ScoreJob) -> int:
     settings = {"model": str(Path(job.model).resolve()), "input": src.identity, "task": job.task,
                 "symmetric": job.symmetric, "rejected": str(files.rejected),
                 "backend": job.load.backend, "variant": job.load.variant, "format": job.format, "columns": job.columns,
-                "encoding": getattr(src, "encoding", None), "sample": src.sample}
+                "encoding": getattr(src, "encoding", None), "sample": src.sample,
+                "escalate": None if job.escalate is None else job.escalate.settings()}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
     if not job.resume and files.progress is not None and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
@@ -160,7 +176,8 @@ def score_file(job: ScoreJob) -> int:
     for path in (files.output, files.rejected):
         if path is not None and not is_stream(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-    run = _Run(judge, task, job, src, files, progress)
+    escalator = None if job.escalate is None else job.escalate.escalator(judge, task, job.symmetric, job.load)
+    run = _Run(judge, task, job, src, files, progress, escalator)
     run.score()
     files.finish(run.tally.rejected)
 
@@ -173,6 +190,8 @@ def score_file(job: ScoreJob) -> int:
     summary = sys.stderr if is_stream(files.output) and identity(files.output) == identity("/dev/stdout") \
         else sys.stdout
     print(tally.summary(), file=summary)
+    if escalator is not None:
+        print(escalator.report(tally), file=summary)
     print(f"results: {files.output}" + (f"; rejected lines: {files.rejected}" if tally.rejected and files.rejected
                                          else ""), file=summary)
     return 1 if tally.rejected else 0
@@ -183,14 +202,19 @@ class _Run:
     seen and the input's offset and hash up to the last line read."""
 
     def __init__(self, judge: Judge, task: str, job: ScoreJob, src: LineInput | TableInput, files: RunFiles,
-                 progress: Progress) -> None:
+                 progress: Progress, escalator: Escalator | None = None) -> None:
         self.judge, self.task, self.job, self.src, self.files, self.progress = judge, task, job, src, files, progress
+        self.escalator = escalator
         out, rejected = files.written(files.output), files.rejected and files.written(files.rejected)
         if job.resume:
             self.input_hash = src.prefix_hash(progress)
             self.sink, self.rejected = Sink(out, progress.files["output"]), Sink(rejected, progress.files["rejected"])
             self.tally, self.seen = Tally.from_dict(progress.tally), seen_ids(out, self.sink.size)
             print(f"resuming after line {progress.line} of {src}", file=sys.stderr)
+            if (stated := judge.batch_tolerance()) is not None:  # the rows from here are judged in other batches
+                print(f"the rows judged from here may differ from an uninterrupted run's by up to {stated[1]:g} "
+                      f"(a row's numbers move with the batch it is judged in; {stated[0]}: the judge card's "
+                      "batch_tolerance); every id is still written once", file=sys.stderr)
         else:
             self.input_hash, self.sink, self.rejected = hashlib.sha256(), Sink(out), Sink(rejected)
             self.tally, self.seen = Tally(), set()
@@ -209,13 +233,30 @@ class _Run:
         self.tally.blank += chunk.blank
         if not chunk.records:
             return
-        results, errors = score_chunk(self.judge, self.task, chunk.records, self.job.symmetric, str(self.src))
+        try:
+            results, errors = self.decide(chunk.records)
+        except INPUT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not an input's fault (those are rejected): a part of the judge's
+            from ..judges.base import JudgeError
+
+            if isinstance(exc, JudgeError):  # the teacher's, named already
+                raise
+            raise JudgeError(self.job.model, exc) from exc
         for line, row in results:
             self.tally.count_id(self.seen, row["id"], line)
         self.sink.write("".join(map(row_text, (row for _, row in results))).encode())
         self.tally.scored += len(results)
         for err in errors:
             _reject(err, self.tally, self.rejected, self.shown)
+
+    def decide(self, records: list) -> tuple[list, list[RecordError]]:
+        """The chunk's rows and rejections: the judge's, or with escalation the least sure pairs the teacher's."""
+        if self.escalator is None:
+            return score_chunk(self.judge, self.task, records, self.job.symmetric, str(self.src))
+        results, errors, escalated = self.escalator.score(self.judge, records, str(self.src), self.tally.scored)
+        self.tally.escalated += escalated
+        return results, errors
 
     def numbered(self) -> Iterator[tuple[int, str | RecordError]]:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""

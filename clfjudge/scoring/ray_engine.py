@@ -402,7 +402,8 @@ def _connect(address: str | None) -> bool:
                 ray.shutdown()
             if attempt == tries:
                 reason = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-                raise ConnectionError(f"cannot connect to Ray at {target} after {tries} tries: {reason}") from None
+                raise ConnectionError(f"cannot connect to Ray at {target} after {tries} "
+                                      f"{'try' if tries == 1 else 'tries'}: {reason}") from None
             time.sleep(2 * attempt)
     _started_locally = bool(local)
     return True

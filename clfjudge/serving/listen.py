@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from .server import Limits
+from .server import LOG, Limits
 
 BACKLOG = 128  # the listen queue, and the most connections asyncio accepts in one turn of the loop
 SPARE_FILES = 32  # descriptors kept for what the server opens itself (log files, a lazily opened judge part)
@@ -105,7 +105,8 @@ class _OnceFilter(logging.Filter):
         message = (record.getMessage().splitlines() or [record.name])[0]
         exc = record.exc_info[1] if record.exc_info else None
         detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
-        self.once(f"log:{record.name}:{message}", message + detail)
+        cause = record.msg if isinstance(record.msg, str) else message  # one cause, whatever its arguments
+        self.once(f"log:{record.name}:{cause}", message + detail)
         return False  # written (or counted) by ``once``
 
 
@@ -197,7 +198,7 @@ def serve(app, sock: socket.socket, limits: Limits, graceful_s: float = 30.0, lo
     once per message too. False: the app's start-up failed (it never listened)."""
     run = server(app, limits, graceful_s, log)
     filter_ = _OnceFilter(run.once, lambda: run.started)
-    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "uvicorn.access", "asyncio")]
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "uvicorn.access", "asyncio", LOG.name)]
     for logger in loggers:
         logger.addFilter(filter_)
     try:

@@ -76,8 +76,8 @@ ERRORS = {
     "408": "the body did not arrive within the read timeout",
     "413": "a body, item count or text over its limit",
     "422": "an item: a field missing, of the wrong type or unknown; an empty question; text that is not Unicode",
-    "500": "the judge failed (the server's fault)",
-    "503": "queue full or shutting down (Retry-After)",
+    "500": "an unexpected server error (the server's fault)",
+    "503": "the judge failed on this call, the queue is full or the server is shutting down (Retry-After)",
     "504": "waited longer than the server's timeout",
 }
 BEARER = "bearer"

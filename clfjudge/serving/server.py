@@ -15,8 +15,10 @@ a judge that cannot score never starts serving, so never reports healthy. On shu
 (503), drains what is queued, then stops the batcher.
 
 Status codes say whose fault it is: 4xx for anything the client sent (the message names the item and field),
-5xx only for the server (503 and 504 carry on under load; 503 says when to retry). Every answer, errors
-included, is a JSON object; an error is ``{"error": message}``.
+5xx only for the server (503 and 504 carry on under load; 503 says when to retry). A judge call that fails (a
+runtime error in a part of the judge) is 503 too, logged in one line per cause (``LOG``, no traceback): judging is
+a pure function of the input, so a retry may land on a healthy replica. Every answer, errors included, is a JSON
+object; an error is ``{"error": message}``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -43,6 +46,8 @@ POINT_FIELDS = {"question": True, "answer": True, "rubric": False, "reference": 
 # backtracks, so stripping strings is linear even for a body of 100k unclosed quotes.
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# A failed judge call's line (``clfjudge serve`` writes one per cause and interval: serving.listen)
+LOG = logging.getLogger("clfjudge.serve")
 
 
 # the `clfjudge serve` option of each limit, for the messages that refuse one
@@ -295,7 +300,8 @@ class Batcher:
 def _judge_error(exc: Exception) -> HTTPError:
     if isinstance(exc, RecordError):  # an input the checks at validation let through: still the client's
         return HTTPError(422, f"the judge cannot take this input: {exc.message}")
-    return HTTPError(500, f"judge error: {type(exc).__name__}: {exc}")
+    LOG.error("a judge call failed, answered 503: %s: %s", type(exc).__name__, exc)
+    return HTTPError(503, f"judge error: {type(exc).__name__}: {exc}")
 
 
 def json_depth(text: str) -> int:

@@ -39,7 +39,7 @@ class PredictionsTeacher:
         from ..data.readers import iter_jsonl
         from ..data.records import Loc
 
-        self.path, self.p_a = Path(path), {}
+        self.path, self.p_a, self.records = Path(path), {}, []
         for line, row in iter_jsonl(self.path):
             loc = Loc(str(self.path), line)
             missing = [k for k in ("question", "answer_a", "answer_b", "p_a") if k not in row]
@@ -48,9 +48,10 @@ class PredictionsTeacher:
             p_a, p_b = row["p_a"], row.get("p_b", 1 - row["p_a"] if isinstance(row["p_a"], (int, float)) else None)
             if not all(isinstance(p, (int, float)) and 0 <= p <= 1 for p in (p_a, p_b)) or p_a + p_b == 0:
                 raise loc.error("p_a", f"p_a and p_b are probabilities, not both 0; got {p_a!r}, {p_b!r}")
-            pair = PairRecord(id="", question=row["question"], answer_a=row["answer_a"], answer_b=row["answer_b"],
-                              verdict=None)
+            pair = PairRecord(id=str(row.get("id", f"{self.path.name}:{line}")), question=row["question"],
+                              answer_a=row["answer_a"], answer_b=row["answer_b"], verdict=None)
             self.p_a[pair_key(pair)] = p_a / (p_a + p_b)
+            self.records.append(pair)
 
     def describe(self) -> str:
         return f"predictions file {self.path}"

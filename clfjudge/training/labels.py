@@ -258,6 +258,20 @@ class LabelSet:
         scale = float((self.provenance["teacher"].get("calibration") or {}).get("scale", 1.0))
         return 1 / (1 + math.exp(-scale * (rows[0]["reward"][first] - rows[1]["reward"][first])))
 
+    def labelled_pairs(self) -> list[tuple[PairRecord, float]]:
+        """The chosen pairs that have a label, read from the pools (and seeds) their selection rounds name, each with
+        the teacher's P(A), in the order they were chosen."""
+        rounds = self.provenance.get("rounds") or [{}]
+        pools = dict.fromkeys((tuple(r.get("pool") or self.provenance["pool"]), r.get("seed", 0)) for r in rounds)
+        by_key = {pair_key(r): r for specs, seed in pools for r in load_pool(specs, seed)[0]}
+        out = []
+        for row in self.pairs:
+            record = by_key.get(row["key"])
+            p_a = None if record is None else self.p_a(record.question, record.answer_a, record.answer_b)
+            if p_a is not None:
+                out.append((record, p_a))
+        return out
+
 
 def _choose(job: LabelJob, pool: Sequence[PairRecord], chosen: set[str], have: int,
             log: Callable[[str], None]) -> list[PairRecord]:
