@@ -205,19 +205,29 @@ def test_signature_alone_reproduces_the_scores(exported):
     assert set(signature["graphs"]) == {f for files in signature["variants"].values() for f in files}
 
 
-def test_the_speed_bench_runs_every_path_and_compares_its_log_odds(judge_dir, tmp_path):
+def test_the_speed_bench_runs_every_path_and_compares_its_decisions(judge_dir, tmp_path):
+    from clfjudge.machine import probe
+
     repo = Path(__file__).resolve().parents[1]
-    paths = ["pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int4"]
-    done = subprocess.run([sys.executable, str(repo / "bench" / "verdict_speed.py"), "--backbone",
-                           str(judge_dir.parent / "model"), "--answers", "4", "--repeats", "1", "--threads", "1",
-                           "--results", str(tmp_path), "--paths", *paths],
-                          capture_output=True, text=True, cwd=repo, timeout=600)
+    paths = ["pytorch fp32", "transformers b1", "transformers batched", "onnx fp32", "openvino int8"]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "verdict_speed.py"), "--model",
+                           str(judge_dir.parent / "model"), "--pool", "pandalm-test", "--pairs", "3", "--groups", "1",
+                           "--n", "2", "--repeats", "1", "--threads", "1", "--results", str(tmp_path), "--paths",
+                           *paths], capture_output=True, text=True, cwd=repo, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(next(tmp_path.glob("verdict_speed_model_*.json")).read_text())
     rows = result["rows"]
-    assert set(rows) == set(paths) and all(r["answers_per_s"] > 0 for r in rows.values())
-    assert result["machine"]["commit"] and result["answers"] == 4
-    assert rows["pytorch fp32"]["max_abs_diff"] == 0 and rows["onnx fp32"]["max_abs_diff"] < 1e-4
-    assert rows["onnx fp32"]["sign_agreement"] == 1.0
-    assert all(0 <= rows[p]["sign_agreement"] <= 1 for p in ("pytorch bf16", "onnx int4"))
-    assert "| onnx int4 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
+    assert set(rows) == set(paths) and result["machine"]["commit"] and result["parameters"] > 0
+    assert set(result["matmul_peak_gflops"]) == {"fp32", "bf16", "int8"}
+    ran = [p for p in paths if p != "openvino int8" or probe().openvino()]
+    for path in ran:
+        pairs = rows[path]["workloads"]["pairs"]
+        assert pairs["answers"] == 6 and pairs["answers_per_s"] > 0 and 0 < pairs["peak_share"]
+        assert pairs["prompt_tokens"] > 0 and 0 < pairs["tokens_read"] and "agreement" in pairs
+    fp32, onnx = rows["pytorch fp32"]["workloads"], rows["onnx fp32"]["workloads"]
+    assert fp32["pairs"]["max_abs_diff"] == 0 and fp32["pairs"]["agreement"] == 1.0
+    assert onnx["pairs"]["max_abs_diff"] < 1e-4 and onnx["best-of-2"]["agreement"] == 1.0
+    # the user's transformers reading computes the same log-odds from the full output layer
+    assert rows["transformers batched"]["workloads"]["pairs"]["max_abs_diff"] < 1e-4
+    assert rows["transformers b1"]["workloads"]["pairs"]["tokens_read"] == fp32["pairs"]["prompt_tokens"]
+    assert "| openvino int8 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
