@@ -10,18 +10,13 @@ import re
 import pytest
 
 from clfjudge import progress, testing
-from clfjudge.judges.verdict import questions_from, verdict_card
 
 ANSWERS = ["Paris.", "Berlin is the capital.", "It is Paris, on the Seine.", "Lyon.", "Paris!", "Marseille, I think."]
 
 
 @pytest.fixture(scope="module")
 def judge_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("progress")
-    model = testing.tiny_llama(root / "model", chat=True)
-    (root / "judge").mkdir()
-    verdict_card(str(model), questions_from(["correct"], "test"), precision="fp32").save(root / "judge")
-    return root / "judge"
+    return testing.tiny_verdict_judge(tmp_path_factory.mktemp("progress"))
 
 
 def test_score_reports_every_answer_as_it_is_read(judge_dir, tmp_path, monkeypatch, capsys):

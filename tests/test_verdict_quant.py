@@ -17,7 +17,6 @@ from clfjudge.export import verdict_quant
 from clfjudge.export.onnx import ParityConfig, export_judge
 from clfjudge.export.verdict import export_verdict_judge
 from clfjudge.judges.base import Judge
-from clfjudge.judges.verdict import questions_from, verdict_card
 from clfjudge.judges.verdict_onnx import choose_run
 
 pytest.importorskip("nncf")
@@ -36,11 +35,7 @@ OBVIOUS = [{"question": "What is 2 + 2?", "answer_a": "4.", "answer_b": "It is 5
 
 @pytest.fixture(scope="module")
 def judge_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("verdict_quant")
-    model = testing.tiny_llama(root / "model", chat=True)
-    (root / "judge").mkdir()
-    verdict_card(str(model), questions_from(["correct"], "test"), precision="fp32").save(root / "judge")
-    return root / "judge"
+    return testing.tiny_verdict_judge(tmp_path_factory.mktemp("verdict_quant"))
 
 
 @pytest.fixture(scope="module")
