@@ -267,7 +267,8 @@ def main() -> int:
     started = machine(max(args.threads))  # its load average is the one at the start
 
     from clfjudge.data import sources
-    from clfjudge.export.onnx import ParityConfig, export_judge
+    from clfjudge.export.onnx import export_judge
+    from clfjudge.export.parity import ParityConfig
     from clfjudge.judges.embedding import verdicts_from_proba
 
     onnx_dir = args.judge_dir.parent / f"{args.judge_dir.name}-onnx-bench"

@@ -63,7 +63,7 @@ def export(reader: str, layer: int, directory: Path, questions: list[str], answe
     """The library's reader graph of ``reader`` cut at ``layer`` (fp32) and its dynamic int8 copy, in ``directory``;
     the card-like ``runtime.reader`` entry an ``OnnxDecoderReader`` needs."""
     from clfjudge.export.embedding import export_reader
-    from clfjudge.export.onnx import int8_settings, quantize_int4, quantize_onnx
+    from clfjudge.export.quantize import int8_settings, quantize_int4, quantize_onnx
 
     e = embedder(reader, layer, "fp32")
     e._load()

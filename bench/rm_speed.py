@@ -145,7 +145,8 @@ def fair_items(rm: Path, args) -> list[tuple[str, str]]:
 def export(rm: Path, onnx_dir: Path) -> dict[str, Any]:
     """Every variant of ``rm`` written (lossy thresholds opened) and its parity report; the shipped gate's
     verdict per run and the run it would serve."""
-    from clfjudge.export.onnx import ParityConfig, export_judge
+    from clfjudge.export.onnx import export_judge
+    from clfjudge.export.parity import ParityConfig
     from clfjudge.models.onnx_session import runnable_providers
 
     if not (onnx_dir / "parity_report.json").is_file():  # every variant written: the lossy gates opened

@@ -63,7 +63,8 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
     import torch
 
     from clfjudge.data.sources import load
-    from clfjudge.export.onnx import ParityConfig, export_judge
+    from clfjudge.export.onnx import export_judge
+    from clfjudge.export.parity import ParityConfig
     from clfjudge.judges.base import ONNX_VARIANTS, Judge
     from clfjudge.judges.model import OnnxBackend
 

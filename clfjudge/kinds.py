@@ -8,20 +8,20 @@ and those modules build on one another in that order, so the entry names them as
 any of them may read it. ``register_kind`` fills the registries the runtime dispatches on (``LOADERS``: (kind,
 backend) -> loader, ``TRAINERS``: kind -> trainer, ``EXPORTERS``: kind -> exporter); registering a kind once makes
 its directories loadable (``Judge.load``, ``clfjudge score / serve / audit``), trainable (``clfjudge train`` with
-``head: NAME``) and exportable (``clfjudge export``). Every kind calls its exported form's backend ``onnx``.
+``head: NAME``) and exportable (``clfjudge export``). Every kind calls its exported form's backend
+``runtimes.EXPORTED`` ("onnx"), the form the runtimes (``clfjudge/runtimes.py``) run.
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .registry import Registry, resolve
+from .registry import Registry, resolve, undone_after
+from .runtimes import EXPORTED  # the exported form's backend, which the runtimes run (clfjudge/runtimes.py)
 
 Target = Callable[..., Any] | str  # a function, or a lazy "module:function" target
-ONNX = "onnx"  # every kind's exported form: its loader resolves provider "auto" from the card (Judge.load)
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class JudgeKind:
     """``loaders``: backend name -> loader ``(directory, card, options) -> Judge`` (``options``: the caller's
     ``options.LoadOptions``, built once and handed down); the first is the one a card that names none opens with,
     unless ``detect``. ``trainer``: ``(TrainConfig) -> Path``, trains ``head: NAME`` (None: the fine-tuned heads'
-    Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, *, int8, isa, source,
-    n_records, parity, int8_config, fallback, providers[, int4]) -> ExportResult`` (None: the fine-tuned heads' ONNX
-    export; a kind without ONNX form is refused there). ``heads``: the card heads besides the kind's own name that
-    are this kind (a collection of names, or a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
+    Trainer loop, for heads in ``models.heads.HEADS``). ``exporter``: ``(judge_dir, out_dir, options) ->
+    ExportResult`` (``options``: the caller's ``export.options.ExportOptions``, built once and handed down; it refuses
+    what its kind cannot honour, ``ExportOptions.refuse``; None: the kind has no export, and ``clfjudge export``
+    refuses it). ``heads``: the card heads besides the kind's own name that are this kind (a collection of names, or
+    a lazy target to one). ``detect``: ``(directory, card) -> backend`` for
     a card that names no backend, from the files the directory holds. ``aliases``: other backend names, as older
     cards or users give them -> the loader's. Targets are ``"module:function"`` strings, or the function itself."""
 
@@ -78,14 +79,7 @@ def unregister_kind(name: str) -> None:
         registry.unregister(key)
 
 
-@contextlib.contextmanager
-def registered_kind(name: str, kind: JudgeKind) -> Iterator[JudgeKind]:
-    """``register_kind`` for the block, undone after it (for tests: the registries are process-global)."""
-    register_kind(name, kind)
-    try:
-        yield kind
-    finally:
-        unregister_kind(name)
+registered_kind = undone_after(register_kind, unregister_kind)  # ``register_kind`` for a block (tests)
 
 
 def kind_of(head: str, where: str = "judge_card.json") -> str:
@@ -134,13 +128,14 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
 
 
 # The built-in kinds. The fine-tuned heads (cls3, regression, reward: ``models.heads.HEADS``) train in the Trainer
-# loop and export through ``export.onnx``'s own path.
+# loop.
 register_kind("fine-tuned", JudgeKind(
-    loaders={"torch": "clfjudge.judges.model:_load_torch", ONNX: "clfjudge.judges.model:_load_onnx"},
+    loaders={"torch": "clfjudge.judges.model:_load_torch", EXPORTED: "clfjudge.judges.model:_load_onnx"},
+    exporter="clfjudge.export.fine_tuned:export_fine_tuned",
     heads="clfjudge.models.heads:HEADS", detect="clfjudge.judges.model:detect_backend",
     help="a classification / regression / reward head fine-tuned with its backbone; PyTorch or ONNX"))
 register_kind("embedding", JudgeKind(
-    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn", ONNX: "clfjudge.judges.embedding:_load_onnx"},
+    loaders={"sklearn": "clfjudge.judges.embedding:_load_sklearn", EXPORTED: "clfjudge.judges.embedding:_load_onnx"},
     trainer="clfjudge.training.embedding:train_embedding",
     exporter="clfjudge.export.embedding:export_embedding_judge",
     help="a frozen encoder or decoder reader + a scikit-learn head; exported: the decoder reader in ONNX"))
@@ -150,8 +145,8 @@ register_kind("generative", JudgeKind(
     help="a causal LM that writes its judgement (no ONNX form)"))
 register_kind("verdict", JudgeKind(
     loaders={"verdict": "clfjudge.judges.verdict:_load_verdict",
-             ONNX: "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
-    aliases={"verdict-onnx": ONNX},  # what an exported verdict judge's card names
+             EXPORTED: "clfjudge.judges.verdict_onnx:_load_verdict_onnx"},
+    aliases={"verdict-onnx": EXPORTED},  # what an exported verdict judge's card names
     trainer="clfjudge.training.verdict:train_verdict",
     exporter="clfjudge.export.verdict:export_verdict_judge",
     help="a chat model's own verdict: log-odds of its yes / no (or A / B) reply token, one forward pass; PyTorch "

@@ -131,7 +131,9 @@ def train_judge(state: RunState) -> dict[str, Any]:
 
 @STEPS.register("export")
 def export(state: RunState) -> dict[str, Any]:
-    from .export.onnx import ParityConfig, export_judge, served
+    from .export.gate import ParityConfig, served
+    from .export.onnx import export_judge
+    from .export.options import ExportOptions
     from .models.onnx_session import runnable_providers
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -143,8 +145,9 @@ def export(state: RunState) -> dict[str, Any]:
     # Lossy runs (int8, a bf16 provider that runs on this machine) are gated beside fp32; those whose decisions
     # differ are dropped and run.json says why (one export, one gate read); the fastest run that passed is served.
     providers, not_run = runnable_providers(state.profile.providers)
-    result = export_judge(judge_dir, state.path("judge-onnx"), int8=True, fallback=True, providers=providers,
-                          n_records=state.profile.parity_records, parity=parity)
+    options = ExportOptions(int8=True, fallback=True, providers=tuple(providers),
+                            n_records=state.profile.parity_records, parity=parity)
+    result = export_judge(judge_dir, state.path("judge-onnx"), options)
     refused = result.report.get("refused")
     if refused:
         _log.warning("%s", refused["reason"])

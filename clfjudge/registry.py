@@ -86,6 +86,21 @@ class Registry(Generic[T]):
         return len(self._items)
 
 
+def undone_after(register: Callable[[Any, T], Any], unregister: Callable[[Any], Any]):
+    """A context manager ``(name, item)`` that registers ``item`` with ``register`` for the block and undoes it with
+    ``unregister`` after it (for tests: the registries are process-global)."""
+
+    @contextlib.contextmanager
+    def registered(name: Any, item: T) -> Iterator[T]:
+        register(name, item)
+        try:
+            yield item
+        finally:
+            unregister(name)
+
+    return registered
+
+
 def lazy(factory: Callable[[], T]) -> Callable[[], T]:
     """Memoise a zero-argument factory (for things too heavy to build at import time)."""
     cache: list[T] = []

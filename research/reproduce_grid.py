@@ -17,7 +17,8 @@ from pathlib import Path
 
 from clfjudge.audit import run_audit
 from clfjudge.card import JudgeCard
-from clfjudge.export.onnx import ParityError, export_judge
+from clfjudge.export.gate import ParityError
+from clfjudge.export.onnx import export_judge
 from clfjudge.judges.generative import GENERATIVE
 from clfjudge.pipeline import REFERENCE_JUDGES
 from clfjudge.training.config import TrainConfig

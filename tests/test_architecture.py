@@ -108,9 +108,12 @@ def test_lazy_registry_targets_resolve():
         assert kind.detect is None or callable(resolve(kind.detect)), name
 
 
-def test_the_judge_kinds_sit_below_every_subpackage():
-    """clfjudge/kinds.py names loaders, trainers and exporters lazily and imports none of them."""
-    assert import_graph()["clfjudge.kinds"] == {"clfjudge.registry"}
+def test_the_judge_kinds_and_the_runtimes_sit_below_every_subpackage():
+    """clfjudge/kinds.py names loaders, trainers and exporters lazily and imports none of them; clfjudge/runtimes.py
+    names what opens a file on each provider alike."""
+    graph = import_graph()
+    assert graph["clfjudge.kinds"] == {"clfjudge.registry", "clfjudge.runtimes"}
+    assert graph["clfjudge.runtimes"] == {"clfjudge.registry", "clfjudge.machine"}
 
 
 def test_optional_ray_is_imported_only_by_its_engine():

@@ -27,7 +27,8 @@ def test_configs_load_from_the_package_in_any_working_directory(tmp_path):
         import json
         from importlib import resources
         from pathlib import Path
-        from clfjudge.export.onnx import INT8_CONFIG, PARITY_CONFIG, ParityConfig, int8_settings
+        from clfjudge.export.parity import PARITY_CONFIG, ParityConfig
+        from clfjudge.export.quantize import INT8_CONFIG, int8_settings
         from clfjudge.pipeline import DEFAULT_RECIPE
         from clfjudge.training.config import TrainConfig
         from clfjudge.configs import config_path

@@ -68,11 +68,11 @@ def test_every_preset_key_is_an_export_option_and_parity_config_is_relative_to_t
 def test_clfjudge_export_takes_a_preset_and_options_given_override_it(monkeypatch, tmp_path, capsys):
     from types import SimpleNamespace
 
-    from clfjudge.export import onnx
+    from clfjudge.export import gate, onnx
 
     calls = []
 
-    def fake_export(judge_dir, out_dir, **options):
+    def fake_export(judge_dir, out_dir, options):
         calls.append(options)
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx", report={
             "validation": {"n": 0, "source": "none", "batch_size": 1}, "variants": {},
@@ -80,17 +80,17 @@ def test_clfjudge_export_takes_a_preset_and_options_given_override_it(monkeypatc
 
     monkeypatch.setattr(onnx, "export_judge", fake_export)
     monkeypatch.setattr("clfjudge.judges.base.open_judge", lambda *_: None)  # no judge directory: "judge" is a name
-    monkeypatch.setattr(onnx, "served", lambda report: {"file": "model.onnx", "provider": "cpu", "records_per_s": 1})
+    monkeypatch.setattr(gate, "served", lambda report: {"file": "model.onnx", "provider": "cpu", "records_per_s": 1})
     preset = str(EXPORT / "int8-avx2.yaml")
     assert main(["export", "judge", "--out", str(tmp_path / "a"), "--preset", preset]) == 0
-    assert calls[-1]["int8"] is True and calls[-1]["isa"] == "avx2" and calls[-1]["fallback"] is False
+    assert calls[-1].int8 is True and calls[-1].isa == "avx2" and calls[-1].fallback is False
     assert "preset " + preset + ": int8=True, isa=avx2, fallback=False" in capsys.readouterr().out
     assert main(["export", "judge", "--out", str(tmp_path / "b"), "--preset", preset, "--isa", "arm64",
                  "--fallback", "--provider", "openvino"]) == 0
-    assert calls[-1]["isa"] == "arm64" and calls[-1]["fallback"] is True and calls[-1]["int8"] is True
-    assert calls[-1]["providers"] == ["openvino"] and calls[-1]["int4"] is False
+    assert calls[-1].isa == "arm64" and calls[-1].fallback is True and calls[-1].int8 is True
+    assert calls[-1].providers == ("openvino",) and calls[-1].int4 is None
     assert main(["export", "judge", "--out", str(tmp_path / "d"), "--preset", str(EXPORT / "int4.yaml")]) == 0
-    assert calls[-1]["int4"] is True and calls[-1]["int8"] is False
+    assert calls[-1].int4 is True and calls[-1].int8 is False
     assert main(["export", "judge", "--out", str(tmp_path / "c"), "--preset", str(tmp_path / "none.yaml")]) == 2
     assert "export preset" in capsys.readouterr().err and len(calls) == 3
 

@@ -14,7 +14,9 @@ from transformers import AutoConfig
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import Loc, PairRecord
-from clfjudge.export.onnx import ParityConfig, Thresholds, cpu_isa, export_judge, int8_settings
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig, Thresholds
+from clfjudge.export.quantize import cpu_isa, int8_settings
 from clfjudge.judges.base import ONNX_VARIANTS, Judge
 from clfjudge.judges.model import OnnxBackend, load_tokenizer
 
@@ -129,7 +131,7 @@ def test_int8_keeps_products_of_gelu_outputs_in_fp32(judges, tmp_path):
     product is quantized."""
     import onnx
 
-    from clfjudge.export.onnx import fp32_nodes
+    from clfjudge.export.quantize import fp32_nodes
 
     parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])
     result = export_judge(judges["tiny_bert_dir"], tmp_path / "int8", int8=True, n_records=N_RECORDS, parity=parity)
@@ -233,7 +235,7 @@ def test_decisions_on_a_boundary_are_set_aside_and_counted():
     import numpy as np
 
     from clfjudge.data.records import PairRecord, Verdict
-    from clfjudge.export.onnx import compare_to_reference, decision_slack
+    from clfjudge.export.gate import compare_to_reference, decision_slack
     from clfjudge.judges.calibration import Calibration
     from clfjudge.models.heads import PairOutputs
 
@@ -299,7 +301,7 @@ def test_a_failing_run_stops_after_its_first_chunk(judges, tmp_path):
 def test_the_compute_budget_cuts_the_slice_but_not_below_its_floor(judges, tmp_path):
     from dataclasses import replace
 
-    from clfjudge.export.onnx import within_budget
+    from clfjudge.export.gate import within_budget
 
     parity = replace(ParityConfig.load(), budget_tflop=1e-9, min_records=5)
     result = export_judge(judges["tiny_bert_dir"], tmp_path / "budget", n_records=24, parity=parity)
@@ -314,9 +316,9 @@ def test_the_compute_budget_cuts_the_slice_but_not_below_its_floor(judges, tmp_p
 def test_external_data_exports_leave_no_stray_files(judges, tmp_path, monkeypatch):
     """A model exported with external data (over 2 GB in real life) and quantized: every side file belongs to an
     ONNX file the card names; the quantizer's prepared copy and its tensors are gone."""
-    import clfjudge.export.onnx as export_onnx_module
+    from clfjudge.export import graph
 
-    monkeypatch.setattr(export_onnx_module, "EXTERNAL_DATA_BYTES", 0)
+    monkeypatch.setattr(graph, "EXTERNAL_DATA_BYTES", 0)
     parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])
     result = export_judge(judges["tiny_bert_dir"], tmp_path / "ext", int8=True, n_records=8, parity=parity)
     files = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]

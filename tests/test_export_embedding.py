@@ -14,8 +14,9 @@ from test_decoder_embedder import TEMPLATE, _pairs
 
 from clfjudge.card import JudgeCard
 from clfjudge.cli.export import _print_variants
-from clfjudge.export.embedding import export_embedding_judge
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityError
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.testing import tiny_llama
@@ -109,8 +110,8 @@ def test_int4_reader_is_exported_gated_loaded_and_scored(judge_dir, tmp_path):
 
     out = tmp_path / "int4"
     # a random tiny judge's decisions sit near ties: here the gate keeps int4 whatever it decides
-    result = export_embedding_judge(judge_dir, out, int4=True, n_records=12,
-                                    parity=_parity(**{"int4.min_agreement": 0.0, "int4.max_metric_delta": 1.0}))
+    result = export_judge(judge_dir, out, int4=True, n_records=12,
+                          parity=_parity(**{"int4.min_agreement": 0.0, "int4.max_metric_delta": 1.0}))
     assert result.primary == "reader_int4.onnx"
     gate = result.report["variants"]["reader_int4.onnx"]
     assert gate["passed"] and gate["precision"] == "int4" and 0.9 < gate["min_cosine"] < 0.99999  # int4 bends them
@@ -135,11 +136,11 @@ def test_int4_reader_is_exported_gated_loaded_and_scored(judge_dir, tmp_path):
 def test_a_refused_int4_fails_the_export_or_with_fallback_is_left_out_with_its_gap(judge_dir, tmp_path):
     strict = _parity(**{"int4.min_agreement": 1.01, "int4.min_cosine": 1.01})  # no reader meets these
     with pytest.raises(ParityError, match=r"reader_int4.onnx \(int4\): feature cosine"):
-        export_embedding_judge(judge_dir, tmp_path / "strict", int4=True, n_records=12, parity=strict)
+        export_judge(judge_dir, tmp_path / "strict", int4=True, n_records=12, parity=strict)
     assert not list(tmp_path.iterdir())  # refused: nothing written
 
     out = tmp_path / "fallback"
-    result = export_embedding_judge(judge_dir, out, int4=True, fallback=True, n_records=12, parity=strict)
+    result = export_judge(judge_dir, out, int4=True, fallback=True, n_records=12, parity=strict)
     refused = result.report["refused"]
     gap = refused["variants"]["reader_int4.onnx"]
     assert not gap["passed"] and gap["agreement"] <= 1.0 and gap["min_cosine"] < 1.0
@@ -213,7 +214,7 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
 
 
 def test_min_cosine_gates_the_shared_prefix_graphs_too():
-    from clfjudge.export.onnx import Thresholds
+    from clfjudge.export.parity import Thresholds
 
     failures = Thresholds(min_cosine=0.9999).failures({"min_cosine": 1.0, "shared_min_cosine": 0.98})
     assert failures == ["shared-prefix feature cosine 0.980000 < min_cosine 0.9999"]

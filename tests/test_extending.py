@@ -1,15 +1,19 @@
-"""docs/extending.md, recipe by recipe: each test registers a toy source, head, trainer, judge kind (runtime
-loader), audit judge adapter or audit suite as the doc says and uses it end to end at the smallest scale.
+"""docs/extending.md, recipe by recipe: each test registers a toy source, head, trainer, judge kind (its loader,
+trainer and exporter), runtime, audit judge adapter or audit suite as the doc says and uses it end to end at the
+smallest scale.
 
 The toy modules are written out below, each under the heading of its recipe. Registries are process-global, so a
 test registers for its own duration: ``REGISTRY.override(name, item)`` (the ``override`` fixture) where the doc says
 ``REGISTRY.register(name, item)``, ``kinds.registered_kind(name, kind)`` where it says ``register_kind(name, kind)``,
-and ``monkeypatch.setitem`` for the plain dict ``SUITES``.
+``runtimes.registered_runtime(name, runtime)`` where it says ``register_runtime(name, runtime)``, and
+``monkeypatch.setitem`` for the plain dict ``SUITES``.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,10 +27,12 @@ from clfjudge.data.readers import iter_jsonl
 from clfjudge.data.records import LoadResult, Loc, PairRecord, RecordError, Verdict
 from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
-from clfjudge.export.onnx import ExportResult
+from clfjudge.export.directory import ExportResult
+from clfjudge.export.options import ExportOptions
 from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
 from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind, registered_kind
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
+from clfjudge.runtimes import PROVIDERS, Provider, Runtime, fact, register_runtime, registered_runtime
 from clfjudge.training.config import TrainConfig
 from clfjudge.training.data import build_splits
 
@@ -242,12 +248,11 @@ def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):
 
 # -- recipe 4b: a whole judge kind, registered once (clfjudge/kinds.py: register_kind) -------------------------
 
-def export_longer(judge_dir: Path, out_dir: Path, *, int8: bool, isa: str, source: str | None,
-                  n_records: int | None, parity, int8_config, fallback: bool, providers) -> ExportResult:
+def export_longer(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
     """``clfjudge export`` of a toy-longer judge: it has no network to convert, so its export is its card, marked
-    as exported; ``int8`` is refused, as a kind refuses what does not apply to it."""
-    if int8:
-        raise ValueError("a toy-longer judge has no int8 form")
+    as exported; the options that do not apply to it are refused, as every kind refuses them."""
+    options.refuse({name: "a toy-longer judge has no network to quantize" for name in ("int8", "int4", "optimize")},
+                   f"{judge_dir}: a toy-longer judge")
     card = JudgeCard.load(judge_dir)
     card.runtime = {**card.runtime, "exported_from": str(judge_dir)}
     Path(out_dir).mkdir(parents=True)
@@ -280,12 +285,98 @@ def test_a_judge_kind_registered_once_is_trainable_loadable_and_exportable(toy_s
     exported = export_judge(judge_dir, tmp_path / "exported")
     again = Judge.load(exported.out_dir)
     assert isinstance(again, LongerJudge) and again.card.runtime["exported_from"] == str(judge_dir)
-    with pytest.raises(ValueError, match="no int8 form"):
+    with pytest.raises(ValueError, match=r"a toy-longer judge cannot honour --int8 \(int8=True\): a toy-longer "
+                                         "judge has no network to quantize"):
         export_judge(judge_dir, tmp_path / "int8", int8=True)
     with pytest.raises(ValueError, match="judge kind 'toy-longer', judge loader 'toy-longer/toy-longer', trainer "
                                          "'toy-longer', exporter 'toy-longer' is registered already"):
         register_kind("toy-longer", kind)  # one registration per kind
     assert KINDS.get("toy-longer") is kind
+
+
+# -- recipe 4c: a runtime (a session module + one register_runtime in clfjudge/runtimes.py) ---------------------
+
+class ReferenceSession:
+    """onnx's reference evaluator (``onnx.reference``) behind onnxruntime's session calls."""
+
+    def __init__(self, path: Path) -> None:
+        from onnx.reference import ReferenceEvaluator
+        from onnx.reference.op_run import OpRun
+
+        class GatherElements(OpRun):
+            """onnx's own takes indices of the data's shape; a BERT graph gathers a prefix of its position ids."""
+
+            def _run(self, data, indices, axis=0):
+                indices = np.where(indices < 0, indices + data.shape[axis], indices)
+                return (np.take_along_axis(data, indices, axis=axis),)
+
+        self.evaluator = ReferenceEvaluator(str(path), new_ops=[GatherElements])
+
+    def get_inputs(self):
+        return [SimpleNamespace(name=name) for name in self.evaluator.input_names]
+
+    def get_outputs(self):
+        return [SimpleNamespace(name=name) for name in self.evaluator.output_names]
+
+    def run(self, output_names, feed):
+        return self.evaluator.run(output_names, feed)
+
+
+def open_reference(path: Path, threads: int | None) -> ReferenceSession:
+    return ReferenceSession(path)  # one NumPy thread pool: ``threads`` has nothing to set
+
+
+def probe_reference() -> tuple[bool, str]:
+    found = importlib.util.find_spec("onnx.reference") is not None
+    return found, "onnx ships its reference evaluator" if found else "onnx is not installed"
+
+
+REFERENCE = Runtime(providers={"reference": Provider(f"{__name__}:open_reference", available=fact("onnx_reference"))},
+                    probes={"onnx_reference": f"{__name__}:probe_reference"},
+                    help="onnx's reference evaluator: every operator as the specification defines it, in NumPy")
+
+
+def test_a_runtime_registered_once_is_gated_by_the_export_and_runs_exported_judges(tiny_bert_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    from tiny_judges import make_judge
+
+    from clfjudge import machine
+    from clfjudge.export.onnx import export_judge
+
+    judge_dir = make_judge(tiny_bert_dir, tmp_path / "judge")
+    assert "reference" not in PROVIDERS
+    with registered_runtime("onnx-reference", REFERENCE):
+        exported = export_judge(judge_dir, tmp_path / "onnx", n_records=8, providers=["reference"])
+        gate = exported.report["variants"]["model.onnx @ reference"]
+        assert gate["passed"] and gate["provider"] == "reference" and gate["max_abs_diff"] < 1e-4
+        card = JudgeCard.load(exported.out_dir)
+        assert "model.onnx @ reference" in card.runtime["onnx"]["gated"]
+        assert card.runtime["machine"]["providers"] == {"reference": {"gated": True}}
+
+        on_reference = Judge.load(exported.out_dir, provider="reference")
+        assert isinstance(on_reference.backend.session, ReferenceSession)
+        items = [{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"},
+                 {"question": "Why?", "answer_a": "because", "answer_b": "no reason at all, really"}]
+        got = [c.p_a for c in on_reference.compare_batch(items)]
+        assert got == pytest.approx([c.p_a for c in Judge.load(exported.out_dir, provider="cpu").compare_batch(items)],
+                                    abs=1e-5)
+        src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+        src.write_text("".join(json.dumps({"id": str(i), **item}) + "\n" for i, item in enumerate(items)))
+        assert main(["score", str(exported.out_dir), "--input", str(src), "--output", str(out),
+                     "--provider", "reference"]) == 0
+        assert [json.loads(line)["p_a"] for line in out.read_text().splitlines()] == pytest.approx(got, abs=1e-6)
+
+        # a machine whose probe says no: the export leaves the provider out, with the probe's reason
+        monkeypatch.setattr(machine, "probe", lambda: machine.Machine(
+            arch="x86_64", cpu="simulated", flags=frozenset(), facts={"onnx_reference": (False, "not here")}))
+        elsewhere = export_judge(judge_dir, tmp_path / "elsewhere", n_records=8, providers=["reference"])
+        assert list(elsewhere.report["variants"]) == ["model.onnx"]
+        assert JudgeCard.load(elsewhere.out_dir).runtime["machine"]["providers"] == {
+            "reference": {"gated": False, "why": "not here"}}
+        with pytest.raises(ValueError, match="runtime 'onnx-reference', provider 'reference', machine fact "
+                                             "'onnx_reference' is registered already"):
+            register_runtime("onnx-reference", REFERENCE)  # one registration per runtime
+    assert "reference" not in PROVIDERS and "onnx_reference" not in machine.PROBES  # undone when the block ends
 
 
 # -- recipe 5: an audit judge adapter (audit/judges.py: an AuditJudge, JUDGE_KINDS.register(prefix, builder)) --

@@ -13,7 +13,8 @@ from tiny_judges import make_judge
 from clfjudge import machine
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
-from clfjudge.export.onnx import export_judge, int8_settings
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.quantize import int8_settings
 from clfjudge.judges.base import Judge
 from clfjudge.machine import Machine, decoder_precision, training_precision
 from clfjudge.models.onnx_session import PROVIDERS, resolve_provider, runnable_providers
@@ -136,8 +137,8 @@ def test_the_main_jobs_export_gates_what_runs_here(simulated, tmp_path, monkeypa
 
     calls = []
 
-    def fake_export(judge_dir, out_dir, *, providers, **kw):
-        calls.append(list(providers))
+    def fake_export(judge_dir, out_dir, options):
+        calls.append(list(options.providers))
         gate = {"max_abs_diff": 0.0, "agreement": 1.0, "metric_delta": 0.0, "on_boundary": 0, "records_per_s": 3.0}
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx",
                                report={"variants": {"model.onnx": {**gate, "passed": True}}})

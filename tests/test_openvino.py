@@ -17,7 +17,9 @@ from tiny_judges import make_judge
 
 from clfjudge import machine
 from clfjudge.card import JudgeCard
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityError
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
 from clfjudge.machine import probe

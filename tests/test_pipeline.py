@@ -49,8 +49,8 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
 
     calls = []
 
-    def fake_export(judge_dir, out_dir, *, int8, fallback, providers, **kw):
-        calls.append((int8, fallback, providers))
+    def fake_export(judge_dir, out_dir, options):
+        calls.append((options.int8, options.fallback, list(options.providers)))
         gate = {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0, "on_boundary": 0, "records_per_s": 3.0}
         report = {"variants": {"model.onnx": {**gate, "passed": True}},
                   "refused": {"reason": "refused by the parity gate: decision agreement 90.00% < 99.00%",

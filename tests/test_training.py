@@ -450,8 +450,8 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
 def test_embedding_options_are_checked(tmp_path):
     """The recipe's embedding block is an EmbeddingOptions: values coerced to each key's type, an unknown key
     refused naming the file, the block and every known key with its help."""
-    from clfjudge.training.config import EmbeddingOptions
     from clfjudge.training.embedding import model_from_config
+    from clfjudge.training.embedding_config import EmbeddingOptions
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("backbone: minilm\nhead: embedding\nsources: [pandalm-test]\nembedding: {layers: 3}\n")

@@ -161,7 +161,7 @@ def test_a_fine_tuned_head_on_a_conversational_file(ultrafeedback, tiny_bert_dir
     _audit_score_serve(tmp_path, judge_dir, spec, N)
     # the export's parity gate reads the judge's training file again, as the card recorded it
     assert main(["export", str(judge_dir), "--out", str(tmp_path / "onnx")]) == 0
-    from clfjudge.export.onnx import REPORT_NAME
+    from clfjudge.export.gate import REPORT_NAME
 
     validation = json.loads((tmp_path / "onnx" / REPORT_NAME).read_text())["validation"]
     assert validation["source"] == spec and validation["n"] > 0

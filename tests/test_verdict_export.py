@@ -15,7 +15,10 @@ import pytest
 from clfjudge import testing
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import PointRecord
-from clfjudge.export.onnx import ParityConfig, ParityError, export_judge
+from clfjudge.export.gate import ParityError
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.options import ExportOptions
+from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict import questions_from, verdict_card
 
@@ -114,9 +117,9 @@ def _negated_int4(src: Path, dst: Path, **_) -> dict:
 
 
 def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, monkeypatch):
-    import clfjudge.export.onnx as onnx_export
+    from clfjudge.export import quantize
 
-    monkeypatch.setattr(onnx_export, "quantize_int4", _negated_int4)
+    monkeypatch.setattr(quantize, "quantize_int4", _negated_int4)
     result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS)
     refused = result.report["refused"]
     gap = refused["variants"]["int4"]
@@ -128,6 +131,19 @@ def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, mon
     assert not list(result.out_dir.glob("*int4*"))
     on_disk = json.loads((result.out_dir / "parity_report.json").read_text())
     assert on_disk["refused"]["variants"]["int4"]["agreement"] == gap["agreement"]
+
+
+def test_only_a_verdict_judge_takes_the_verdict_options():
+    from clfjudge.export import embedding, fine_tuned, verdict
+
+    for name, options in (("--openvino", ExportOptions(openvino=("ov-int8",))), ("--obvious", ExportOptions(
+            obvious="obvious.jsonl"))):
+        for cannot in (fine_tuned.CANNOT, embedding.CANNOT):
+            with pytest.raises(ValueError, match=f"judge cannot honour {name}"):
+                options.refuse(cannot, "judge")
+        options.refuse(verdict.CANNOT, "judge")  # the verdict exporter takes both, and --int8
+    ExportOptions(int8=True, isa="avx2").refuse(verdict.CANNOT, "judge")
+    assert ExportOptions(openvino=["ov-int8"]).openvino == ("ov-int8",) and ExportOptions().openvino is None
 
 
 def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):

@@ -14,7 +14,9 @@ import pytest
 from clfjudge import machine, testing
 from clfjudge.card import JudgeCard
 from clfjudge.export import verdict_quant
-from clfjudge.export.onnx import ParityConfig, export_judge
+from clfjudge.export.onnx import export_judge
+from clfjudge.export.options import ExportOptions
+from clfjudge.export.parity import ParityConfig
 from clfjudge.export.verdict import export_verdict_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict_onnx import choose_run
@@ -111,8 +113,8 @@ def test_a_planted_variant_that_flips_decisions_is_refused(judge_dir, tmp_path):
     # the decisions alone refuse it: the thresholds gate nothing else
     parity = ParityConfig.load(overrides=["int8-weights.max_metric_delta=null"])
     with verdict_quant.VARIANTS.override("ov-int8-weights", planted):
-        result = export_verdict_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS, int4=False, parity=parity,
-                                      openvino=["ov-int8-weights"], obvious=str(obvious), show_progress=False)
+        result = export_verdict_judge(judge_dir, tmp_path / "onnx", ExportOptions(
+            n_records=N_RECORDS, int4=False, parity=parity, openvino=("ov-int8-weights",), obvious=str(obvious)))
     refused = result.report["refused"]
     key, gap = next(iter(refused["variants"].items()))
     assert key.startswith("ov-int8-weights @ openvino") and not gap["passed"]
@@ -129,13 +131,16 @@ def test_a_variant_that_cannot_be_made_is_left_out_with_why(judge_dir, tmp_path)
         raise RuntimeError("no kernel for this shape")
 
     with verdict_quant.VARIANTS.override("ov-int4-weights", verdict_quant.QuantVariant(broken, "int4-weights")):
-        result = export_verdict_judge(judge_dir, tmp_path / "onnx", n_records=4, int4=False,
-                                      openvino=["ov-int4-weights"], show_progress=False)
+        result = export_verdict_judge(judge_dir, tmp_path / "onnx", ExportOptions(
+            n_records=4, int4=False, openvino=("ov-int4-weights",)))
     skipped = result.report["export"]["quantized"]["ov-int4-weights"]["skipped"]
     assert skipped == "could not be made: RuntimeError: no kernel for this shape"
     assert set(JudgeCard.load(result.out_dir).runtime["onnx"]["files"]) == {"fp32"}
     with pytest.raises(KeyError, match="unknown verdict quantized variant 'int3'"):
-        export_verdict_judge(judge_dir, tmp_path / "other", openvino=["int3"], show_progress=False)
+        export_verdict_judge(judge_dir, tmp_path / "other", ExportOptions(openvino=("int3",)))
+    with pytest.raises(ValueError, match="--openvino int8: not an OpenVINO variant"):
+        export_verdict_judge(judge_dir, tmp_path / "other", ExportOptions(openvino=("int8",)))
+    assert not (tmp_path / "other").exists()
 
 
 RUNTIME = {"primary": "fp32", "files": {"fp32": ["verdict-0.onnx"], "ov-int8": ["verdict-0_ov_int8.xml"]},
@@ -161,8 +166,8 @@ def test_the_provider_of_an_ir_variant_follows_the_machine(monkeypatch, kind, wa
 
 def test_dynamic_int8_is_made_and_gated_with_int8(judge_dir, tmp_path):
     parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])  # kept whatever it does
-    result = export_verdict_judge(judge_dir, tmp_path / "onnx", n_records=4, int4=False, int8=True, openvino=(),
-                                  parity=parity, show_progress=False)
+    result = export_verdict_judge(judge_dir, tmp_path / "onnx", ExportOptions(
+        n_records=4, int4=False, int8=True, openvino=(), parity=parity))
     assert result.report["export"]["quantized"]["int8"]["quantization"] == "dynamic"
     assert result.report["variants"]["int8"]["precision"] == "int8"
     int8 = Judge.load(result.out_dir, variant="int8", provider="cpu")

@@ -43,7 +43,7 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from ..data import sources
-    from ..export.onnx import card_sources
+    from ..export.gate import card_sources
     from ..judges.base import load_ready, open_card
     from ..judges.calibration import fit_calibration
     from ..outputs import check_apart

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="pairs the teacher labels (labelled or not; labels are ignored): built-in names or your own "
                         "files, save_to_disk directories or hf:OWNER/NAME; with a label directory as TEACHER, the "
                         "pool it was labelled from (its provenance.json) unless given")
-    add_recipe(p, "the student's recipe (head: embedding); its sources are the pool, whatever it names",
+    add_recipe(p, "the student's recipe (head: embedding, or head: verdict with verdict.lora: a fine-tuned chat "
+                  "model); its sources are the pool, whatever it names",
                metavar="STUDENT.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (repeatable)")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                                    (f"{REPORT}.json", f"{REPORT}.md", TEACHER_LABELS, STUDENT_DIR))])
     out = target(out)  # where the OS puts it: no folder made for a "missing/.." on the way
     report = distill(DistillJob(args.teacher, tuple(pool), out, tuple(args.eval), args.holdout,
-                                args.seed, args.batch_size), config)
+                                args.seed, args.batch_size, str(args.recipe)), config)
     print(out / "distill_report.md")
     agreement = report["agreement_holdout"]
     if agreement:

@@ -42,10 +42,17 @@ import numpy as np
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import PairRecord
 from ..untrusted import inside
-from . import quiet, signature
+from . import gate, quiet, signature
+from .directory import ExportResult, check_out_dir, hidden_beside
+from .options import VERDICT_ONLY, ExportOptions
+from .parity import ParityConfig
+from .quantize import INT8_CONFIG, int8_settings, quantize_int4, quantize_onnx
 from .shared_weights import share_weights
 
 REPORT_NAME = "parity_report.json"
+# what an embedding judge's export cannot do, and why (``ExportOptions.refuse``)
+CANNOT = {"optimize": "its decoder reader has no separate optimized graph (onnxruntime optimizes it as it loads)",
+          "opset": "its reader graphs are written at opset 17, the one its exporter is checked with", **VERDICT_ONLY}
 
 
 def _answer_log_probs(embedder, lm_head, states, positions, targets):
@@ -298,7 +305,7 @@ def _check_exportable(judge_dir: Path, card: JudgeCard, config: dict[str, Any]) 
                          "verdict judge on its own with clfjudge export)")
 
 
-def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], parity, trust_pickle: bool):
+def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], batch_size: int, trust_pickle: bool):
     """The PyTorch fp32 judge every variant is gated against, and its decoder reader (loaded)."""
     from ..embedders.decoder import DecoderEmbedder
     from ..judges.embedding import EmbeddingModel
@@ -307,7 +314,7 @@ def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], pa
                if k in config}
     # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
     # broken graph pass
-    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=parity.batch_size, cache_dir="")
+    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=batch_size, cache_dir="")
     reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
     embedder._load()
     return embedder, reference
@@ -323,13 +330,12 @@ def _reader_entry(judge_dir: Path, card: JudgeCard, embedder, records: Sequence[
             "eos_token_id": embedder._eos, "template": [before, after]}
 
 
-def _write_graphs(embedder, records: Sequence[PairRecord], tmp: Path, reader: dict[str, Any], *, int8: bool,
-                  int4: bool, int8_settings) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _write_graphs(embedder, records: Sequence[PairRecord], tmp: Path, reader: dict[str, Any], options: ExportOptions,
+                  settings) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """``reader.onnx`` and the shared-prefix graphs (their weights written once; ``reader`` gets their entries),
-    then the lossy copies asked for: dynamic int8 (``int8_settings``) and weight-only int4. Returns the reader files
-    (name -> precision and how it was made) and how ``reader.onnx`` was exported."""
+    then the lossy copies ``options`` asks for: dynamic int8 (with ``settings``) and weight-only int4. Returns the
+    reader files (name -> precision and how it was made) and how ``reader.onnx`` was exported."""
     from ..embedders.onnx_reader import READER_FILES
-    from .onnx import quantize_int4, quantize_onnx
 
     fp32 = READER_FILES["fp32"]
     sample = [(embedder._prompt_ids(r.question), embedder._answer_ids(r.answer_a)) for r in records[:2]]
@@ -341,10 +347,10 @@ def _write_graphs(embedder, records: Sequence[PairRecord], tmp: Path, reader: di
     reader["shared_weights"] = share_weights(tmp, [fp32, shared["prefix"], shared["continuation"]])  # one copy
     shared["bytes"] = {shared[k]: (tmp / shared[k]).stat().st_size for k in ("prefix", "continuation")}
     reader["shared_prefix"] = shared
-    if int8:
+    if options.int8:
         files[READER_FILES["int8"]] = {"precision": "int8", "from": fp32,
-                                       **quantize_onnx(tmp / fp32, tmp / READER_FILES["int8"], int8_settings)}
-    if int4:
+                                       **quantize_onnx(tmp / fp32, tmp / READER_FILES["int8"], settings)}
+    if options.int4:
         files[READER_FILES["int4"]] = {"precision": "int4", "from": fp32, **quantize_int4(
             tmp / fp32, tmp / READER_FILES["int4"], nodes_to_exclude=lm_head_nodes(tmp / fp32))}
     return files, exported
@@ -359,21 +365,21 @@ def _primary(files: dict[str, Any]) -> str:
 
 
 def _gate(reference_readings: tuple, judge_dir: Path, tmp: Path, reader: dict[str, Any], config: dict[str, Any],
-          files: dict[str, dict[str, Any]], records: Sequence[PairRecord], parity, providers: Sequence[str],
-          trust_pickle: bool) -> dict[str, Any]:
-    """Every reader file on onnxruntime's CPU, and ``reader.onnx`` on each of ``providers``, against the PyTorch
-    readings: the report's ``variants``."""
+          files: dict[str, dict[str, Any]], records: Sequence[PairRecord], parity: ParityConfig,
+          options: ExportOptions) -> dict[str, Any]:
+    """Every reader file on onnxruntime's CPU, and ``reader.onnx`` on each of ``options.providers``, against the
+    PyTorch readings: the report's ``variants``."""
     from ..embedders.onnx_reader import READER_FILES, OnnxDecoderReader
     from ..judges.embedding import EmbeddingModel
-    from .onnx import gate_entry, gate_runs
 
     variants = {}
-    for run in gate_runs(files, READER_FILES["fp32"], providers):
+    for run in gate.gate_runs(files, READER_FILES["fp32"], options.providers):
         thresholds = parity.for_precision(run.precision)
         onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": _primary(files)}, config, variant=run.file,
                                         provider=run.provider, batch_size=parity.batch_size, cache_dir="")
-        candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=trust_pickle)
-        variants[run.key] = gate_entry(run, _parity(reference_readings, candidate, records, thresholds), thresholds)
+        candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=options.trust_pickle)
+        measured = _parity(reference_readings, candidate, records, thresholds)
+        variants[run.key] = gate.gate_entry(run, measured, thresholds)
     return variants
 
 
@@ -381,63 +387,49 @@ def _runtime(card: JudgeCard, judge_dir: Path, reader: dict[str, Any], files: di
              exported: dict[str, Any], report: dict[str, Any], validation: dict[str, Any]) -> dict[str, Any]:
     """The exported card's ``runtime``: the reader (files, primary), and what the gate measured and served."""
     from ..embedders.onnx_reader import READER_FILES
-    from .onnx import batch_tolerances, gated, served
 
     primary = _primary(files)
     parity = {name: {k: v[k] for k in ("min_cosine", "shared_min_cosine", "max_abs_diff", "agreement", "metric_delta",
                                        "on_boundary") if k in v} for name, v in report["variants"].items()}
     return {**card.runtime, "backend": "onnx", "reader": {**reader, "primary": primary, "files": files, **exported},
-            "onnx": {"primary": READER_FILES[primary], "gated": gated(report), "served": served(report),
-                     "batch_tolerance": batch_tolerances(report),
+            "onnx": {"primary": READER_FILES[primary], "gated": gate.gated(report),
+                     "served": gate.served(report),
+                     "batch_tolerance": gate.batch_tolerances(report),
                      "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"], **parity},
                      "exported_from": str(judge_dir.resolve())}}
 
 
-def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: bool = False, int4: bool = False,
-                           isa: str = "auto", source: str | None = None, n_records: int | None = None,
-                           parity=None, int8_config=None, trust_pickle: bool = False, fallback: bool = False,
-                           providers=()):
-    """Export, gate and write an embedding judge's decoder reader (the module doc). ``int8`` / ``int4``: also write
-    that lossy copy of ``reader.onnx``, gated at its precision's thresholds and made the primary if it passes; a
-    refused one fails the export (nothing written), or with ``fallback`` is left out and ``parity_report.json``'s
-    ``refused`` says by how much it missed."""
+def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
+    """Export, gate and write an embedding judge's decoder reader (the module doc). ``options.int8`` / ``int4``: also
+    write that lossy copy of ``reader.onnx``, gated at its precision's thresholds and made the primary if it passes;
+    a refused one fails the export (nothing written), or with ``options.fallback`` is left out and
+    ``parity_report.json``'s ``refused`` says by how much it missed."""
     from ..embedders.onnx_reader import READER_FILES
     from ..judges.embedding import embedder_config
     from ..training.embedding import EmbeddingDataHead
-    from .onnx import (
-        INT8_CONFIG,
-        ExportResult,
-        ParityConfig,
-        ParityError,
-        _check_out_dir,
-        _parity_message,
-        drop_refused,
-        hidden_beside,
-        int8_settings,
-        validation_records,
-    )
 
     judge_dir, out = Path(judge_dir), Path(out_dir)
     card = JudgeCard.load(judge_dir)
     config = embedder_config(card)
     _check_exportable(judge_dir, card, config)
-    _check_out_dir(out)
-    parity = parity or ParityConfig.load()
-    settings = int8_settings(isa, int8_config or INT8_CONFIG) if int8 else None
-    records, validation = validation_records(card, EmbeddingDataHead(card.kind), parity, source, n_records)
-    embedder, reference = _open_reference(judge_dir, card, config, parity, trust_pickle)
+    options.refuse(CANNOT, f"{judge_dir}: an embedding judge")
+    check_out_dir(out)
+    parity = options.parity or ParityConfig.load()
+    settings = int8_settings(options.isa, options.int8_config or INT8_CONFIG) if options.int8 else None
+    records, validation = gate.validation_records(card, EmbeddingDataHead(card.kind), parity, options)
+    embedder, reference = _open_reference(judge_dir, card, config, parity.batch_size, options.trust_pickle)
     reader = _reader_entry(judge_dir, card, embedder, records)
 
     tmp = hidden_beside(out)
     try:
         tmp.mkdir(mode=0o700)
-        files, exported = _write_graphs(embedder, records, tmp, reader, int8=int8, int4=int4, int8_settings=settings)
+        files, exported = _write_graphs(embedder, records, tmp, reader, options, settings)
         head_file = card.runtime["sklearn_model"]
         shutil.copy(inside(judge_dir, head_file, f"{judge_dir / CARD_NAME} field 'runtime.sklearn_model'"),
                     tmp / head_file)
         embedder._tokenizer.save_pretrained(tmp)
         variants = _gate(_reference(reference, records), judge_dir, tmp, reader, config, files, records, parity,
-                         providers, trust_pickle)
+                         options)
         for name, meta in files.items():  # a weight-only int4 file keeps its tensors in a side file
             meta["bytes"] = sum(p.stat().st_size for p in tmp.glob(name + "*"))
         files[READER_FILES["fp32"]]["external_data"] = reader["shared_weights"]["file"]
@@ -445,10 +437,10 @@ def export_embedding_judge(judge_dir: str | Path, out_dir: str | Path, *, int8: 
                   "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
                   "primary": READER_FILES[_primary(files)], "variants": variants,
                   "passed": all(v["passed"] for v in variants.values())}
-        if fallback and drop_refused(report, files, tmp):
+        if options.fallback and gate.drop_refused(report, files, tmp):
             report["primary"] = READER_FILES[_primary(files)]
         if not report["passed"]:
-            raise ParityError(_parity_message(report), report)
+            raise gate.ParityError(gate.parity_message(report), report)
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         card.runtime = _runtime(card, judge_dir, reader, files, exported, report, validation)
         signature.finish(tmp, out, card, signature.decoder_reader(card, tmp))

@@ -51,7 +51,7 @@ def _provider(value: Any) -> list[str]:
 def _isa(value: Any) -> str:
     import yaml
 
-    from .onnx import INT8_CONFIG
+    from .quantize import INT8_CONFIG
 
     known = ["auto", *sorted((yaml.safe_load(Path(INT8_CONFIG).read_text()) or {}).get("isa") or {})]
     if value not in known:
@@ -66,6 +66,7 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "optimize": ("optimize", _bool),
     "fallback": ("fallback", _bool),
     "provider": ("providers", _provider),
+    "openvino": ("openvino", _strings),
     "isa": ("isa", _isa),
     "opset": ("opset", _int),
     "source": ("source", _str),

@@ -9,7 +9,7 @@ helper is a context manager around one library call, and every other warning sti
   are not registered (clfjudge exports none).
 - ``quantization``: around ``onnxruntime.quantization.quantize_dynamic``, which logs on the root logger a hint to
   run its pre-processing script first; the export prepares the graph as its quantizer needs
-  (``export.onnx.quantize_onnx``) and the parity gate judges what quantization gives. The int4 quantizer
+  (``export.quantize.quantize_onnx``) and the parity gate judges what quantization gives. The int4 quantizer
   (``MatMulNBitsQuantizer``) logs a line at INFO for every node of the graph it leaves alone.
 - ``nncf``: around NNCF's weight compression and quantization (a verdict judge's OpenVINO variants).
 """

@@ -109,7 +109,7 @@ def _postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
 
 def sequence_classification(card: JudgeCard, config: Any, tokenizer: Any, directory: Path,
                             files: Mapping[str, Mapping[str, Any]], primary: str) -> dict[str, Any]:
-    """The signature of a sequence-classification export (``export.onnx.export_judge``)."""
+    """The signature of a sequence-classification export (``export.fine_tuned``)."""
     from ..models.backbones import family_of
 
     columns = [str(config.id2label[i]) for i in range(config.num_labels)]

@@ -8,8 +8,10 @@ a handful of columns that carry the decision.
   rest (and the input embeddings) int8, NNCF's data-free mixed precision.
 - ``ov-int8``: int8 weights and activations (``nncf.quantize``, SmoothQuant for transformers), the activations'
   ranges measured on a few real prompts that are not the gate's.
-- ``int8``: onnxruntime's dynamic int8 (``export.onnx.quantize_onnx`` with this CPU's settings, clfjudge/configs/
+- ``int8``: onnxruntime's dynamic int8 (``export.quantize.quantize_onnx`` with this CPU's settings, clfjudge/configs/
   int8.yaml), asked for with ``--int8``.
+
+``ExportOptions.openvino`` names the IR variants to make (None: ``OPENVINO_VARIANTS``).
 
 An IR file runs on OpenVINO alone (``judges.verdict_onnx.ir_provider`` picks bf16 or f32 activations from the
 machine probe); a variant this machine cannot make (OpenVINO or NNCF not installed, OpenVINO not running here, a
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..machine import Capability
 from ..registry import Registry
-from . import quiet
+from . import quantize, quiet
 
 INT4_RATIO = 0.8  # NNCF's share of int4 matrices: the rest stay int8, picked by its data-free sensitivity
 GROUP_SIZES = (128, 64, 32)  # int4 groups: the largest that divides the decoder's widths (else per channel)
@@ -109,9 +111,7 @@ def int8_static(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
 
 
 def dynamic_int8(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
-    from .onnx import quantize_onnx
-
-    return quantize_onnx(src, dst, inputs.int8_settings, external=True)
+    return quantize.quantize_onnx(src, dst, inputs.int8_settings, external=True)
 
 
 VARIANTS: Registry[QuantVariant] = Registry("verdict quantized variant")

@@ -32,11 +32,12 @@ from ..card import CARD_NAME, JudgeCard
 from ..data import conversation as conv
 from ..data.formats import ReadOptions, is_own_item, item_record
 from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
-from ..kinds import ONNX, check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
+from ..kinds import check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO, gate_key
 from ..options import LoadOptions
 from ..registry import resolve
+from ..runtimes import EXPORTED
 from ..untrusted import check_directory
 from .calibration import Calibration
 
@@ -195,7 +196,7 @@ class Judge:
         ``Judge.load(path, provider="cpu", threads=4)``. ``backend``: "auto" (what the card names, else what the
         directory holds) or one of the card's kind (``clfjudge.kinds``): "onnx" (any kind's export), "torch"
         (fine-tuned heads), "sklearn" (embedding judges), "generate" (generative judges) or "verdict"; ``provider``,
-        what runs an ONNX file (``models.onnx_session.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" |
+        what runs an ONNX file (``runtimes.PROVIDERS``): "cpu" | "cuda" (onnxruntime), "openvino" |
         "openvino-bf16", or "auto": what the export measured fastest among the runs its parity gate passed, where
         this machine has it (else "cpu"; "cpu" for a judge that is not ONNX); ``variant``: for ONNX, "fp32" |
         "optimized" | "int8" | "int4" or a file name (default: the card's primary file)."""
@@ -204,7 +205,7 @@ class Judge:
         options = options if options is not None else LoadOptions.of(**keywords)
         directory, card = open_card(directory, options.model_input)
         name, loader = find_loader(directory, card, options.backend)
-        if options.provider == AUTO and name != ONNX:  # a kind's exported form resolves it from the card
+        if options.provider == AUTO and name != EXPORTED:  # a kind's exported form resolves it from the card
             options = options.with_(provider="cpu")
         return loader(directory, card, options)
 

@@ -72,7 +72,7 @@ class TorchBackend:
 
 
 class OnnxBackend:
-    """A session on one ONNX file: onnxruntime (CPU or CUDA) or OpenVINO (``models.onnx_session.PROVIDERS``)."""
+    """A session on one ONNX file: onnxruntime (CPU or CUDA) or OpenVINO (``runtimes.PROVIDERS``)."""
 
     name = "onnx"
 

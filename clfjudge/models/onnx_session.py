@@ -1,10 +1,11 @@
 """Sessions on an exported ONNX file as every ONNX judge opens them: the classifier backend
 (``judges.model.OnnxBackend``) and the embedding judge's decoder reader (``embedders.onnx_reader.OnnxDecoderReader``).
 
-A ``provider`` names what runs the file (``PROVIDERS``, one entry each): onnxruntime on the CPU or on CUDA, or
-OpenVINO compiling the same file for the CPU in f32 or bf16 (``models.openvino_session``, the optional ``openvino``
-extra). Every session answers the same three calls as an ``onnxruntime.InferenceSession``: ``get_inputs()``,
-``get_outputs()`` (items with a ``.name``) and ``run(output_names | None, feed)``.
+A ``provider`` names what runs the file (``runtimes.PROVIDERS``, filled by the runtimes ``clfjudge/runtimes.py``
+registers): onnxruntime on the CPU or on CUDA (``open_cpu`` / ``open_cuda`` here), or OpenVINO compiling the same
+file for the CPU in f32 or bf16 (``models.openvino_session``, the optional ``openvino`` extra). Every session answers
+the same three calls as an ``onnxruntime.InferenceSession``: ``get_inputs()``, ``get_outputs()`` (items with a
+``.name``) and ``run(output_names | None, feed)``.
 
 A provider whose ``precision`` is not fp32 computes other numbers than the exported file's fp32: it runs a judge only
 where ``clfjudge export --provider NAME`` measured it through the parity gate (``check_gated``).
@@ -15,67 +16,40 @@ a variant is named, onnxruntime on the CPU.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..machine import Capability
-from ..registry import Registry, resolve
+from ..registry import resolve
+from ..runtimes import PROVIDERS, Provider  # the runtimes and their providers (clfjudge/runtimes.py)
 
 
-def _runs_on_cpu() -> Capability:
-    return Capability(True, "onnxruntime's CPU provider runs everywhere")
+def _onnxruntime_session(path: Path, threads: int | None, execution_providers: list[str]) -> Any:
+    """An ``onnxruntime.InferenceSession``; ``threads``: intra-op threads (one inter-op thread), default
+    onnxruntime's."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=execution_providers)
 
 
-def _capability(name: str) -> Callable[[], Capability]:
-    """``machine.probe().<name>()``, looked up when asked (tests simulate other machines by replacing the probe)."""
-    def check() -> Capability:
-        from .. import machine
-
-        return getattr(machine.probe(), name)()
-
-    return check
+def open_cpu(path: Path, threads: int | None) -> Any:
+    return _onnxruntime_session(path, threads, ["CPUExecutionProvider"])
 
 
-@dataclass(frozen=True)
-class Provider:
-    """``open``: (path, threads) -> session, or a lazy "module:function" target; ``precision``: the arithmetic it
-    runs the fp32 file in ("fp32": the same function up to float rounding; else a parity gate decides);
-    ``available``: whether it runs on this machine, and why (``machine.Capability``; not just "is installed")."""
-
-    open: Callable[[Path, int | None], Any] | str
-    precision: str = "fp32"
-    available: Callable[[], Capability] = _runs_on_cpu
+def open_cuda(path: Path, threads: int | None) -> Any:
+    return _onnxruntime_session(path, threads, ["CUDAExecutionProvider", "CPUExecutionProvider"])
 
 
-def _onnxruntime(execution_providers: list[str]) -> Callable[[Path, int | None], Any]:
-    def open_session(path: Path, threads: int | None) -> Any:
-        """An ``onnxruntime.InferenceSession``; ``threads``: intra-op threads (one inter-op thread), default
-        onnxruntime's."""
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        return ort.InferenceSession(str(path), options, providers=execution_providers)
-
-    return open_session
-
-
-PROVIDERS: Registry[Provider] = Registry("ONNX provider")
-PROVIDERS.register("cpu", Provider(_onnxruntime(["CPUExecutionProvider"])))
-PROVIDERS.register("cuda", Provider(_onnxruntime(["CUDAExecutionProvider", "CPUExecutionProvider"]),
-                                    available=_capability("ort_cuda")))
-PROVIDERS.register("openvino", Provider("clfjudge.models.openvino_session:open_f32",
-                                        available=_capability("openvino")))
-PROVIDERS.register("openvino-bf16", Provider("clfjudge.models.openvino_session:open_bf16", precision="bf16",
-                                             available=_capability("openvino_bf16")))
 AUTO = "auto"  # Judge.load's provider: the card's served run where this machine has it (``resolve_provider``)
 
 
 def provider_info(name: str) -> Provider:
+    """The provider ``name`` (``ValueError`` naming the known ones)."""
     if name not in PROVIDERS:
         raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS.names())}")
     return PROVIDERS.get(name)

@@ -1,5 +1,5 @@
-"""OpenVINO running an exported ONNX file on the CPU (providers "openvino" and "openvino-bf16" of
-``models.onnx_session.PROVIDERS``; ``pip install 'clfjudge[openvino]'``).
+"""OpenVINO running an exported ONNX file on the CPU (the runtime "openvino" of ``clfjudge/runtimes.py``, providers
+"openvino" and "openvino-bf16"; ``pip install 'clfjudge[openvino]'``).
 
 The file is the one ``clfjudge export`` wrote and gated (no second export, no OpenVINO IR on disk):
 ``openvino.Core().compile_model(path, "CPU", config)`` with optimum-intel's latency settings (one stream,
@@ -14,7 +14,6 @@ off only by a file written in the user's home (``opt_in_out --opt_out``). Import
 """
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path

@@ -10,11 +10,10 @@ import difflib
 import logging
 import os
 import textwrap
-import types
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, get_type_hints
 
 from ..configs import config_path
 from ..data.records import RecordError
@@ -22,69 +21,14 @@ from ..kinds import TRAINERS  # heads another loop trains (clfjudge/kinds.py)
 from ..models.heads import HEADS, Head
 from ..paths import REPO_ROOT
 from ..registry import Registry
+from .embedding_config import EmbeddingOptions
+from .fields import coerce
+from .verdict_config import VerdictOptions
 
 log = logging.getLogger(__name__)
 
 DEEPSPEED_MODES = ("off", "auto", "force")
 PRECISIONS = ("fp32", "fp16", "bf16")
-
-
-def _help(text: str, default: Any = None, factory: Any = None) -> Any:
-    """A config field with its help text (what ``clfjudge train --help`` and an unknown key's error say)."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
-
-
-@dataclass(frozen=True)
-class EmbeddingOptions:
-    """``head: embedding`` options, under the recipe key ``embedding`` (training/embedding.py). The reader's options
-    (``layer`` to ``device``) left None are the embedder's own defaults and are not passed to it (a sentence
-    encoder takes none of the decoder's)."""
-
-    kind: str = _help("pair (verdicts) or point (scores)", "pair")
-    head: str | None = _help("logreg | gbdt (pairs), ridge | gbdt (points); None: logreg / ridge")
-    features: list[str] | None = _help("feature groups (judges.embedding.PAIR_FEATURES / POINT_FEATURES); None: "
-                                       "the judge's")
-    use_length: bool = _help("add the length feature groups", True)
-    head_params: dict[str, Any] | None = _help("scikit-learn parameters of the head; None: {C: auto} for logreg")
-    weighting: list[str] = _help("training weights: [length] balances longer- and shorter-answer wins per source, "
-                                 "[source] the sources (judges.embedding.training_weights)", factory=list)
-    length_at_prediction: float = _help("factor on the fitted length coefficients at prediction (0: removed)", 1.0)
-    layer: int | None = _help("decoder backbones: the layer whose states are pooled; None: the middle one")
-    max_prompt_tokens: int | None = _help("decoder backbones: prompt (template + question) budget")
-    max_answer_tokens: int | None = _help("decoder backbones: answer budget")
-    stats: bool | None = _help("decoder backbones: also compute token statistics (PMI with the question; feature "
-                               "group token_stats)")
-    stats_tokens: int | None = _help("decoder backbones: token statistics over each answer's first N tokens; None: "
-                                     "all")
-    precision: str | None = _help("decoder backbones: fp32 | bf16 | auto (bf16 where the CPU has AMX / "
-                                  "AVX512-BF16)")
-    batch_size: int | None = _help("embedding batch size")
-    device: str | None = _help("where the backbone reads: cpu (default) | cuda")
-    verdict: dict[str, Any] | None = _help("a chat model whose verdict on each answer is a feature (feature group "
-                                           "verdict_diff / verdict): {backbone, questions [, precision, "
-                                           "max_question_tokens, max_answer_tokens, batch_size]} (judges.verdict; "
-                                           "the stacked judge)")
-
-    READER = ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens", "precision", "batch_size",
-              "device")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "embedding") -> EmbeddingOptions:
-        """From the recipe's ``embedding`` mapping, each value coerced to its field's type; an unknown key is
-        refused naming ``where`` (file: embedding) and every known key with its help."""
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ValueError(f"{where}: unknown option(s) {unknown}; known: "
-                             + "; ".join(f"{name}: {f.metadata['help']}" for name, f in known.items()))
-        hints = get_type_hints(cls)
-        return cls(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()})
-
-    def reader_options(self) -> dict[str, Any]:
-        """The options given for the reader (``embedders.make_embedder``)."""
-        return {k: getattr(self, k) for k in self.READER if getattr(self, k) is not None}
 
 
 @dataclass
@@ -152,10 +96,11 @@ class TrainConfig:
                                                                  "its input (prompts/encoding.py)"})
     length_covariate: bool = field(default=False, metadata={"help": "reward head: add beta * log(1 + chars) to each "
                                                                       "reward (models/heads.py)"})
+    # a judge kind's own options: the block named after it, a dataclass beside its trainer (<kind>_config.py)
     embedding: EmbeddingOptions = field(default_factory=EmbeddingOptions, metadata={
-        "help": "head 'embedding' options (training.config.EmbeddingOptions), the keys below"})
-    verdict: dict[str, Any] = field(default_factory=dict, metadata={"help": "head 'verdict' options: "
-                                                                              "training.verdict.OPTIONS"})
+        "help": "head 'embedding' options (training.embedding_config.EmbeddingOptions), the keys below"})
+    verdict: VerdictOptions = field(default_factory=VerdictOptions, metadata={
+        "help": "head 'verdict' options (training.verdict_config.VerdictOptions), the keys below"})
     budgets: dict[str, float] = field(default_factory=dict, metadata={"help": "truncation budgets per field "
                                                                                 "(prompts/truncation.py)"})
     head_fraction: float = field(default=0.5, metadata={"help": "share of a cut field kept from its head (the rest "
@@ -213,7 +158,7 @@ class TrainConfig:
             (self.cv_folds == 0 or 0 <= self.cv_fold < self.cv_folds, "cv_fold must be in [0, cv_folds)"),
             (self.cv_folds != 1 and self.cv_folds >= 0, "cv_folds must be 0 (off) or at least 2"),
             (not (self.cv_folds and self.test_fraction), "use either cv_folds or test_fraction, not both"),
-            (bool(self.sources) or self.head == "verdict",  # a verdict judge can be zero-shot
+            (bool(self.sources) or not getattr(self.kind_options(), "needs_sources", True),
              "sources must name at least one train source"),
         ]
         for ok, message in checks:
@@ -225,6 +170,10 @@ class TrainConfig:
             raise ValueError(f"train config: head {self.head!r} reads released models and is not trained here")
         if self.length_covariate and not (self.head in HEADS and HEADS.get(self.head).supports_length_covariate):
             raise ValueError(f"train config: length_covariate is a reward-head option, not one of head {self.head!r}")
+
+    def kind_options(self) -> Any | None:
+        """The options block of the head's kind (the block named after it, e.g. ``verdict``), if it has one."""
+        return getattr(self, self.head) if self.head in _blocks() else None
 
     def read_options(self):
         """How the user data files among the sources are read (``format``, ``columns``, ``scale``)."""
@@ -247,7 +196,7 @@ class TrainConfig:
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(f"{where}: unknown config key(s) {unknown}; {_suggest(unknown)}")
-        values = {k: _coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()}
+        values = {k: coerce(v, hints[k], f"{where}: {k}") for k, v in merged.items()}
         try:
             return cls(**values)
         except (ValueError, KeyError) as exc:  # the checks of __post_init__ (and the head registry): name the file
@@ -287,6 +236,11 @@ def key_help(name: str) -> str:
     if sub:
         return _field_help({g.name: g for g in fields(_nested(top))}[sub])
     return f.metadata["help"] if _nested(top) else _field_help(f)
+
+
+def _blocks() -> list[str]:
+    """The nested options blocks of TrainConfig: one per judge kind that has options."""
+    return [f.name for f in fields(TrainConfig) if _nested(f.name)]
 
 
 def _nested(name: str) -> type | None:
@@ -359,71 +313,6 @@ def _yaml_value(value: Any) -> Any:
         return yaml.safe_load(value)
     except yaml.YAMLError:
         return value
-
-
-_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Coerce a YAML value or a --set string to the field's declared type (YAML reads 2e-5 as a string)."""
-    import yaml
-
-    if tp is Any:
-        return value
-    if is_dataclass(tp):  # a nested options block (embedding: ...)
-        if isinstance(value, tp):
-            return value
-        value = yaml.safe_load(value) if isinstance(value, str) else value
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: expected a mapping of {tp.__name__} keys, got {value!r}")
-        return tp.from_dict(value, where)
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "~")):
-            if type(None) in args:
-                return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
-    try:
-        if tp is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE | _FALSE:
-                return text in _TRUE
-            raise ValueError
-        if tp is int:
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value)
-            if not number.is_integer():
-                raise ValueError
-            return int(number)
-        if tp is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if tp is str:
-            if isinstance(value, (dict, list)):
-                raise ValueError
-            return str(value)
-        if origin is list:
-            if isinstance(value, str):
-                text = value.strip()
-                value = (yaml.safe_load(text) if text.startswith("[")
-                         else [v.strip() for v in text.split(",") if v.strip()])
-            if not isinstance(value, list):
-                raise ValueError
-            return [_coerce(v, args[0], where) for v in value]
-        if origin is dict:
-            if isinstance(value, str):
-                value = yaml.safe_load(value)
-            if not isinstance(value, dict):
-                raise ValueError
-            return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    except (TypeError, ValueError, yaml.YAMLError):
-        raise ValueError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}") from None
-    raise TypeError(f"{where}: unsupported config type {tp}")
 
 
 # Table 7 of the empirical study. Global batch 128 = per-device batch x grad_accum x GPUs (DeBERTa: 2 GPUs,

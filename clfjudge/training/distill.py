@@ -4,10 +4,12 @@ The teacher is any judge ``Judge.load`` opens (a verdict judge, a stacked or fin
 model) or a file of a judge's predictions (JSONL rows with question, answer_a, answer_b and p_a [, p_b]). It judges
 each pool pair in both answer orders, and its P(A) / (P(A) + P(B)) becomes the pair's soft target, appended to a
 cache file keyed by the pair's content, so a stopped run resumes and a second student reads no teacher again. The
-student is an embedding judge (``training.embedding``: a frozen reader + a linear head, the default judge's kind)
-fitted on the soft targets (``judges.embedding.soft_rows``). The report says how often the student decides as the
-teacher on pool pairs held out by question, and scores both on labelled evaluation sets beside longer- and
-shorter-answer-wins, with paired bootstrap CIs: what the cheap judge keeps of the expensive one, and what it loses.
+student is the recipe's head (``STUDENTS``): an embedding judge (``training.embedding``: a frozen reader + a linear
+head, the default judge's kind) fitted on the soft targets (``judges.embedding.soft_rows``), or a verdict judge whose
+chat model is fine-tuned until its own verdict matches the teacher's (``training.verdict_student``: a LoRA adapter,
+merged). The report says how often the student decides as the teacher on pool pairs held out by question, and
+scores both on labelled evaluation sets beside longer- and shorter-answer-wins, with paired bootstrap CIs: what the
+cheap judge keeps of the expensive one, and what it loses.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import numpy as np
 
 from ..data.records import PairRecord, Verdict
 from ..progress import meter
-from .labels import load_pool, pair_key
+from ..registry import Registry
+from .labels import TEACHER_REWARDS, load_pool, pair_key
 
 TEACHER_LABELS = "teacher_labels.jsonl"  # in the output directory: pair key -> the teacher's P(A)
 STUDENT_DIR = "student"
@@ -34,6 +37,8 @@ REPORT = "distill_report"  # .json and .md
 class PredictionsTeacher:
     """A teacher read from a file of a judge's predictions: JSONL rows with question, answer_a, answer_b and p_a
     (and p_b; default 1 - p_a), matched to pool pairs by content."""
+
+    card = None  # a teacher card says what a verdict student asks (questions, budgets): none here
 
     def __init__(self, path: str | Path) -> None:
         from ..data.readers import iter_jsonl
@@ -73,6 +78,7 @@ class JudgeTeacher:
         self.spec, self.judge = spec, Judge.load(spec, batch_size=batch_size)
         if "compare" not in self.judge.tasks:
             raise ValueError(f"{spec}: a teacher compares answers; this judge can {sorted(self.judge.tasks)}")
+        self.card = asdict(self.judge.card)  # a verdict teacher's questions and budgets, for a verdict student
 
     def describe(self) -> str:
         return f"{self.judge.card.head} judge {self.spec} ({self.judge.card.backbone})"
@@ -94,6 +100,7 @@ class LabelsTeacher:
 
         self.labels = LabelSet(directory)
         self.pairs = {row["key"] for row in self.labels.pairs}
+        self.card = self.provenance["teacher"].get("card")
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -110,6 +117,10 @@ class LabelsTeacher:
             raise ValueError(f"{self.labels.dir}: no label for {len(missing)} pairs (first: question "
                              f"{missing[0].question[:60]!r}); label them with clfjudge label")
         return out
+
+    def rewards(self, record: PairRecord) -> list[float] | None:
+        """A pointwise teacher's scaled rewards of the pair's two answers (``LabelSet.rewards``)."""
+        return self.labels.rewards(record.question, record.answer_a, record.answer_b)
 
 
 def open_teacher(spec: str, batch_size: int = 16) -> PredictionsTeacher | JudgeTeacher | LabelsTeacher:
@@ -151,7 +162,8 @@ def teacher_targets(teacher, records: Sequence[PairRecord], cache: Path, chunk: 
 class DistillJob:
     """``teacher``: a judge directory / hub id or a predictions file; ``pool``: data specs (labelled or not);
     ``evals``: labelled data specs both judges are scored on; ``holdout``: share of pool questions kept from the
-    student to measure its agreement with the teacher."""
+    student to measure its agreement with the teacher; ``recipe``: where the student's recipe came from (errors
+    name it)."""
 
     teacher: str
     pool: tuple[str, ...]
@@ -160,6 +172,38 @@ class DistillJob:
     holdout: float = 0.1
     seed: int = 0
     batch_size: int = 16
+    recipe: str = "student recipe"
+
+
+class EmbeddingStudent:
+    """The default judge's kind as a student: a frozen reader and a linear head fitted on the soft targets."""
+
+    def __init__(self, cfg, teacher_card=None, where: str = "") -> None:
+        from .embedding import model_from_config
+
+        self.model = model_from_config(cfg)
+
+    def fit(self, records: Sequence[PairRecord]) -> EmbeddingStudent:
+        self.model.fit(records)
+        return self
+
+    def p_a(self, records: Sequence[PairRecord]) -> np.ndarray:
+        """The student's P(A) / (P(A) + P(B)) of each pair."""
+        from ..judges.embedding import PROBA_COLUMNS
+
+        proba = self.model.predict_proba(records)
+        col = {v: i for i, v in enumerate(PROBA_COLUMNS)}
+        return proba[:, col[Verdict.A]] / (proba[:, col[Verdict.A]] + proba[:, col[Verdict.B]])
+
+    def save(self, directory: Path, training: dict[str, Any]) -> Path:
+        return self.model.save(directory, training=training)
+
+
+# recipe head -> its student: ``(cfg, the teacher's card as a dict or None, recipe name) -> student``, which has
+# ``fit(pairs) -> self``, ``p_a(pairs) -> array`` and ``save(directory, training) -> judge directory``
+STUDENTS: Registry[Any] = Registry("student")
+STUDENTS.register("embedding", EmbeddingStudent)
+STUDENTS.register("verdict", "clfjudge.training.verdict_student:VerdictStudent")
 
 
 def split_by_question(records: Sequence[PairRecord], holdout: float, seed: int
@@ -177,15 +221,16 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
     """Label the pool with the teacher (cached), fit the student on the soft targets, score both; returns the
     report (written beside the student as distill_report.json / .md)."""
     from ..judges.embedding import SOFT_TARGET
-    from .embedding import model_from_config
 
-    if cfg.head != "embedding":
-        raise ValueError(f"the student is an embedding judge (head: embedding, the default judge's kind); the "
-                         f"recipe names head {cfg.head!r}")
+    if cfg.head not in STUDENTS:
+        raise ValueError(f"the student is an embedding judge (head: embedding, the default judge's kind) or a "
+                         f"fine-tuned verdict judge (head: verdict with verdict.lora); the recipe names head "
+                         f"{cfg.head!r}")
     start = time.monotonic()
+    teacher = open_teacher(job.teacher, job.batch_size)
+    student = STUDENTS.get(cfg.head)(cfg, teacher.card, job.recipe)  # refused before anything is labelled or written
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    teacher = open_teacher(job.teacher, job.batch_size)
     pool, counts = load_pool(job.pool or tuple(getattr(teacher, "provenance", {}).get("pool", ())), job.seed)
     if isinstance(teacher, LabelsTeacher):  # the pairs it chose, those labelled so far (labelling may go on)
         chosen = [r for r in pool if pair_key(r) in teacher.pairs]
@@ -194,13 +239,15 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
         print(f"teacher labels: {len(pool)} of the {len(chosen)} chosen pairs are labelled", flush=True)
     targets = teacher_targets(teacher, pool, out / TEACHER_LABELS)
     unlabelled = sum(math.isnan(targets[pair_key(r)]) for r in pool)
+    # a pointwise label directory also gives each answer's own reward (a verdict student regresses on it)
+    rewards = teacher.rewards if isinstance(teacher, LabelsTeacher) else lambda r: None
     labelled = [replace(r, verdict=Verdict.A if targets[pair_key(r)] >= 0.5 else Verdict.B,
-                        meta={**r.meta, SOFT_TARGET: targets[pair_key(r)]})
+                        meta={**r.meta, SOFT_TARGET: targets[pair_key(r)], TEACHER_REWARDS: rewards(r)})
                 for r in pool if not math.isnan(targets[pair_key(r)])]
     train, held = split_by_question(labelled, job.holdout, job.seed)
     if not train:
         raise ValueError("no pool pair left to train the student on (the pool is empty or all held out)")
-    student = model_from_config(cfg).fit(train)
+    student.fit(train)
     report = {"teacher": teacher.describe(), "pool": counts, "pool_pairs": len(pool),
               "teacher_unparsed": unlabelled, "student_train_pairs": len(train), "holdout_pairs": len(held),
               "agreement_holdout": _agreement(student, held) if held else None,
@@ -218,11 +265,9 @@ def distill(job: DistillJob, cfg) -> dict[str, Any]:
 
 def _agreement(student, held: Sequence[PairRecord]) -> dict[str, Any]:
     """How often the student picks the answer the teacher prefers (held-out questions), and its mean |P - P'|."""
-    from ..judges.embedding import PROBA_COLUMNS, SOFT_TARGET
+    from ..judges.embedding import SOFT_TARGET
 
-    proba = student.predict_proba(held)
-    col = {v: i for i, v in enumerate(PROBA_COLUMNS)}
-    mine = proba[:, col[Verdict.A]] / (proba[:, col[Verdict.A]] + proba[:, col[Verdict.B]])
+    mine = student.p_a(held)
     theirs = np.array([r.meta[SOFT_TARGET] for r in held])
     return {"pairs": len(held), "decision_agreement": float(np.mean((mine >= 0.5) == (theirs >= 0.5))),
             "mean_abs_diff": float(np.mean(np.abs(mine - theirs)))}
@@ -243,12 +288,7 @@ def _scored(teacher, student, spec: str, out: Path) -> dict[str, Any]:
     gold_a = np.array([r.verdict is Verdict.A for r in pairs])
     p_teacher = np.array([teacher_targets(teacher, pairs, out / TEACHER_LABELS, progress=False)[pair_key(r)]
                           for r in pairs])
-    from ..judges.embedding import PROBA_COLUMNS
-
-    proba = student.predict_proba(pairs)
-    col = {v: i for i, v in enumerate(PROBA_COLUMNS)}
-    right = {"teacher": (p_teacher > 0.5) == gold_a,
-             "student": (proba[:, col[Verdict.A]] > proba[:, col[Verdict.B]]) == gold_a}
+    right = {"teacher": (p_teacher > 0.5) == gold_a, "student": (student.p_a(pairs) > 0.5) == gold_a}
     la, lb = np.array([len(r.answer_a) for r in pairs]), np.array([len(r.answer_b) for r in pairs])
     longer = np.where(la == lb, 0.5, ((la > lb) == gold_a).astype(float))
     return {"pairs": len(pairs), **{k: 100 * float(np.mean(v)) for k, v in right.items()},

@@ -3,7 +3,7 @@ answer after its question) plus a scikit-learn head, on the same splits as every
 held-out fold, decontamination, dev split, mixed-in sources), scored on dev / held-out / eval sources beside
 the baselines. Minutes on a CPU, no gradient steps through the backbone.
 
-Options live under the config key ``embedding`` (``config.EmbeddingOptions``); the backbone is the config's
+Options live under the config key ``embedding`` (``embedding_config.EmbeddingOptions``); the backbone is the config's
 ``backbone``.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class EmbeddingDataHead(Head):
 def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
     from ..judges.embedding import EmbeddingModel
 
-    options = cfg.embedding  # checked key by key when the recipe was read (config.EmbeddingOptions)
+    options = cfg.embedding  # checked key by key when the recipe was read (embedding_config.EmbeddingOptions)
     logreg = (options.head or "logreg") == "logreg" and options.kind == "pair"
     head_params = options.head_params if options.head_params is not None else {"C": "auto"} if logreg else None
     return EmbeddingModel(

@@ -36,6 +36,8 @@ from ..data.records import PairRecord, PointRecord, Record
 
 PROVENANCE, PAIRS, LABELS = "provenance.json", "pairs.jsonl", "labels.jsonl"
 SELECTIONS = ("random", "uncertain")
+# a labelled pair's meta key: a pointwise teacher's scaled rewards of its two answers (``LabelSet.rewards``), or None
+TEACHER_REWARDS = "teacher_rewards"
 FORMAT = 1
 
 
@@ -251,12 +253,20 @@ class LabelSet:
             row = self.labels.get(pair_key(PairRecord(id="", question=question, answer_a=answer_a,
                                                       answer_b=answer_b, verdict=None)))
             return None if row is None else row["p_a"]
+        rewards = self.rewards(question, answer_a, answer_b)
+        return None if rewards is None else 1 / (1 + math.exp(-(rewards[0] - rewards[1])))
+
+    def rewards(self, question: str, *answers: str) -> list[float] | None:
+        """A pointwise teacher's rewards of ``answers`` under its card's first question, times its calibration's
+        scale (so that P(A) = sigmoid(r_A - r_B)); None where one is not labelled or the teacher is pairwise."""
+        if not self.pointwise:
+            return None
         first = self.provenance["teacher"]["questions"][0]
-        rows = [self.labels.get(answer_key(question, a)) for a in (answer_a, answer_b)]
+        rows = [self.labels.get(answer_key(question, a)) for a in answers]
         if any(r is None for r in rows):
             return None
         scale = float((self.provenance["teacher"].get("calibration") or {}).get("scale", 1.0))
-        return 1 / (1 + math.exp(-scale * (rows[0]["reward"][first] - rows[1]["reward"][first])))
+        return [scale * r["reward"][first] for r in rows]
 
     def labelled_pairs(self) -> list[tuple[PairRecord, float]]:
         """The chosen pairs that have a label, read from the pools (and seeds) their selection rounds name, each with

@@ -4,7 +4,8 @@ verdict tokens), and, where the recipe names training sources, Davidson's tie mo
 (``judges.calibration``: the scale that makes r_A - r_B a probability, and when a pair is a tie) and the judge is
 scored on dev / held-out / eval sources beside the baselines, on the same splits as every other head.
 
-Options live under the config key ``verdict`` (see ``OPTIONS``); the backbone is the config's ``backbone``.
+Options live under the config key ``verdict`` (``verdict_config.VerdictOptions``); the backbone is the config's
+``backbone``.
 """
 from __future__ import annotations
 
@@ -18,19 +19,6 @@ from ..models.heads import Head
 
 if TYPE_CHECKING:
     from .config import TrainConfig
-
-# option -> what it does (unknown options are refused, naming these)
-OPTIONS = {
-    "questions": "what the model is asked: names in clfjudge/configs/verdict.yaml (correct, on-topic, harmless: "
-                 "pointwise; better: pairwise) or mappings with name, user, positive, negative [, system]; the "
-                 "first one decides; default [correct]",
-    "precision": "fp32 | bf16 | auto (bf16 where the machine computes in it); default auto",
-    "max_question_tokens": "question budget (first and last tokens kept); default 384",
-    "max_answer_tokens": "budget of each answer (first and last tokens kept); default 512",
-    "batch_size": "prompts per forward pass; default 8",
-    "calibrate": "fit Davidson's tie model on the training split (true where sources are given); default true",
-}
-
 
 class VerdictDataHead(Head):
     """The data side of the verdict judge for the shared split builder: labelled pairs."""
@@ -49,15 +37,6 @@ class VerdictDataHead(Head):
         return None if record.verdict is not None else "pair without a verdict"
 
 
-def options_of(cfg: TrainConfig) -> dict[str, Any]:
-    options = dict(cfg.verdict)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"train config: verdict: unknown option(s) {unknown}; known: "
-                         + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    return options
-
-
 def train_verdict(cfg: TrainConfig) -> Path:
     """Write the verdict judge's directory: its card, calibrated and scored where the recipe names sources."""
     from ..judges.verdict import (
@@ -71,11 +50,14 @@ def train_verdict(cfg: TrainConfig) -> Path:
     )
 
     start = time.monotonic()
-    options = options_of(cfg)
-    questions = questions_from(options.get("questions", [DEFAULT_QUESTION]), "train config: verdict.questions")
-    card = verdict_card(cfg.backbone, questions, precision=options.get("precision", "auto"),
-                        max_question_tokens=int(options.get("max_question_tokens", DEFAULT_MAX_QUESTION_TOKENS)),
-                        max_answer_tokens=int(options.get("max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS)))
+    options = cfg.verdict  # checked key by key when the recipe was read (verdict_config.VerdictOptions)
+    if options.lora is not None:
+        raise ValueError("train config: verdict.lora fine-tunes a student on a teacher's labels: run clfjudge distill "
+                         "LABELS --recipe RECIPE --out DIR (clfjudge train writes a zero-shot verdict judge)")
+    questions = questions_from(options.questions or [DEFAULT_QUESTION], "train config: verdict.questions")
+    card = verdict_card(cfg.backbone, questions, precision=options.precision,
+                        max_question_tokens=options.max_question_tokens or DEFAULT_MAX_QUESTION_TOKENS,
+                        max_answer_tokens=options.max_answer_tokens or DEFAULT_MAX_ANSWER_TOKENS)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     training: dict[str, Any] = {"config": asdict(cfg), "fitted": "nothing: zero-shot"}
@@ -83,8 +65,8 @@ def train_verdict(cfg: TrainConfig) -> Path:
         from .data import build_splits
 
         splits = build_splits(cfg, VerdictDataHead())
-        judge = VerdictJudge(card, open_reader(card, batch_size=int(options.get("batch_size", 8))))
-        if splits.train and options.get("calibrate", True):
+        judge = VerdictJudge(card, open_reader(card, batch_size=options.batch_size))
+        if splits.train and options.calibrate:
             card.calibration = _calibrate(judge, splits.train)
             judge = VerdictJudge(card, judge.reader)
             training["fitted"] = f"Davidson's tie model on {len(splits.train)} training pairs"
