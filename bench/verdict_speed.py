@@ -301,6 +301,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--peak-seconds", type=float, default=2.0, help="seconds each matmul peak is measured for")
     p.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     p.add_argument("--onednn-max-cpu-isa", default=None, metavar="ISA",
                    help="ONEDNN_MAX_CPU_ISA for every path (e.g. AVX512_CORE_VNNI: a CPU without bf16)")
@@ -319,7 +320,7 @@ def main() -> int:
     paths = list(args.paths)
     exported = export(args.model, args.question, tmp, paths, args.pool, args.seed) \
         if any(path in EXPORTED for path in paths) else None
-    peaks = {prec: matmul_peak(prec, args.threads) for prec in ("fp32", "bf16", "int8")}
+    peaks = {prec: matmul_peak(prec, args.threads, args.peak_seconds) for prec in ("fp32", "bf16", "int8")}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     if args.onednn_max_cpu_isa:
         env["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_cpu_isa
