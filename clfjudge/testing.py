@@ -154,6 +154,17 @@ def tiny_llama(out_dir: str | Path, chat: bool = False) -> Path:
     return out
 
 
+def tiny_verdict_judge(root: str | Path, questions: tuple[str, ...] = ("correct",)) -> Path:
+    """A verdict judge directory (``root / "judge"``) asking ``questions`` of a tiny chat LLaMA (``root / "model"``),
+    read in fp32."""
+    from .judges.verdict import questions_from, verdict_card
+
+    root = Path(root)
+    model = tiny_llama(root / "model", chat=True)
+    (root / "judge").mkdir()
+    verdict_card(str(model), questions_from(list(questions), "test"), precision="fp32").save(root / "judge")
+    return root / "judge"
+
 def tiny_bert(out_dir: str | Path) -> Path:
     """BERT encoder (random init, no head) + a WordPiece tokenizer, laid out like all-MiniLM-L6-v2."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers

@@ -17,6 +17,7 @@ from clfjudge.card import JudgeCard
 from clfjudge.data.records import PointRecord
 from clfjudge.export.gate import ParityError
 from clfjudge.export.onnx import export_judge
+from clfjudge.export.options import ExportOptions
 from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict import questions_from, verdict_card
@@ -42,8 +43,9 @@ def judge_dir(tmp_path_factory):
 def exported(judge_dir):
     parity = ParityConfig.load(overrides=LENIENT_INT4)
     # openvino: gated where this machine runs it (left out with a warning elsewhere)
+    # its OpenVINO IR variants are made and gated in tests/test_verdict_quant.py
     return export_judge(judge_dir, judge_dir.parent / "onnx", n_records=N_RECORDS, parity=parity,
-                        providers=["openvino"])
+                        providers=["openvino"], openvino=())
 
 
 def _scores(judge: Judge) -> np.ndarray:
@@ -118,29 +120,44 @@ def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, mon
     from clfjudge.export import quantize
 
     monkeypatch.setattr(quantize, "quantize_int4", _negated_int4)
-    result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS)
+    result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS, openvino=())
     refused = result.report["refused"]
     gap = refused["variants"]["int4"]
     assert gap["agreement"] < 0.99 and not gap["passed"]
     assert f"decision agreement {gap['agreement']:.2%} < min_agreement 99.00%" in refused["reason"]
-    assert set(result.report["variants"]) == {"fp32"}
-    assert JudgeCard.load(result.out_dir).runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"]}
+    assert "int4" not in result.report["variants"]
+    files = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]
+    assert files["fp32"] == ["verdict-0.onnx", "verdict-1.onnx"] and "int4" not in files
     assert not list(result.out_dir.glob("*int4*"))
     on_disk = json.loads((result.out_dir / "parity_report.json").read_text())
     assert on_disk["refused"]["variants"]["int4"]["agreement"] == gap["agreement"]
 
 
+def test_only_a_verdict_judge_takes_the_verdict_options():
+    from clfjudge.export import embedding, fine_tuned, verdict
+
+    for name, options in (("--openvino", ExportOptions(openvino=("ov-int8",))), ("--obvious", ExportOptions(
+            obvious="obvious.jsonl"))):
+        for cannot in (fine_tuned.CANNOT, embedding.CANNOT):
+            with pytest.raises(ValueError, match=f"judge cannot honour {name}"):
+                options.refuse(cannot, "judge")
+        options.refuse(verdict.CANNOT, "judge")  # the verdict exporter takes both, and --int8
+    ExportOptions(int8=True, isa="avx2").refuse(verdict.CANNOT, "judge")
+    assert ExportOptions(openvino=["ov-int8"]).openvino == ("ov-int8",) and ExportOptions().openvino is None
+
+
 def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):
     from clfjudge.cli import main
 
-    assert main(["export", str(judge_dir), "--out", str(tmp_path / "a"), "--n", "4", "--threshold",
-                 "fp32.max_abs_diff=-1"]) != 0
+    assert main(["export", str(judge_dir), "--out", str(tmp_path / "a"), "--n", "4", "--openvino", "none",
+                 "--threshold", "fp32.max_abs_diff=-1"]) != 0
     assert not (tmp_path / "a").exists() and not list(tmp_path.iterdir())
     with pytest.raises(ParityError, match=r"fp32 \(fp32\): max \|logit diff\|"):
-        export_judge(judge_dir, tmp_path / "b", n_records=4, parity=ParityConfig.load(overrides=[
+        export_judge(judge_dir, tmp_path / "b", n_records=4, openvino=(), parity=ParityConfig.load(overrides=[
             "fp32.max_abs_diff=-1"]))
-    with pytest.raises(ValueError, match="weight-only int4"):
-        export_judge(judge_dir, tmp_path / "c", int8=True)
+    with pytest.raises(ParityError, match=r"fp32 \(fp32\)"):  # every lossy variant gated after it, int8 too
+        export_judge(judge_dir, tmp_path / "c", n_records=4, int8=True, openvino=(),
+                     parity=ParityConfig.load(overrides=["fp32.max_abs_diff=-1"]))
 
 
 def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):
@@ -149,7 +166,7 @@ def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, t
     (tmp_path / "judge").mkdir()
     verdict_card(str(judge_dir.parent / "model"), questions_from(["better"], "test"), precision="fp32").save(
         tmp_path / "judge")
-    result = export_judge(tmp_path / "judge", tmp_path / "onnx", n_records=4)
+    result = export_judge(tmp_path / "judge", tmp_path / "onnx", n_records=4, openvino=())
     assert result.report["variants"]["fp32"]["passed"]
     pairs = [{"question": q, "answer_a": a, "answer_b": b} for (q, a), (_, b) in zip(ITEMS, ITEMS[::-1])]
     want = Judge.load(tmp_path / "judge").compare_batch(pairs, symmetric=True)
@@ -204,19 +221,29 @@ def test_signature_alone_reproduces_the_scores(exported):
     assert set(signature["graphs"]) == {f for files in signature["variants"].values() for f in files}
 
 
-def test_the_speed_bench_runs_every_path_and_compares_its_log_odds(judge_dir, tmp_path):
+def test_the_speed_bench_runs_its_paths_and_compares_their_decisions(judge_dir, tmp_path):
+    """Three paths, one of each kind (the reference, the user's transformers reading, an exported graph): each is a
+    process of its own, so the run stays well under a minute; the OpenVINO variants are gated in
+    tests/test_verdict_quant.py."""
     repo = Path(__file__).resolve().parents[1]
-    paths = ["pytorch fp32", "pytorch bf16", "onnx fp32", "onnx int4"]
-    done = subprocess.run([sys.executable, str(repo / "bench" / "verdict_speed.py"), "--backbone",
-                           str(judge_dir.parent / "model"), "--answers", "4", "--repeats", "1", "--threads", "1",
-                           "--results", str(tmp_path), "--paths", *paths],
-                          capture_output=True, text=True, cwd=repo, timeout=600)
+    paths = ["pytorch fp32", "transformers b1", "onnx fp32"]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "verdict_speed.py"), "--model",
+                           str(judge_dir.parent / "model"), "--pool", "pandalm-test", "--pairs", "3", "--groups", "1",
+                           "--n", "2", "--repeats", "1", "--threads", "1", "--peak-seconds", "0.2", "--results",
+                           str(tmp_path), "--paths", *paths], capture_output=True, text=True, cwd=repo, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(next(tmp_path.glob("verdict_speed_model_*.json")).read_text())
     rows = result["rows"]
-    assert set(rows) == set(paths) and all(r["answers_per_s"] > 0 for r in rows.values())
-    assert result["machine"]["commit"] and result["answers"] == 4
-    assert rows["pytorch fp32"]["max_abs_diff"] == 0 and rows["onnx fp32"]["max_abs_diff"] < 1e-4
-    assert rows["onnx fp32"]["sign_agreement"] == 1.0
-    assert all(0 <= rows[p]["sign_agreement"] <= 1 for p in ("pytorch bf16", "onnx int4"))
-    assert "| onnx int4 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
+    assert set(rows) == set(paths) and result["machine"]["commit"] and result["parameters"] > 0
+    assert set(result["matmul_peak_gflops"]) == {"fp32", "bf16", "int8"}
+    for path in paths:
+        pairs = rows[path]["workloads"]["pairs"]
+        assert pairs["answers"] == 6 and pairs["answers_per_s"] > 0 and 0 < pairs["peak_share"]
+        assert pairs["prompt_tokens"] > 0 and 0 < pairs["tokens_read"] and "agreement" in pairs
+    fp32, onnx = rows["pytorch fp32"]["workloads"], rows["onnx fp32"]["workloads"]
+    assert fp32["pairs"]["max_abs_diff"] == 0 and fp32["pairs"]["agreement"] == 1.0
+    assert onnx["pairs"]["max_abs_diff"] < 1e-4 and onnx["best-of-2"]["agreement"] == 1.0
+    # the user's transformers reading computes the same log-odds from the full output layer, one answer a call
+    user = rows["transformers b1"]["workloads"]["pairs"]
+    assert user["max_abs_diff"] < 1e-4 and user["tokens_read"] == fp32["pairs"]["prompt_tokens"]
+    assert "| onnx fp32 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()

@@ -136,14 +136,21 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 trust_pickle: bool = False, ray_options: RayOptions | None = None) -> tuple[list[str], dict]:
     """judge name -> set -> Predictions or the reason it does not apply. Cached per (judge, set, record ids).
     With ``ray_options``, the judge directories' sets that are not cached are predicted on Ray actors."""
-    from tqdm.auto import tqdm
+    from ..progress import meter, note
 
     if ray_options is not None and not any(judge_directory(spec) for spec in judge_specs):
         print("--engine ray: none of the judges is a judge directory (only those predict on Ray): every prediction "
               "is made in this process", file=sys.stderr)
     names, preds = [], {}
-    bar = tqdm(total=len(judge_specs) * len(sets), desc="audit: predictions", disable=not progress)
-    with contextlib.ExitStack() as stack:
+    total, done = len(judge_specs) * len(sets), 0
+
+    def predicted(judge_name: str, set_name: str) -> None:
+        nonlocal done
+        done += 1
+        note(f"{done}/{total} predictions ({judge_name} on {set_name})")
+
+    # answers are counted as the judges read them (progress.meter), the predictions per judge and set
+    with meter("audit: predictions", enabled=progress), contextlib.ExitStack() as stack:
         on_ray = None if ray_options is None else _OnRay(ray_options, trust_pickle, stack)
         for spec in judge_specs:
             directory = judge_directory(spec) if on_ray is not None else None
@@ -162,7 +169,7 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 if cache.exists() and (cached := json.loads(cache.read_text()))["ids"] == _ids(records, s):
                     cached_result = cached["na"] if "na" in cached else Predictions.from_json(cached["predictions"])
                     preds[name][s.name] = cached_result
-                    bar.update(1)
+                    predicted(name, s.name)
                 else:
                     preds[name][s.name] = None  # a place in the sets' order, filled below
                     todo.append(s)
@@ -176,11 +183,10 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 write_whole(cache, json.dumps({"spec": spec, "ids": _ids(records, s), **payload}))
                 preds[name][s.name] = result
-                bar.update(1)
+                predicted(name, s.name)
             missing = [set_name for set_name, result in preds[name].items() if result is None]
             if missing:  # every set has predictions or a reason; an engine that lost one would be a bug
                 raise RuntimeError(f"judge {spec}: no predictions came back for {missing}")
-    bar.close()
     return names, preds
 
 

@@ -1,5 +1,5 @@
 """`clfjudge export JUDGE_DIR --out DIR [--preset export/NAME.yaml] [--int8] [--int4] [--optimize] [--opset N]
-[--provider NAME]`: ONNX export behind a parity gate."""
+[--provider NAME] [--openvino VARIANT] [--obvious SOURCE]`: ONNX export behind a parity gate."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="new directory for the ONNX judge (must not exist or be empty)")
     p.add_argument("--int8", action="store_true",
                    help="also write a dynamic int8 copy (model_quantized.onnx; an embedding judge's "
-                        "reader_quantized.onnx), the primary where the gate passes it")
+                        "reader_quantized.onnx; a verdict judge's beside its OpenVINO variants), the primary where "
+                        "the gate passes it")
     p.add_argument("--int4", action="store_true", default=None,
                    help="also write a weight-only int4 copy (MatMulNBits: model_int4.onnx; an embedding judge's "
                         "reader_int4.onnx), the primary where the gate passes it (after int8); a verdict judge "
@@ -41,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="parity thresholds YAML (default: clfjudge/configs/parity.yaml)")
     p.add_argument("--threshold", dest="thresholds", action="append", default=[], metavar="PRECISION.KEY=VALUE",
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
+    p.add_argument("--openvino", action="append", default=None, metavar="VARIANT",
+                   help="a verdict judge's OpenVINO IR variant to make and gate where this machine can (repeatable): "
+                        "ov-int8-weights, ov-int4-weights, ov-int8 (int8 weights and activations); none for none "
+                        "(default: all three)")
+    p.add_argument("--obvious", default=None, metavar="SOURCE",
+                   help="a verdict judge's obvious pairs (a source name or a data file): every lossy run must decide "
+                        "each of them as fp32 does")
     add_model_input(p)
     add_trust_pickle(p)
     p.add_argument("--preset", default=None, metavar="PRESET.yaml",
@@ -63,6 +71,7 @@ def _print_variants(report: dict[str, Any], stream) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import progress
     from ..export.gate import ParityError, served
     from ..export.onnx import export_judge
     from ..export.options import ExportOptions
@@ -82,10 +91,12 @@ def run(args: argparse.Namespace) -> int:
         int8=args.int8, int4=args.int4, optimize=args.optimize, opset=args.opset, isa=args.isa, source=args.source,
         n_records=args.n_records, parity=ParityConfig.load(args.parity_config or PARITY_CONFIG, args.thresholds),
         fallback=args.fallback, providers=tuple(args.providers), model_input=args.model_input,
-        trust_pickle=args.trust_pickle)
+        trust_pickle=args.trust_pickle, obvious=args.obvious,
+        openvino=None if args.openvino is None else tuple(name for name in args.openvino if name != "none"))
     open_judge(args.judge_dir, args.model_input)  # a directory that cannot be opened is the judge's fault (exit 3)
     try:
-        with stopped_like_ctrl_c():  # a stopped export removes its temporary folder
+        # a stopped export removes its temporary folder; the meter shows the steps and answers read as they go
+        with stopped_like_ctrl_c(), progress.meter("export"):
             result = export_judge(args.judge_dir, args.out, options)
     except ParityError as exc:
         _print_variants(exc.report, sys.stderr)

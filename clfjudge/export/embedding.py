@@ -44,7 +44,7 @@ from ..data.records import PairRecord
 from ..untrusted import inside
 from . import gate, quiet, signature
 from .directory import ExportResult, check_out_dir, hidden_beside
-from .options import ExportOptions
+from .options import VERDICT_ONLY, ExportOptions
 from .parity import ParityConfig
 from .quantize import INT8_CONFIG, int8_settings, quantize_int4, quantize_onnx
 from .shared_weights import share_weights
@@ -52,7 +52,7 @@ from .shared_weights import share_weights
 REPORT_NAME = "parity_report.json"
 # what an embedding judge's export cannot do, and why (``ExportOptions.refuse``)
 CANNOT = {"optimize": "its decoder reader has no separate optimized graph (onnxruntime optimizes it as it loads)",
-          "opset": "its reader graphs are written at opset 17, the one its exporter is checked with"}
+          "opset": "its reader graphs are written at opset 17, the one its exporter is checked with", **VERDICT_ONLY}
 
 
 def _answer_log_probs(embedder, lm_head, states, positions, targets):

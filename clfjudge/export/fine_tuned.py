@@ -58,7 +58,7 @@ from .gate import (
     within_budget,
 )
 from .graph import export_onnx, optimize_onnx
-from .options import ExportOptions
+from .options import VERDICT_ONLY, ExportOptions
 from .parity import ParityConfig
 from .quantize import INT8_CONFIG, Int8Settings, int8_settings, quantize_int4, quantize_onnx
 
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     import torch
 
 # what a fine-tuned judge's export cannot do, and why (``ExportOptions.refuse``)
-CANNOT = {"trust_pickle": "a fine-tuned judge holds no pickles (its weights are safetensors)"}
+CANNOT = {"trust_pickle": "a fine-tuned judge holds no pickles (its weights are safetensors)", **VERDICT_ONLY}
 
 
 class Stopwatch:

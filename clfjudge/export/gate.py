@@ -138,7 +138,7 @@ def _certain_failure(ref_raw: np.ndarray, raw: np.ndarray, agree: np.ndarray, ke
 
 # -- decisions and metric ---------------------------------------------------------------------------------
 
-def _decisions(judge: Judge, raw: np.ndarray) -> list[Any]:
+def decisions(judge: Judge, raw: np.ndarray) -> list[Any]:
     """What the judge would answer: calibrated verdicts for pair judges, scores rounded to the scale's
     integer steps for point judges."""
     if "compare" in judge.tasks:
@@ -150,7 +150,7 @@ def _metric(judge: Judge, raw: np.ndarray, records: Sequence[Record]) -> tuple[s
     from ..metrics import correlations, pairwise_metrics
 
     if "compare" in judge.tasks:
-        return "accuracy", pairwise_metrics([r.verdict for r in records], _decisions(judge, raw)).accuracy
+        return "accuracy", pairwise_metrics([r.verdict for r in records], decisions(judge, raw)).accuracy
     return "pearson", correlations([r.score for r in records], judge.point_scores(raw)).pearson
 
 
@@ -185,7 +185,7 @@ def compare_to_reference(reference: Judge, candidate: Judge, records: Sequence[R
         keep = decision_slack(reference, ref_raw) > boundary_eps
     if not keep.any():  # everything on a boundary: compare everything rather than nothing
         keep[:] = True
-    ref_decisions = _decisions(reference, ref_raw)
+    ref_decisions = decisions(reference, ref_raw)
     size = chunk or len(records)
     parts, seconds, stopped = [], 0.0, None
     for start in range(0, len(records), size):
@@ -195,7 +195,7 @@ def compare_to_reference(reference: Judge, candidate: Judge, records: Sequence[R
         read = start + len(parts[-1])
         if stop is not None and read < len(records):
             raw = np.concatenate(parts)
-            agree = np.array([a == b for a, b in zip(ref_decisions[:read], _decisions(candidate, raw))])[keep[:read]]
+            agree = np.array([a == b for a, b in zip(ref_decisions[:read], decisions(candidate, raw))])[keep[:read]]
             why = _certain_failure(ref_raw[:read], raw, agree, int(keep.sum()), stop)
             if why:
                 stopped = {"read": read, "of": len(records), "why": why}
@@ -208,7 +208,7 @@ def compare_to_reference(reference: Judge, candidate: Judge, records: Sequence[R
     kept = [records[i] for i in idx]
     metric, ref_value = _metric(reference, ref_raw[idx], kept)
     value = _metric(candidate, raw[idx], kept)[1]
-    agree = np.mean([a == b for a, b in zip(_decisions(reference, ref_raw[idx]), _decisions(candidate, raw[idx]))])
+    agree = np.mean([a == b for a, b in zip(decisions(reference, ref_raw[idx]), decisions(candidate, raw[idx]))])
     return {"max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()), "agreement": float(agree),
             "metric": metric, "metric_reference": float(ref_value), "metric_onnx": float(value),
             "metric_delta": float(value - ref_value), "on_boundary": int(n - len(idx)),

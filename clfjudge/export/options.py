@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from .parity import ParityConfig
 
 
+# the options only a verdict judge's export honours: the other kinds' exporters refuse them (``refuse``)
+VERDICT_ONLY = {"openvino": "OpenVINO IR variants are made for verdict judges (others gate --provider openvino)",
+                "obvious": "the obvious-pairs check is a verdict judge's"}
+
+
 def _flag(name: str) -> dict[str, str]:
     return {"flag": name}
 
@@ -28,7 +33,9 @@ class ExportOptions:
     clfjudge/configs/parity.yaml). ``fallback``: when the gate refuses only lossy runs but passes fp32, write what
     passed and say why instead of failing. ``providers``: also gate the fp32 file as each of these runs it.
     ``model_input``: for a model without a judge card, how it reads (``judges.foreign``). ``trust_pickle``: allow the
-    pickles the judge directory holds (runs code from it)."""
+    pickles the judge directory holds (runs code from it). A verdict judge's alone: ``openvino``, the OpenVINO IR
+    variants to make where this machine can (``export.verdict_quant``; None: all of them, (): none); ``obvious``, a
+    source or data file of pairs every lossy run must decide as fp32 does (None: no such check)."""
 
     int8: bool = field(default=False, metadata=_flag("--int8"))
     int4: bool | None = field(default=None, metadata=_flag("--int4"))
@@ -43,9 +50,13 @@ class ExportOptions:
     providers: tuple[str, ...] = field(default=(), metadata=_flag("--provider"))
     model_input: str | None = field(default=None, metadata=_flag("--model-input"))
     trust_pickle: bool = field(default=False, metadata=_flag("--trust-pickle"))
+    openvino: tuple[str, ...] | None = field(default=None, metadata=_flag("--openvino"))
+    obvious: str | None = field(default=None, metadata=_flag("--obvious"))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "providers", tuple(self.providers))
+        if self.openvino is not None:
+            object.__setattr__(self, "openvino", tuple(self.openvino))
         if not self.int8 and (self.isa != "auto" or self.int8_config is not None):
             given = "isa" if self.isa != "auto" else "int8_config"
             raise ValueError(f"{self.flag(given)} {getattr(self, given)!r} chooses the int8 settings: it needs "

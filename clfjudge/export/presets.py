@@ -66,6 +66,7 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "optimize": ("optimize", _bool),
     "fallback": ("fallback", _bool),
     "provider": ("providers", _provider),
+    "openvino": ("openvino", _strings),
     "isa": ("isa", _isa),
     "opset": ("opset", _int),
     "source": ("source", _str),

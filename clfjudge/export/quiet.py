@@ -11,6 +11,7 @@ helper is a context manager around one library call, and every other warning sti
   run its pre-processing script first; the export prepares the graph as its quantizer needs
   (``export.quantize.quantize_onnx``) and the parity gate judges what quantization gives. The int4 quantizer
   (``MatMulNBitsQuantizer``) logs a line at INFO for every node of the graph it leaves alone.
+- ``nncf``: around NNCF's weight compression and quantization (a verdict judge's OpenVINO variants).
 """
 from __future__ import annotations
 
@@ -66,3 +67,21 @@ def quantization() -> Iterator[None]:
         root.removeFilter(hint)
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def nncf() -> Iterator[None]:
+    """Around an NNCF call: its INFO tables (the bit-width statistics) and its progress bars, which it draws on
+    standard output; the export says which step it is in, and its report what each variant is."""
+    import io
+
+    import nncf as nncf_module
+
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    nncf_module.set_log_level(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)

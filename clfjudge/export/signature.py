@@ -256,7 +256,11 @@ def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
                           + [{"role": "user", "content": question.user}],
                           "positive": list(question.positive), "negative": list(question.negative),
                           "positive_token_ids": yes, "negative_token_ids": no})
-    graphs = {name: graph_io(directory / name) for files in runtime["files"].values() for name in files}
+    primary = runtime["files"][runtime["primary"]]
+    # an OpenVINO IR variant (.xml, its weights in the .bin of its name) has the inputs and outputs of its fp32 graph
+    graphs = {name: graph_io(directory / name) if not name.endswith(".xml") else
+              {**graph_io(directory / primary[k]), "format": "openvino-ir", "weights": name[:-len(".xml")] + ".bin"}
+              for files in runtime["files"].values() for k, name in enumerate(files)}
     pointwise = card.kind == "point"
     cal = card.calibration
     return {

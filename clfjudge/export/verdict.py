@@ -3,16 +3,24 @@
 One graph per question of the card: ``judges.verdict.verdict_module`` (token ids + attention mask -> the log-odds of
 the question's verdict tokens at each row's last real token, right padding), with dynamic batch and sequence axes,
 written by the TorchScript exporter with eager attention as the decoder reader's graphs are (``export.embedding``;
-opset 18: ``OPSET``). Beside each, the same graph with weight-only int4 matrices (``onnx.quantize_int4``; the
+opset 18: ``OPSET``). Beside each, the same graph with weight-only int4 matrices (``quantize.quantize_int4``; the
 verdict tokens' rows of the output layer stay fp32). The questions' graphs hold the same decoder, so the weights of
 every graph kept are written once (``shared_weights``: ``weights.data``; a model past protobuf's 2 GB is read from
 side files by the same route).
 
+Beside them, where this machine makes them, the OpenVINO IR variants of ``export.verdict_quant`` (NNCF int8 and int4
+weights, int8 weights and activations: ``ExportOptions.openvino`` says which) and, with ``--int8``, onnxruntime's
+dynamic int8.
+
 The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources,
 else the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds
-diff|, decision agreement and the accuracy delta. An fp32 run that fails refuses the export (nothing is written);
-int4 that fails is left out and the report's ``refused`` says by how much it missed (a bf16 ``--provider`` too, with
-``fallback``). The directory: the graphs, the tokenizer files, parity_report.json, signature.json and the card
+diff| and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``ExportOptions.obvious``
+names a set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A run of an
+IR variant uses the OpenVINO provider this machine's probe picks (bf16 activations where it runs them). An fp32 run
+that fails refuses the export (nothing is written); a lossy variant that fails is left out and the report's
+``refused`` says by how much it missed (a bf16 ``--provider`` too, with ``fallback``).
+
+The directory: the graphs, the tokenizer files, parity_report.json, signature.json and the card
 (``runtime.backend: verdict-onnx``, the questions, ``runtime.onnx.files``: variant -> one file per question).
 """
 from __future__ import annotations
@@ -26,11 +34,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import progress
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
-from ..judges.verdict_onnx import BACKEND, GRAPH_INPUTS, GRAPH_OUTPUT, OnnxVerdictReader, graph_file
+from ..judges.verdict_onnx import (
+    BACKEND,
+    GRAPH_INPUTS,
+    GRAPH_OUTPUT,
+    OnnxVerdictReader,
+    graph_file,
+    ir_provider,
+    is_ir,
+)
 from ..models.heads import RewardHead
-from . import gate, quantize, quiet, signature
+from ..models.onnx_session import gate_key
+from . import gate, quantize, quiet, signature, verdict_quant
 from .directory import ExportResult, check_out_dir, hidden_beside
 from .options import ExportOptions
 from .parity import ParityConfig
@@ -39,11 +57,10 @@ from .shared_weights import share_weights
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
+# the lossy files: one that fails the gate is left out (bf16 providers are left out with ``fallback`` only)
+LOSSY = frozenset({"int4", "int8", *(v.precision for _, v in verdict_quant.VARIANTS.items())})
 # what a verdict judge's export cannot do, and why (``ExportOptions.refuse``)
-NO_INT8 = ("a verdict judge exports weight-only int4 beside fp32, each gated; dynamic int8 is for fine-tuned and "
-           "embedding judges")
-CANNOT = {"int8": NO_INT8, "isa": NO_INT8, "int8_config": NO_INT8,
-          "optimize": "its graphs have no separate optimized copy (onnxruntime optimizes them as it loads)",
+CANNOT = {"optimize": "its graphs have no separate optimized copy (onnxruntime optimizes them as it loads)",
           "opset": f"its graphs are written at opset {OPSET}, the one OpenVINO reads their reductions right at",
           "trust_pickle": "a verdict judge holds no pickles (a chat model's safetensors and its card)"}
 
@@ -110,74 +127,185 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
 
 
 def _bytes(directory: Path, names: Sequence[str]) -> int:
-    return sum(p.stat().st_size for name in names for p in directory.glob(name + "*"))
+    return sum(p.stat().st_size for name in names for p in verdict_quant.graph_paths(directory, name))
 
 
-def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]], records,
-          parity: ParityConfig, options: ExportOptions) -> dict[str, Any]:
-    """Every variant on onnxruntime's CPU, and fp32 on each of ``options.providers``, against the PyTorch readings."""
+def _runs(files: dict[str, list[str]], precisions: dict[str, str], providers: Sequence[str]) -> list[gate.GateRun]:
+    """Every file on onnxruntime's CPU, an IR variant on the OpenVINO provider this machine picks for it, then fp32
+    on each of ``providers``."""
+    runs = []
+    for name, graphs in files.items():
+        if is_ir(graphs):
+            provider = ir_provider(name, bf16_gated=True)[0]
+            runs.append(gate.GateRun(gate_key(name, provider), name, provider, precisions[name]))
+        else:
+            runs.append(gate.GateRun(name, name, "cpu", precisions[name]))
+    return runs + gate.gate_runs({PRIMARY: {"precision": "fp32"}}, PRIMARY, providers)[1:]
+
+
+def log_odds_diff(reference: VerdictJudge, ref_raw, raw) -> dict[str, float]:
+    """|Δ log-odds| of a run against the reference: p50, p95 and max over the answers read (pairwise: the margins)."""
+    import numpy as np
+
+    diff = np.abs(np.asarray(raw) - np.asarray(ref_raw)[:len(raw)])
+    diff = 2 * diff[:, 0] if reference.pairwise else diff.ravel()
+    return {q: float(np.quantile(diff, level)) for q, level in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))}
+
+
+def _obvious_check(reference: VerdictJudge, candidate: VerdictJudge, obvious) -> dict[str, Any]:
+    """How many of the obvious pairs ``candidate`` decides otherwise than the reference (which must hold all)."""
+    records, want = obvious
+    got = gate.decisions(candidate, candidate.raw_outputs(records))
+    changed = [r.id for r, a, b in zip(records, want, got) if a != b]
+    return {"n": len(records), "changed": len(changed), "changed_ids": changed[:20]}
+
+
+def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]],
+          precisions: dict[str, str], records, parity: ParityConfig, options: ExportOptions,
+          obvious_pairs=None) -> dict[str, Any]:
+    """Every run (``_runs``, fp32 on each of ``options.providers`` too) against the PyTorch readings; a lossy run
+    stops as soon as it fails whatever the rest gives; each lossy run must also decide ``obvious_pairs`` (the pairs and
+    the reference's decisions) as the reference does."""
     variants = {}
     reader = reference.reader
-    for run in gate.gate_runs({name: {"precision": name} for name in files}, PRIMARY, options.providers):
+    for run in _runs(files, precisions, options.providers):
+        progress.step(f"gate {run.key} ({run.precision}) on {len(records)} pairs")
         thresholds = parity.for_precision(run.precision)
-        onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
-                                        reader.questions, variant=run.file, provider=run.provider,
-                                        batch_size=parity.batch_size,
-                                        max_question_tokens=reader.budgets["question"],
-                                        max_answer_tokens=reader.budgets["answer"])
+        lossy = run.precision != "fp32"
+        try:
+            onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
+                                            reader.questions, variant=run.file, provider=run.provider,
+                                            batch_size=parity.batch_size,
+                                            max_question_tokens=reader.budgets["question"],
+                                            max_answer_tokens=reader.budgets["answer"])
+        except ValueError as exc:  # a lossy file its runtime cannot compile is refused, not the export
+            if not lossy:
+                raise
+            variants[run.key] = {"precision": run.precision, "provider": run.provider, "passed": False,
+                                 "failures": [f"cannot be run: {str(exc).split(': ', 1)[-1][:300]}"]}
+            continue
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
-        measured = gate.compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps)
-        variants[run.key] = gate.gate_entry(run, measured, thresholds)
+        measured = gate.compare_to_reference(
+            reference, candidate, records, ref_raw, thresholds.boundary_eps,
+            **({"chunk": parity.batch_size * gate.GATE_CHUNK_BATCHES, "stop": thresholds} if lossy else {}))
+        read = records[:(measured.get("stopped_early") or {}).get("read", len(records))]
+        measured["log_odds_diff"] = log_odds_diff(reference, ref_raw, candidate.raw_outputs(read))  # remembered
+        entry = gate.gate_entry(run, measured, thresholds)
+        if obvious_pairs is not None and lossy:
+            entry["obvious"] = _obvious_check(reference, candidate, obvious_pairs)
+            if entry["obvious"]["changed"]:
+                entry["failures"].append(f"obvious pairs: {entry['obvious']['changed']} of {len(obvious_pairs[0])} "
+                                         "decided otherwise than fp32")
+                entry["passed"] = False
+        variants[run.key] = entry
     return variants
 
 
 def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory: Path, fallback: bool) -> None:
-    """int4 that failed (and with ``fallback`` a bf16 provider) goes to the report's ``refused`` when every fp32 run
-    passed; the graphs no run kept are deleted."""
+    """Lossy files that failed (and with ``fallback`` a bf16 provider) go to the report's ``refused`` when every fp32
+    run passed; the graphs no run kept are deleted."""
     failed = [v["precision"] for v in report["variants"].values() if not v["passed"] and v["precision"] != "fp32"]
-    if not failed or not (fallback or set(failed) == {"int4"}):
+    if not failed or not (fallback or set(failed) <= LOSSY):
         return
     before = dict(files)
     if gate.drop_refused(report, files, directory):
         for name in set(before) - set(files):
             for graph in before[name]:
-                for path in directory.glob(graph + "*"):
-                    path.unlink()
+                verdict_quant.remove_graph(directory, graph)
+
+
+def _obvious_records(reference: VerdictJudge, spec: str | None):
+    """The pairs of ``spec`` (a source or data file) with the reference's decisions, which must be right on each."""
+    if spec is None:
+        return None
+    from ..data import sources
+
+    records = sources.load_usable(spec, RewardHead().select).records
+    if not records:
+        raise ValueError(f"obvious pairs {spec!r}: no pairs with a verdict")
+    return records, gate.decisions(reference, reference.raw_outputs(records))
+
+
+def _calibration_prompts(card: JudgeCard, reader: VerdictReader, parity: ParityConfig,
+                         options: ExportOptions) -> list[list[list[int]]]:
+    """Per question, the prompts that set ov-int8's activation ranges: ``CALIBRATION_PAIRS`` pairs of the gate's
+    source drawn with another seed than the gate's slice."""
+    pairs, _ = gate.validation_records(card, RewardHead(), replace(parity, seed=parity.seed + 1),
+                                       options.with_(n_records=verdict_quant.CALIBRATION_PAIRS), kind="pair")
+    points = pairs if reader.questions[0].pairwise else [p for r in pairs for p in VerdictJudge._points(r)]
+    return [[reader.prompt_ids(q, r) for r in points] for q in reader.questions]
+
+
+def _variants(options: ExportOptions) -> list[str]:
+    """The lossy variants of ``verdict_quant`` to make besides int4: ``options.openvino`` (None: every OpenVINO
+    variant), and dynamic int8 with ``options.int8``. An unknown name is refused before any work."""
+    names = list(verdict_quant.OPENVINO_VARIANTS if options.openvino is None else options.openvino)
+    for name in names:
+        if verdict_quant.VARIANTS.get(name).runtime != "openvino":
+            raise ValueError(f"--openvino {name}: not an OpenVINO variant (the OpenVINO variants: "
+                             f"{', '.join(verdict_quant.OPENVINO_VARIANTS)}; dynamic int8 is --int8)")
+    return names + (["int8"] if options.int8 else [])
 
 
 def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions) -> ExportResult:
     """``options.int4``: the weight-only int4 copy beside fp32 (None, by default: a verdict judge offers it whatever
-    is asked); the options a verdict judge cannot honour (``CANNOT``) are refused."""
+    is asked); ``options.int8``: onnxruntime's dynamic int8 too; ``options.openvino``: the IR variants to make where
+    this machine can; ``options.obvious``: pairs every lossy run must decide as fp32 does. The options a verdict
+    judge cannot honour (``CANNOT``) are refused. Each step is said on the open ``progress`` meter."""
     judge_dir, out = Path(judge_dir), Path(out_dir)
     options.refuse(CANNOT, f"{judge_dir}: a verdict judge")
     card = JudgeCard.load(judge_dir)
     if card.runtime.get("backend") == BACKEND:
         raise ValueError(f"{judge_dir} is an exported verdict judge already; export the judge it came from "
                          f"({card.runtime.get('onnx', {}).get('exported_from')})")
+    quantized = _variants(options)
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
     records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
+    progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
     ref_raw = reference.raw_outputs(records)  # read once, for every run
+    obvious_set = _obvious_records(reference, options.obvious)
     reader = reference.reader
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
+    calibration = _calibration_prompts(card, reader, parity, options) if "ov-int8" in quantized else None
+    settings = (quantize.int8_settings(options.isa, options.int8_config or quantize.INT8_CONFIG)
+                if options.int8 else None)
+    int4 = options.int4 is not False
     tmp = hidden_beside(out)
     try:
         tmp.mkdir(mode=0o700)
-        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions],
-                                        options.int4 is not False)
+        progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
+        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
+        keep = head_nodes(tmp / files[PRIMARY][0])
+        width = verdict_quant.group_size(reader.modules[0].decoder.config)
+
+        def inputs(question: int, variant) -> verdict_quant.QuantInputs:
+            return verdict_quant.QuantInputs(keep, width, verdict_quant.calibration_feeds(
+                calibration[question]) if calibration else (), settings)
+
+        made, made_info, not_made = verdict_quant.make_variants(quantized, tmp, files[PRIMARY], inputs, graph_file,
+                                                                progress.step)
+        files |= made
+        precisions |= {name: made_info[name]["precision"] for name in made}
+        exported["quantized"] = {**made_info, **{name: {"skipped": why} for name, why in not_made.items()}}
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "validation": {**validation, "batch_size": parity.batch_size}, "export": exported,
-                  "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, records, parity, options)}
+                  "validation": {**validation, "batch_size": parity.batch_size,
+                                 **({"obvious": {"source": options.obvious, "n": len(obvious_set[0])}}
+                                    if obvious_set else {})},
+                  "export": exported, "primary": PRIMARY,
+                  "variants": _gate(reference, ref_raw, tmp, files, precisions, records, parity, options,
+                                    obvious_set)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
             raise gate.ParityError(gate.parity_message(report), report)
+        progress.step("writing the judge")
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
-        shared = share_weights(tmp, [graph for graphs in files.values() for graph in graphs])
+        shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         reader.tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {
@@ -186,7 +314,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
             "gated": gate.gated(report), "served": gate.served(report),
             "batch_tolerance": gate.batch_tolerances(report),
             "parity": {"report": REPORT_NAME, "source": validation["source"], "n": validation["n"],
-                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary")}
+                       **{name: {k: v[k] for k in ("max_abs_diff", "agreement", "metric_delta", "on_boundary",
+                                                   "log_odds_diff")}
                           for name, v in report["variants"].items()}},
             "exported_from": str(judge_dir.resolve())}}
         signature.finish(tmp, out, card, signature.verdict(card, reader, tmp))

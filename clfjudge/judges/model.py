@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import progress
 from ..batching import Budget
 from ..card import JudgeCard
 from ..data.records import PairRecord, PointRecord
@@ -137,6 +138,7 @@ class ModelJudge(Judge):
             logits = np.asarray(self.backend(batch), dtype=np.float64).reshape(len(chunk), -1)
             for i, row in zip(chunk, logits):
                 rows[i] = row
+            progress.advance(len(chunk), sum(len(seqs[i]["input_ids"]) for i in chunk))
         starts = np.cumsum([0] + [len(e) for e in encoded])
         return self.head.adjust(np.stack([np.concatenate(rows[a:b]) for a, b in zip(starts[:-1], starts[1:])]),
                                 records)

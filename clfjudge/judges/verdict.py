@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..batching import Budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.conversation import FLATTENING, note_flattened
@@ -381,6 +382,7 @@ class VerdictReader:
         for chunk in self.budget.batches([len(h) for h in heads]):
             ids, mask = self._padded([heads[g] for g in chunk])
             layers = module.prefix(ids, mask)
+            progress.advance(0, sum(len(heads[g]) for g in chunk))
             for row, g in enumerate(chunk):
                 caches[g] = [(k[row:row + 1, :, :len(heads[g])], v[row:row + 1, :, :len(heads[g])])
                              for k, v in layers]
@@ -406,6 +408,7 @@ class VerdictReader:
             read = module(ids, mask) if prefixes is None else module.after([prefixes[i] for i in chunk], ids, mask)
             for i, value in zip(chunk, read.float().tolist()):
                 values[i] = value
+            progress.advance(len(chunk), sum(len(prompts[i]) for i in chunk))
         return values
 
 

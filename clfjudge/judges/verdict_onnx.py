@@ -3,8 +3,11 @@ graph (``verdict.verdict_module`` as ONNX: token ids + attention mask -> log-odd
 ``models.onnx_session`` (onnxruntime on the CPU or CUDA, OpenVINO in f32 or bf16), behind the verdict reader's own
 prompts, truncation, batches and memory (``verdict.VerdictReader``), so both paths read the same token ids.
 
-The card's ``runtime.onnx.files`` maps each variant (``fp32``; ``int4`` where the parity gate passed it) to one file
-per question, in the order of ``runtime.questions``.
+The card's ``runtime.onnx.files`` maps each variant (``fp32``; the lossy ones the parity gate passed: ``int4``,
+``int8``, and the OpenVINO IR files ``ov-int8-weights``, ``ov-int4-weights``, ``ov-int8`` of ``export.verdict_quant``)
+to one file per question, in the order of ``runtime.questions``. An IR file runs on OpenVINO alone: its provider is
+chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO run bf16 and the export
+gated that run, else f32), never from the machine that exported it.
 """
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..card import JudgeCard
-from ..models.onnx_session import check_gated, inference_session, provider_info, resolve_provider
+from ..models.onnx_session import AUTO, check_gated, gate_key, inference_session, provider_info, resolve_provider
 from ..untrusted import inside
 from .base import Judge, LoadOptions
 from .verdict import (
@@ -32,12 +36,60 @@ from .verdict import (
 
 BACKEND = "verdict-onnx"  # the exported card's runtime.backend (clfjudge/kinds.py)
 GRAPH_INPUTS, GRAPH_OUTPUT = ("input_ids", "attention_mask"), "log_odds"
-VARIANT_SUFFIX = {"fp32": "", "int4": "_int4"}
+VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "ov-int8-weights": "_ov_int8w.xml",
+                  "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml"}
+IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
 
 
 def graph_file(variant: str, index: int) -> str:
     """The file of question ``index``'s graph in ``variant``."""
-    return f"verdict-{index}{VARIANT_SUFFIX[variant]}.onnx"
+    return f"verdict-{index}{VARIANT_SUFFIX[variant]}"
+
+
+def is_ir(files: Sequence[str]) -> bool:
+    """Whether a variant's files are OpenVINO IR (an .xml graph, its weights in the .bin of the same name)."""
+    return bool(files) and all(str(f).endswith(".xml") for f in files)
+
+
+def ir_provider(variant: str, bf16_gated: bool) -> tuple[str, str]:
+    """The provider an IR ``variant`` runs with on this machine (its probe, not the exporter's): "openvino-bf16"
+    where OpenVINO runs bf16 here and ``bf16_gated`` (the export gated the variant so), else "openvino" (f32
+    activations: nearer fp32 than a gated bf16 run)."""
+    from .. import machine
+
+    probe = machine.probe()
+    if not (runs := probe.openvino()):
+        raise ValueError(f"variant {variant!r} is an OpenVINO IR and OpenVINO does not run here: {runs.why}")
+    bf16 = probe.openvino_bf16()
+    if bf16 and bf16_gated:
+        return "openvino-bf16", f"an OpenVINO IR variant, bf16 activations: {bf16.why}"
+    why = bf16.why if not bf16 else "the export did not gate it in bf16"
+    return "openvino", f"an OpenVINO IR variant, f32 activations ({why})"
+
+
+def _ir_provider(onnx_runtime: dict[str, Any], variant: str) -> tuple[str, str]:
+    return ir_provider(variant, gate_key(variant, "openvino-bf16") in onnx_runtime.get("gated", ()))
+
+
+def choose_run(onnx_runtime: dict[str, Any], provider: str, variant: str | None) -> tuple[str, str, str]:
+    """(variant, provider, why) of an exported verdict judge on this machine: ``resolve_provider``'s choice, except
+    that an IR variant (named, or served by the export where OpenVINO runs here) runs on the OpenVINO provider this
+    machine's probe picks."""
+    from .. import machine
+
+    files = onnx_runtime.get("files") or {}
+    served = (onnx_runtime.get("served") or {}).get("file")
+    if (provider == AUTO and variant is None and served in files and is_ir(files[served])
+            and machine.probe().openvino()):  # else the primary file, on onnxruntime
+        return (served, *_ir_provider(onnx_runtime, served))
+    chosen, provider, why = resolve_provider(provider, variant, onnx_runtime)
+    chosen = chosen or onnx_runtime["primary"]
+    if is_ir(files.get(chosen, ())) and provider not in IR_PROVIDERS:
+        if why == "asked for":
+            raise ValueError(f"variant {chosen!r} is an OpenVINO IR, which provider {provider!r} (onnxruntime) does "
+                             f"not read; use provider 'auto' or one of {', '.join(IR_PROVIDERS)}")
+        return (chosen, *_ir_provider(onnx_runtime, chosen))
+    return chosen, provider, why
 
 
 def load_tokenizer(directory: Path):
@@ -90,6 +142,7 @@ class OnnxVerdictReader(VerdictReader):
                 mask[row, :len(prompts[i])] = 1
             for i, value in zip(chunk, module(ids, mask).tolist()):
                 values[i] = float(value)
+            progress.advance(len(chunk), sum(len(prompts[i]) for i in chunk))
         return values
 
 
@@ -116,8 +169,7 @@ def _load_verdict_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -
     if "files" not in runtime:
         raise ValueError(f"{directory}: a verdict judge that was not exported has no ONNX graphs; run clfjudge "
                          "export first, or load it with backend='verdict'")
-    variant, provider, why = resolve_provider(options.provider, options.variant, runtime)
-    variant = variant or runtime["primary"]
+    variant, provider, why = choose_run(runtime, options.provider, options.variant)
     check_gated(directory, runtime, variant, provider)
     reader = open_onnx_reader(directory, card, variant, provider, options.threads, **reader_options(options))
     judge = VerdictJudge(card, reader, options.budget)

@@ -79,12 +79,14 @@ def runnable_providers(names: Sequence[str]) -> tuple[list[str], dict[str, str]]
 
 
 def inference_session(path: str | Path, provider: str = "cpu", threads: int | None = None) -> Any:
-    """A session of ``provider`` on the ONNX file ``path``; ``threads``: its intra-op threads (None: its default).
+    """A session of ``provider`` on the ONNX file ``path`` (or an OpenVINO IR .xml, for the OpenVINO providers);
+    ``threads``: its intra-op threads (None: its default).
     A file whose external data would be read from outside its directory is refused first, whatever the runtime."""
     from ..untrusted import check_onnx_external_data
 
     try:
-        check_onnx_external_data(path)
+        if Path(path).suffix != ".xml":  # an OpenVINO IR reads the .bin of its own name beside it, nothing else
+            check_onnx_external_data(path)
         entry = provider_info(provider)
         if not (runs := entry.available()):
             raise ValueError(f"provider {provider!r} does not run on this machine: {runs.why}")

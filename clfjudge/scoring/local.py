@@ -258,28 +258,30 @@ class _Run:
         self.tally.escalated += escalated
         return results, errors
 
-    def numbered(self, bar) -> Iterator[tuple[int, str | RecordError]]:
+    def numbered(self) -> Iterator[tuple[int, str | RecordError]]:
         """The input's lines from the checkpoint on; what has been read is added to the offset and hash."""
         for line, text, raw in self.src.lines(self.offset, self.progress.line):
             self.line = line
             self.offset += len(raw)
             self.input_hash.update(raw)
-            bar.update(len(raw))
             if self.keep is None or line in self.keep:
                 self.tally.read += 1
                 yield line, text
 
     def score(self) -> None:
-        from tqdm import tqdm
+        from ..progress import meter
 
         try:
             self.checkpoint(self.line)
-            with tqdm(total=self.src.total(), initial=self.offset, unit="B", unit_scale=True, desc="scoring",
-                      file=sys.stderr) as bar:
-                for chunk in chunk_lines(self.numbered(bar), str(self.src), self.task, self.job.chunk_size,
+            # the judge's readers count answers (and tokens) as they read them; the lines, per chunk
+            with meter("scoring") as shown:
+                total = self.src.total()
+                for chunk in chunk_lines(self.numbered(), str(self.src), self.task, self.job.chunk_size,
                                          self.job.options):
                     self.flush(chunk)
                     self.checkpoint(chunk.last)
+                    share = f" ({self.offset / total:.0%} of the input)" if total else ""
+                    shown.note(f"line {chunk.last:,}{share} done")
                 self.checkpoint(self.line)
         except BaseException:  # the judge, the disk, Ctrl-C: the files end at the last checkpoint, which says so
             self.sink.rollback()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..data.records import PairRecord, Verdict
+from ..progress import meter
 from ..registry import Registry
 from .labels import TEACHER_REWARDS, load_pool, pair_key
 
@@ -145,15 +146,15 @@ def teacher_targets(teacher, records: Sequence[PairRecord], cache: Path, chunk: 
     who = teacher.describe()
     done = {row["key"]: row["p_a"] for row in read_rows(cache, repair=True) if row.get("teacher") == who}
     todo = list({pair_key(r): r for r in records if pair_key(r) not in done}.values())
-    start = time.monotonic()
-    for i in range(0, len(todo), chunk):
-        part = todo[i:i + chunk]
-        rows = [{"key": pair_key(r), "teacher": who, "p_a": p} for r, p in zip(part, teacher.label(part))]
-        append_rows(cache, rows)
-        done |= {row["key"]: row["p_a"] for row in rows}
-        if progress:
-            took = time.monotonic() - start
-            print(f"teacher: {min(i + chunk, len(todo))}/{len(todo)} pairs labelled ({took:.0f} s)", flush=True)
+    # the teacher's readers count answers (and tokens) as they read them; the pairs, per chunk
+    with meter("teacher", enabled=progress and bool(todo)) as shown:
+        for i in range(0, len(todo), chunk):
+            part = todo[i:i + chunk]
+            rows = [{"key": pair_key(r), "teacher": who, "p_a": p} for r, p in zip(part, teacher.label(part))]
+            append_rows(cache, rows)
+            done |= {row["key"]: row["p_a"] for row in rows}
+            if shown is not None:
+                shown.note(f"{min(i + chunk, len(todo))}/{len(todo)} pairs labelled")
     return done
 
 
