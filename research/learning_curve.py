@@ -17,7 +17,12 @@ Students (each is an embedding judge, so ``clfjudge distill --recipe`` trains th
 
 - ``a``: the default's kind, SmolLM2 layer 8 + information length, logistic (the main recipe) on the soft targets;
 - ``b``: more capacity, still frozen: ``a`` plus SmolLM2's own verdict ("is this answer correct?" log-odds, the whole
-  135M read) as a feature (the stacked judge) — the teacher's kind of reading at a tenth of its parameters.
+  135M read) as a feature (the stacked judge) — the teacher's kind of reading at a tenth of its parameters;
+- ``c``: SmolLM2 fine-tuned (a LoRA, merged) so that its own verdict log-odds match the teacher's
+  (``train/cpu/student-verdict-lora-smollm2.yaml``, what ``clfjudge distill`` trains with that recipe): a verdict
+  judge of its own. Hours of CPU a point, so it runs at ``--c-sizes`` only (default 500 labels); each trained judge is
+  kept in the cache (``student-c-N/``) and its readings beside it, so a rerun only scores, and ``speed`` times it.
+  ``c@0`` is the same question asked of SmolLM2 before any fitting (the zero-shot verdict).
 
 ``fit`` writes ``research/results/learning_curve_DATE.{md,json}``; ``speed`` measures answers/s of the default, each
 student and the teacher on the same held-out answers (run it on an idle machine, threads pinned):
@@ -62,6 +67,7 @@ STUDENTS = {
     "a": ("default's kind: SmolLM2 L8 + information length, logistic", {}),
     "b": ("a + SmolLM2's own verdict (stacked)", {"features": ["diff", "info_length_diff", "verdict_diff"],
                                                   "verdict": STUDENT_VERDICT}),
+    "c": ("SmolLM2 fine-tuned (LoRA, merged) so its own verdict matches the teacher's", None),
 }
 
 
@@ -151,6 +157,76 @@ class CachedVerdicts:
                         f.write(json.dumps({"key": k, "log_odds": self.known[k]}) + "\n")
                 print(f"  smollm2 verdicts: {min(i + 64, len(items))}/{len(items)}", flush=True)
         return np.array([self.known[k] for k in keys])
+
+
+class VerdictStudentC:
+    """Student c at n labels: trained once into ``CACHE/student-c-N`` (the judge directory), its P(A) of every pair
+    it was asked about kept in ``readings.jsonl`` beside it (keyed by pair)."""
+
+    RECIPE = ROOT / "train/cpu/student-verdict-lora-smollm2.yaml"
+
+    def __init__(self, n: int, teacher_card: dict, fitted_on: str, epochs: float | None = None) -> None:
+        self.n, self.teacher_card, self.epochs = n, teacher_card, epochs
+        # the pairs it is fitted on name it: a grown label file shuffles other pairs into the first n
+        self.dir = CACHE / (f"student-c-{n}-{fitted_on}" if n else "student-c-0")
+        self.readings = self.dir / "readings.jsonl"
+        self.known: dict[str, float] = {}
+        if self.readings.exists():
+            self.known = {row["key"]: row["p_a"] for row in map(json.loads, self.readings.open())}
+        self._judge = None
+
+    def fit(self, pairs) -> VerdictStudentC:
+        from clfjudge.training.config import TrainConfig
+        from clfjudge.training.verdict_student import VerdictStudent
+
+        if (self.dir / "judge_card.json").exists() or self.n == 0:
+            return self
+        cfg = TrainConfig.from_yaml(self.RECIPE)
+        if self.epochs is not None:
+            cfg = replace(cfg, epochs=self.epochs)
+        student = VerdictStudent(cfg, self.teacher_card).fit(pairs[: self.n])
+        student.save(self.dir, {"labels": self.n, "recipe": shown(self.RECIPE)})
+        print(f"  student c@{self.n}: trained in {student.trained['wall_time_s']} s", flush=True)
+        return self
+
+    def judge(self):
+        from clfjudge.judges.base import Judge
+        from clfjudge.judges.verdict import questions_from, verdict_card
+
+        if self._judge is None:
+            if self.n == 0:  # the zero-shot verdict of the same question and token budgets
+                read = self.teacher_card.get("truncation") or {}
+                card = verdict_card("smollm2", questions_from(["correct"], "--question"), precision="auto",
+                                    **{k: int(v) for k, v in read.items() if k.endswith("_tokens")})
+                self.dir.mkdir(parents=True, exist_ok=True)
+                card.save(self.dir)
+            self._judge = Judge.load(self.dir)
+        return self._judge
+
+    def p_a(self, pairs) -> np.ndarray:
+        from clfjudge.training.labels import pair_key as key
+
+        todo = [r for r in pairs if key(r) not in self.known]
+        if todo:
+            judge = self.judge()
+            with self.readings.open("a") as f:
+                for i in range(0, len(todo), 32):
+                    part = todo[i:i + 32]
+                    for r, p in zip(part, verdict_p_a(judge, part)):
+                        self.known[key(r)] = float(p)
+                        f.write(json.dumps({"key": key(r), "p_a": float(p)}) + "\n")
+                    f.flush()
+                    print(f"  student c@{self.n} read {min(i + 32, len(todo))}/{len(todo)} pairs", flush=True)
+        return np.array([self.known[key(r)] for r in pairs])
+
+
+def verdict_p_a(judge, pairs) -> np.ndarray:
+    """A verdict judge's sigmoid(r_A - r_B) of each pair: its decision, with no tie model in the way."""
+    from scipy.special import expit
+
+    done = judge.compare_batch([{"question": r.question, "answer_a": r.answer_a, "answer_b": r.answer_b}
+                                for r in pairs])
+    return expit(np.array([c.margin for c in done]))
 
 
 def config(overrides: dict):
@@ -267,6 +343,27 @@ def escalation(student_p: dict[str, np.ndarray], teacher_p: dict[str, np.ndarray
     return out
 
 
+class Frozen:
+    """Students a and b: an embedding judge (``model``) fitted on the soft targets."""
+
+    def __init__(self, overrides: dict) -> None:
+        self.model = model(overrides)
+
+    def fit(self, pairs) -> Frozen:
+        self.model.fit(pairs)
+        return self
+
+    def p_a(self, pairs) -> np.ndarray:
+        return p_a(self.model, pairs)
+
+
+def make_student(name: str, n: int, pool: list[PairRecord], labels: LabelSet, args: argparse.Namespace):
+    if name != "c":
+        return Frozen(STUDENTS[name][1])
+    fitted_on = hashlib.blake2b("\n".join(pair_key(r) for r in pool[:n]).encode(), digest_size=4).hexdigest()
+    return VerdictStudentC(n, labels.provenance["teacher"]["card"], fitted_on, args.c_epochs)
+
+
 # -- commands -----------------------------------------------------------------------------------------------------
 
 def fit(args: argparse.Namespace) -> None:
@@ -301,17 +398,18 @@ def fit(args: argparse.Namespace) -> None:
         random.Random(0).shuffle(pool)  # nested samples: each size holds the smaller ones
         sizes = [n for n in SIZES if n < len(pool)] + ([len(pool)] if pool else [])
         for student in args.students:
-            overrides = STUDENTS[student][1]
-            for n in sizes:
+            if student == "c" and sel != "random":
+                continue  # hours a point: the random labels only
+            for n in (args.c_sizes if student == "c" else sizes):
                 t0 = time.monotonic()
-                m = model(overrides).fit(pool[:n])
-                sp = {g: p_a(m, v[0]) for g, v in sets.items()}
+                m = make_student(student, n, pool, labels, args).fit(pool[:n])
+                sp = {g: m.p_a(v[0]) for g, v in sets.items()}
                 row = summary(f"{student}@{n}", scores(sp, sets), sets, default, teacher)
                 row |= {"student": student, "selection": sel, "labels": n, "fit_s": round(time.monotonic() - t0, 1),
-                        "agreement": agreement(p_a(m, held), np.array([r.meta[SOFT_TARGET] for r in held]))}
+                        "agreement": agreement(m.p_a(held), np.array([r.meta[SOFT_TARGET] for r in held]))}
                 for key in ("obvious", "dev_mean"):
                     row[f"{key}_gain_kept"] = gain_kept(row, rows["default"], rows["teacher"], key)
-                if n == sizes[-1] and sets:
+                if n == (max(args.c_sizes) if student == "c" else sizes[-1]) and sets:
                     row["escalation"] = escalation(sp, teacher_p, sets, rows)
                 curves.append(row)
                 print(f"{student} {sel} n={n}: agreement {row['agreement']['estimate']:.1f}, obvious "
@@ -405,6 +503,14 @@ def speed(args: argparse.Namespace) -> None:
         took = time.monotonic() - t0
         rows[name] = {"answers": len(answers), "seconds": round(took, 1), "answers_per_s": len(answers) / took}
         print(name, rows[name], flush=True)
+    trained_c = sorted(CACHE.glob("student-c-[1-9]*/judge_card.json"), key=lambda p: p.stat().st_mtime)
+    if trained_c:
+        judge = Judge.load(trained_c[-1].parent)
+        t0 = time.monotonic()
+        verdict_p_a(judge, held)
+        took = time.monotonic() - t0
+        rows["student c"] = {"answers": len(answers), "seconds": round(took, 1), "answers_per_s": len(answers) / took}
+        print("student c", rows["student c"], flush=True)
     teacher_dir = args.teacher
     if teacher_dir:
         judge = Judge.load(teacher_dir)
@@ -430,6 +536,9 @@ def main() -> None:
     f.add_argument("--labels", type=Path, default=ROOT / "train/labels/verdict-qwen1.5b")
     f.add_argument("--evals", type=Path, default=RESULTS / "teacher_evals_qwen1.5b")
     f.add_argument("--students", nargs="+", default=list(STUDENTS), choices=list(STUDENTS))
+    f.add_argument("--c-sizes", type=int, nargs="+", default=[0, 500], help="label counts student c is fitted at "
+                   "(0: the zero-shot verdict)")
+    f.add_argument("--c-epochs", type=float, default=None, help="student c's epochs (default: its recipe's)")
     s = sub.add_parser("speed")
     s.add_argument("--labels", type=Path, default=ROOT / "train/labels/verdict-qwen1.5b")
     s.add_argument("--pairs", type=int, default=100)
