@@ -78,7 +78,8 @@ def test_the_audit_on_ray_writes_the_local_audit(ray_cluster, judges, data, tmp_
     for name in metrics["judges"]:  # each judge directory's sets went to the actors, not the baselines
         if not name.startswith("baseline:"):
             assert f"audit: {name}: {n_sets} call(s) on 2 actor(s) on Ray" in err
-    assert "baseline" not in err
+    # the baselines are predicted here (the progress meter names them), never on the actors
+    assert not any("baseline" in line and "Ray" in line for line in err.splitlines())
     for file in ("metrics.json", "report.md"):
         assert (tmp_path / "ray" / file).read_bytes() == (tmp_path / "local" / file).read_bytes(), file
     rows = metrics["suites"]["cross-scheme"]["rows"]

@@ -64,6 +64,9 @@ def _print_variants(report: dict[str, Any], stream) -> None:
     refused = (report.get("refused") or {}).get("variants", {})
     for name, v in {**report["variants"], **refused}.items():
         status = "refused, left out" if name in refused else "ok" if v["passed"] else "FAILED"
+        if "max_abs_diff" not in v:  # never measured: the runtime could not run the file
+            print(f"  {name:32s} {v['precision']:5s} {'; '.join(v.get('failures') or [])}  {status}", file=stream)
+            continue
         cosine = f"cosine {v['min_cosine']:.4f}  " if "min_cosine" in v else ""  # embedding judges' vectors
         print(f"  {name:32s} {v['precision']:5s} max|diff| {v['max_abs_diff']:.3g}  {cosine}agreement "
               f"{v['agreement']:.2%}  {v['metric']} {v['metric_onnx']:.4f} (torch {v['metric_reference']:.4f}, "
