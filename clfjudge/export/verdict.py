@@ -174,8 +174,7 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
         lossy = run.precision != "fp32"
         try:
             onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
-                                            reader.questions, variant=run.file, provider=run.provider,
-                                            batch_size=parity.batch_size,
+                                            reader.questions, run.options(parity.batch_size),
                                             max_question_tokens=reader.budgets["question"],
                                             max_answer_tokens=reader.budgets["answer"])
         except ValueError as exc:  # a lossy file its runtime cannot compile is refused, not the export
