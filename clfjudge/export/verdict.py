@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
+from ..batching import Budget
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
 from ..judges.verdict_onnx import (
@@ -263,7 +264,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
     records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
-    reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
+    reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, budget=Budget(parity.batch_size)),
+                             parity.batch_size)
     progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
     ref_raw = reference.raw_outputs(records)  # read once, for every run
     obvious_set = _obvious_records(reference, options.obvious)

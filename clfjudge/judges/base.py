@@ -384,26 +384,26 @@ def load_ready(directory: str | Path, options: LoadOptions | None = None, **keyw
 
 
 Loader = Callable[[Path, JudgeCard, LoadOptions], "Judge"]
-PROCESSORS = {"cpu": "the CPU", "cuda": "CUDA"}  # where PyTorch runs a judge, as a refusal names it
+PROCESSORS = {"cpu": "the CPU", "cuda": "CUDA"}  # where a judge runs in this process, as a refusal names it
 
 
-def loads(*, torch: Collection[str] = (), readings: bool = False) -> Callable[[Loader], Loader]:
+def loads(*, providers: Collection[str] | None = ("cpu",), readings: bool = False) -> Callable[[Loader], Loader]:
     """The prologue every built-in loader ``(directory, card, options)`` shares, declared where it is defined: the
-    load options a judge cannot honour are refused before anything loads, and the ones it honours the same way
-    everywhere are applied here. ``torch``: the providers of a judge that runs in PyTorch in this process ("cpu",
-    "cuda"; empty: an ONNX judge, which resolves its provider and variant from its card and hands ``threads`` to
-    each session): a ``variant`` (an ONNX file) is refused, so is a provider outside ``torch`` or CUDA where torch
-    sees none, and ``threads`` set (PyTorch's are process-wide). ``readings``: the judge's reader keeps readings in
-    memory, bounded by ``memory_items`` once it is loaded (``Judge.keep_readings``); without it ``memory_items`` is
-    refused, not ignored."""
+    load options a judge cannot honour are refused before anything loads, and the ones every judge honours alike are
+    applied here. ``providers``: where a judge that runs in this process (PyTorch) runs ("cpu", "cuda"): a ``variant``
+    (an ONNX file) is refused, so is a provider outside ``providers`` or CUDA where torch sees none, and ``threads``
+    set (PyTorch's are process-wide); None: an ONNX judge, which resolves its provider and variant from its card and
+    hands ``threads`` to each session. ``readings``: the judge's reader keeps readings in memory, bounded by
+    ``memory_items`` once it is loaded (``Judge.keep_readings``); without it ``memory_items`` is refused, not
+    ignored."""
 
     def wrap(load: Loader) -> Loader:
         @functools.wraps(load)
         def opened(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
             if not readings:
                 options.refuse_memory(f"a {card.head} judge")
-            if torch:
-                in_torch(card, options, torch)
+            if providers is not None:
+                in_process(card, options, providers)
             judge = load(directory, card, options)
             if readings and options.memory_items is not None:
                 judge.keep_readings(options.memory_items)
@@ -414,14 +414,14 @@ def loads(*, torch: Collection[str] = (), readings: bool = False) -> Callable[[L
     return wrap
 
 
-def in_torch(card: JudgeCard, options: LoadOptions, providers: Collection[str]) -> None:
-    """``loads(torch=providers)``: what a judge run by PyTorch in this process refuses of ``options`` and sets."""
+def in_process(card: JudgeCard, options: LoadOptions, providers: Collection[str]) -> None:
+    """``loads(providers=...)``: what a judge run in this process refuses of ``options``, and its threads set."""
     if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this {card.head} judge runs in "
-                         "PyTorch (an exported judge directory holds its ONNX files)")
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this {card.head} judge runs in this "
+                         "process (an exported judge directory holds the ONNX files)")
     if options.provider not in providers:
         where = " or on ".join(PROCESSORS[p] for p in providers)
-        raise ValueError(f"provider {options.provider!r}: a {card.head} judge in PyTorch runs on {where} (the other "
+        raise ValueError(f"provider {options.provider!r}: a {card.head} judge runs on {where} here (the other "
                          "providers run the ONNX files clfjudge export writes)")
     if options.provider == "cuda":
         from ..machine import probe

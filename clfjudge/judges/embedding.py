@@ -819,7 +819,7 @@ class SklearnJudge(Judge):
         return raw.reshape(-1)
 
 
-@loads(torch=("cpu", "cuda"), readings=True)
+@loads(providers=("cpu", "cuda"), readings=True)
 def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .embedding import EmbeddingModel, embedder_for_card
 
@@ -828,7 +828,7 @@ def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Jud
     return SklearnJudge(card, model, options.budget)
 
 
-@loads(readings=True)
+@loads(providers=None, readings=True)
 def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     """An exported embedding judge: the decoder reader in onnxruntime, the head in NumPy."""
     from ..embedders.onnx_reader import OnnxDecoderReader

@@ -208,7 +208,7 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
     return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
 
 
-@loads(torch=("cpu",))
+@loads()
 def _load_generate(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .generative import GenerativeReader
 

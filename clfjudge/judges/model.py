@@ -201,7 +201,7 @@ def pickle_refusal(directory: Path, exc: Exception) -> str:
             "to model.safetensors")
 
 
-@loads(torch=("cpu", "cuda"))
+@loads(providers=("cpu", "cuda"))
 def _load_torch(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     if not any((directory / name).exists() for name in TORCH_WEIGHTS):
         raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
@@ -210,7 +210,7 @@ def _load_torch(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge
     return ModelJudge(card, load_tokenizer(directory), backend, options.budget)
 
 
-@loads()
+@loads(providers=None)
 def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     variant, provider, why = resolve_provider(options, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)

@@ -535,7 +535,7 @@ def reader_budget(budget: Budget) -> Budget:
     return budget if budget.max_batch_tokens is not None else replace(budget, max_batch_tokens=DEFAULT_VERDICT_TOKENS)
 
 
-@loads(torch=("cpu", "cuda"), readings=True)
+@loads(providers=("cpu", "cuda"), readings=True)
 def _load_verdict(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     reader = open_reader(card, directory, device=options.provider, budget=options.budget)
     judge = VerdictJudge(card, reader, options.budget)

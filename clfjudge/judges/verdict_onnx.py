@@ -165,7 +165,7 @@ def open_onnx_reader(directory: Path, card: JudgeCard, run: LoadOptions) -> Onnx
                                                                        DEFAULT_MAX_ANSWER_TOKENS)))
 
 
-@loads(readings=True)
+@loads(providers=None, readings=True)
 def _load_verdict_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     runtime = card.runtime.get("onnx") or {}
     if "files" not in runtime:
