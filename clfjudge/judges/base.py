@@ -189,7 +189,7 @@ class Judge:
 
     def keep_readings(self, items: int) -> None:
         """Keep at most ``items`` readings in memory (``LoadOptions.memory_items``; ``loads(readings=True)`` calls
-        it on the judge it loaded). A judge whose reader keeps readings says where they are kept."""
+        it on the judge it loaded). A judge whose reader keeps readings overrides it to bound that reader's memory."""
         raise NotImplementedError(f"this {self.card.head} judge keeps no readings")
 
     # -- loading ------------------------------------------------------------------------------------------
