@@ -113,11 +113,12 @@ def _judge(path: str, judge_dir: Path, onnx_dir: Path, threads: int):
     import torch
 
     torch.set_num_threads(threads)
+    from clfjudge.batching import Budget
     from clfjudge.card import JudgeCard
     from clfjudge.judges.embedding import EmbeddingModel, embedder_for_card
 
     card = JudgeCard.load(judge_dir)
-    embedder = embedder_for_card(card, batch_size=8, precision=path.split()[1])
+    embedder = embedder_for_card(card, budget=Budget(8), precision=path.split()[1])
     return EmbeddingModel.load(judge_dir, embedder=embedder)
 
 

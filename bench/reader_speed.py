@@ -96,12 +96,13 @@ def run_path(path: str, reader: str, layer: int, n: int, repeats: int, threads: 
     if path in ONNX:
         from clfjudge.embedders.decoder import DEFAULT_MAX_ANSWER_TOKENS, DEFAULT_MAX_PROMPT_TOKENS
         from clfjudge.embedders.onnx_reader import OnnxDecoderReader
+        from clfjudge.options import LoadOptions
 
         file, provider = ONNX[path]
         entry = json.loads((Path(onnx_dir) / "reader.json").read_text())
         config = {"layer": layer, "max_prompt_tokens": DEFAULT_MAX_PROMPT_TOKENS,
                   "max_answer_tokens": DEFAULT_MAX_ANSWER_TOKENS}
-        e = OnnxDecoderReader(onnx_dir, entry, config, variant=file, provider=provider, threads=threads,
+        e = OnnxDecoderReader(onnx_dir, entry, config, LoadOptions(provider=provider, variant=file, threads=threads),
                               cache_dir="")
     else:
         precision = "bf16" if path == "pytorch bf16" else "fp32"

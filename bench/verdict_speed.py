@@ -180,10 +180,12 @@ def open_path(path: str, model: str, question: str, onnx_dir: str, threads: int)
     if path in EXPORTED:
         from clfjudge.card import JudgeCard
         from clfjudge.judges.verdict_onnx import ir_provider, open_onnx_reader
+        from clfjudge.options import LoadOptions
 
         variant, provider = EXPORTED[path]
         provider = provider or ir_provider(variant, bf16_gated=True)[0]
-        return open_onnx_reader(Path(onnx_dir), JudgeCard.load(onnx_dir), variant, provider, threads)
+        return open_onnx_reader(Path(onnx_dir), JudgeCard.load(onnx_dir),
+                                LoadOptions(provider=provider, variant=variant, threads=threads))
     from clfjudge.judges.verdict import open_reader
 
     return open_reader(card(model, question, "bf16" if path == "pytorch bf16" else "fp32"))

@@ -99,16 +99,22 @@ def backends() -> list[str]:
                   | {alias for _, kind in KINDS.items() for alias in kind.aliases})
 
 
+class UnknownBackend(KeyError):
+    """A backend name that no kind has: an option wrong in itself, whatever the judge directory."""
+
+
 def check_backend(name: str) -> None:
-    """Refuse a backend name that no kind has (``KeyError`` naming the known ones)."""
+    """Refuse a backend name that no kind has (``UnknownBackend`` naming the known ones)."""
     if name not in backends():
-        raise KeyError(f"unknown judge backend {name!r}; known: {', '.join(backends())}")
+        raise UnknownBackend(f"unknown judge backend {name!r}; known: {', '.join(backends())}")
 
 
 def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str, Callable[..., Any]]:
     """The backend and loader that open a judge directory: those of its card's kind (``head``) and of ``backend``,
     or for "auto" the backend the card names (``runtime.backend``), else the one the kind's ``detect`` finds in the
     directory, else the kind's first."""
+    if backend != "auto":
+        check_backend(backend)  # a name no kind has: refused as unknown, the one check of it on a load
     where = str(Path(directory) / "judge_card.json")
     name = kind_of(card.head, where)
     kind = KINDS.get(name)
@@ -119,8 +125,6 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
         asked = resolve(kind.detect)(directory, card) if kind.detect else next(iter(kind.loaders))
     chosen = kind.aliases.get(asked, asked)
     if (name, chosen) not in LOADERS:
-        if backend != "auto":
-            check_backend(backend)  # a name no kind has: refused as unknown
         whence = f"{where} field 'runtime.backend'" if backend == "auto" else f"{directory}: backend"
         raise ValueError(f"{whence} {asked!r} is not a backend of the {name} kind (head {card.head!r}): it loads "
                          f"with {', '.join(kind.loaders) or 'none'}")

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 from bench.common import machine  # noqa: E402,F401  (the studies record it)
 from bench.common import write as bench_write  # noqa: E402
+from clfjudge.batching import Budget
 from clfjudge.data import sources  # noqa: E402
 from clfjudge.data.records import PairRecord, PointRecord, Verdict  # noqa: E402
 from clfjudge.embedders import make_embedder  # noqa: E402
@@ -71,7 +72,7 @@ class Embedders:
         """``spec``: an encoder, or "DECODER@LAYER" for a decoder's layer other than the middle one."""
         if spec not in self.by_encoder:
             encoder, _, layer = spec.partition("@")
-            embedder = make_embedder(encoder, batch_size=16, show_progress=True,
+            embedder = make_embedder(encoder, budget=Budget(16), show_progress=True,
                                      **({"layer": int(layer)} if layer else {}))
             if self.path(embedder).exists():
                 embedder.load_cache(self.path(embedder))

@@ -67,11 +67,12 @@ def cached(cache: Path, model: str, question: str) -> dict[str, float]:
 def cmd_read(args: argparse.Namespace) -> int:
     """Every answer of the named stages' sets that some question has not read yet, all questions in one pass over
     the prompts, appended in chunks."""
+    from clfjudge.batching import Budget
     from clfjudge.data.records import PointRecord
     from clfjudge.judges.verdict import open_reader, questions_from, verdict_card
 
     card = verdict_card(args.model, questions_from(args.questions, "--questions"), precision=args.precision)
-    reader = open_reader(card, batch_size=8)
+    reader = open_reader(card, budget=Budget(8))
     print(f"[verdict] {args.model} in {reader.precision} ({reader.precision_why})", flush=True)
     paths = [cache_file(args.cache, args.model, q.name) for q in reader.questions]
     paths[0].parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from clfjudge.batching import Budget
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, Verdict
 from clfjudge.embedders import make_embedder
@@ -77,7 +78,7 @@ def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir, tmp_pa
 @pytest.mark.parametrize("fixture", ["llama_dir", "chat_llama_dir"])
 def test_answers_are_read_after_their_question(request, fixture, tmp_path):
     path = str(request.getfixturevalue(fixture))
-    embedder = DecoderEmbedder(path, layer=2, batch_size=3)
+    embedder = DecoderEmbedder(path, layer=2, budget=Budget(3))
     questions = ["What is an apple?", "Where does the river go?", "What is an apple?", "Why?"]
     answers = ["A fruit.", "A fruit.", "A red fruit that grows on trees, often eaten raw or in pies.", ""]
     vectors = embedder.embed_answers(questions, answers)
@@ -85,7 +86,7 @@ def test_answers_are_read_after_their_question(request, fixture, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert not np.allclose(vectors[0], vectors[1])  # same answer, other question: another vector
     # length-sorted right-padded batches give what one-at-a-time gives
-    single = DecoderEmbedder(path, layer=2, batch_size=1).embed_answers(questions, answers)
+    single = DecoderEmbedder(path, layer=2, budget=Budget(1)).embed_answers(questions, answers)
     np.testing.assert_allclose(vectors, single, atol=1e-5)
     # the middle layer differs from the last one, and texts read alone differ from answers read after a question
     assert not np.allclose(DecoderEmbedder(path, layer=1).embed_answers(questions, answers), vectors)
@@ -129,7 +130,7 @@ def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
     loaded = EmbeddingModel.load(tmp_path / "judge")
     assert isinstance(loaded.embedder, DecoderEmbedder) and loaded.embedder.layer == 1
     np.testing.assert_allclose(loaded.predict_proba(test), proba, atol=1e-6)
-    assert embedder_for_card(card, batch_size=2).batch_size == 2
+    assert embedder_for_card(card, budget=Budget(2)).batch_size == 2
     with pytest.raises(ValueError, match="trained with embedder .*'layer': 1.*the given embedder is .*'layer': 2"):
         EmbeddingModel.load(tmp_path / "judge", embedder=DecoderEmbedder(str(llama_dir), layer=2))
 
@@ -162,7 +163,7 @@ def test_token_stats_measure_how_much_the_question_explains_the_answer(chat_llam
     from clfjudge.embedders.decoder import STAT_NAMES
 
     path = str(chat_llama_dir)
-    embedder = DecoderEmbedder(path, layer=1, stats=True, batch_size=2)
+    embedder = DecoderEmbedder(path, layer=1, stats=True, budget=Budget(2))
     questions = ["What is an apple?", "Where does the river go?", "What is an apple?"]
     answers = ["A fruit.", "To the sea, through many towns and fields.", "A red fruit that grows on trees."]
     stats = embedder.answer_stats(questions, answers)
@@ -266,8 +267,8 @@ def test_answers_sharing_a_prompt_reuse_its_cache_with_the_same_numbers(chat_lla
     path = str(chat_llama_dir)
     candidates = [f"Candidate {i}: " + "the apple is a fruit " * (i + 1) for i in range(8)]
     questions = ["What is an apple, in one or two sentences?"] * 8
-    shared = DecoderEmbedder(path, layer=1, stats=stats, batch_size=3)
-    whole = DecoderEmbedder(path, layer=1, stats=stats, batch_size=3)
+    shared = DecoderEmbedder(path, layer=1, stats=stats, budget=Budget(3))
+    whole = DecoderEmbedder(path, layer=1, stats=stats, budget=Budget(3))
     whole.shared_prefix_min = 10 ** 9  # never share
     np.testing.assert_allclose(shared.embed_answers(questions, candidates),
                                whole.embed_answers(questions, candidates), atol=1e-4)

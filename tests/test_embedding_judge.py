@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from clfjudge.batching import Budget
 from clfjudge.card import JudgeCard
 from clfjudge.data.records import Loc, PairRecord, PointRecord, Verdict
 from clfjudge.embedders.sentence import TextEmbedder
@@ -269,7 +270,7 @@ def test_use_length_switch(embedder):
     train, test = pairs(0), pairs(1)
     # one batch for all answers: equal token ids then give bit-identical vectors (across batches of other shapes
     # they differ by float noise, which the scaler would blow up into a signal for the blind judge)
-    one_batch = TextEmbedder("minilm", batch_size=128)
+    one_batch = TextEmbedder("minilm", budget=Budget(128))
     one_batch._model = embedder.model
     with_length = EmbeddingModel(embedder=one_batch, use_length=True, head_params={"C": 1.0}).fit(train)
     blind = EmbeddingModel(embedder=one_batch, use_length=False, head_params={"C": 1.0}).fit(train)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from test_decoder_embedder import TEMPLATE, _pairs
 
+from clfjudge.batching import Budget
 from clfjudge.card import JudgeCard
 from clfjudge.cli.export import _print_variants
 from clfjudge.export.gate import ParityError
@@ -19,6 +20,7 @@ from clfjudge.export.onnx import export_judge
 from clfjudge.export.parity import ParityConfig
 from clfjudge.judges.base import Judge
 from clfjudge.judges.embedding import EmbeddingModel
+from clfjudge.options import LoadOptions
 from clfjudge.testing import tiny_llama
 
 
@@ -192,8 +194,9 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
             "template": [before, after], "primary": "fp32"}
     config = {"layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384, "stats": stats,
               "stats_tokens": 5 if stats else None}
-    shared = OnnxDecoderReader(tmp_path, {**card, "shared_prefix": graphs}, config, batch_size=3, cache_dir="")
-    old = OnnxDecoderReader(tmp_path, card, config, batch_size=3, cache_dir="")  # an export without the graphs
+    three = LoadOptions(provider="cpu", budget=Budget(3))
+    shared = OnnxDecoderReader(tmp_path, {**card, "shared_prefix": graphs}, config, three, cache_dir="")
+    old = OnnxDecoderReader(tmp_path, card, config, three, cache_dir="")  # an export without the graphs
     assert shared.shares_prefixes and not old.shares_prefixes
     prefix = shared.prompt_ids("What is an apple, and why do so many people eat one every single day of the year?")
     bodies = [shared.answer_ids(f"Candidate {i}: " + "the apple is a fruit " * (i + 1)) for i in range(7)]

@@ -29,7 +29,7 @@ from clfjudge.data.sources import SOURCES, Source
 from clfjudge.data.sources.common import Collector, Fields
 from clfjudge.export.directory import ExportResult
 from clfjudge.export.options import ExportOptions
-from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
+from clfjudge.judges.base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions, loads
 from clfjudge.kinds import EXPORTERS, KINDS, LOADERS, TRAINERS, JudgeKind, register_kind, registered_kind
 from clfjudge.models.heads import HEADS, Head, PairOutputs, _mean_over_items, _pair_metrics
 from clfjudge.runtimes import PROVIDERS, Provider, Runtime, fact, register_runtime, registered_runtime
@@ -215,10 +215,8 @@ class LongerJudge(Judge):
         return PairOutputs(p_a=p_a, p_tie=p_tie, p_b=1.0 - p_a - p_tie)
 
 
+@loads()  # runs in this process on the CPU, keeps no readings
 def load_longer(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
-    if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges, not to a toy-longer judge")
-    options.refuse_memory("a toy-longer judge")  # it keeps no readings
     return LongerJudge(card, options.budget)
 
 

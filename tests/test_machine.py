@@ -18,6 +18,7 @@ from clfjudge.export.quantize import int8_settings
 from clfjudge.judges.base import Judge
 from clfjudge.machine import Machine, decoder_precision, training_precision
 from clfjudge.models.onnx_session import PROVIDERS, resolve_provider, runnable_providers
+from clfjudge.options import LoadOptions
 from clfjudge.pipeline import PROFILES, STEPS, RunConfig, RunState, StepFailed, _needs, resume_command, run
 from clfjudge.testing import SIMULATED_MACHINES, simulated_machine
 
@@ -155,13 +156,13 @@ def test_the_main_jobs_export_gates_what_runs_here(simulated, tmp_path, monkeypa
 
 def test_auto_loads_the_served_run_only_where_it_runs(simulated):
     onnx = {"primary": "reader.onnx", "served": {"file": "reader.onnx", "provider": "openvino-bf16"}}
-    variant, provider, why = resolve_provider("auto", None, onnx)
+    variant, provider, why = resolve_provider(LoadOptions(), onnx)
     if "openvino-bf16" in EXPECTED[simulated][2]:
         assert (variant, provider) == (None, "openvino-bf16")
     else:
         assert (variant, provider) == (None, "cpu") and "does not run here" in why
     onnx["served"] = {"file": "model.onnx", "provider": "cuda"}
-    assert resolve_provider("auto", None, onnx)[1] == ("cuda" if simulated == "cuda" else "cpu")
+    assert resolve_provider(LoadOptions(), onnx)[1] == ("cuda" if simulated == "cuda" else "cpu")
 
 
 # --- real exports, scoring and serving on a machine without bf16 ----------------------------------------------------

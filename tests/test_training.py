@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clfjudge.batching import Budget
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
 from clfjudge.data.records import PointRecord
@@ -462,7 +463,7 @@ def test_embedding_options_are_checked(tmp_path):
                       "embedding: {kind: point, use_length: 'no', batch_size: '8'}\n")
     cfg = TrainConfig.from_yaml(recipe, ["embedding.head=gbdt"])
     assert cfg.embedding == EmbeddingOptions(kind="point", use_length=False, batch_size=8, head="gbdt")
-    assert cfg.embedding.reader_options() == {"batch_size": 8}
+    assert cfg.embedding.reader_options() == {"budget": Budget(8)}
     assert cfg.with_overrides(["seed=1"]).embedding == cfg.embedding  # survives the round trip through a dict
     model = model_from_config(cfg)
     assert (model.kind, model.head, model.use_length) == ("point", "gbdt", False)

@@ -436,7 +436,8 @@ def test_a_bounded_reader_memory_gives_the_same_vectors():
     from clfjudge.embedders.sentence import TextEmbedder
 
     texts = [f"answer number {i} to the question" for i in range(6)]
-    bounded, free = TextEmbedder("minilm", memory_items=2), TextEmbedder("minilm", memory_items=None)
+    bounded, free = TextEmbedder("minilm"), TextEmbedder("minilm")
+    bounded.memory.max_items, free.memory.max_items = 2, None
     assert bounded.embed(texts) == pytest.approx(free.embed(texts), abs=1e-6)
     assert len(bounded) == 2 and len(free) == 6
     assert bounded.embed(texts[:1]) == pytest.approx(free.embed(texts[:1]), abs=1e-6)  # read again when forgotten

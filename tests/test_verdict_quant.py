@@ -20,6 +20,7 @@ from clfjudge.export.parity import ParityConfig
 from clfjudge.export.verdict import export_verdict_judge
 from clfjudge.judges.base import Judge
 from clfjudge.judges.verdict_onnx import choose_run
+from clfjudge.options import LoadOptions
 
 pytest.importorskip("nncf")
 if not machine.probe().openvino():
@@ -156,12 +157,12 @@ RUNTIME = {"primary": "fp32", "files": {"fp32": ["verdict-0.onnx"], "ov-int8": [
 ])
 def test_the_provider_of_an_ir_variant_follows_the_machine(monkeypatch, kind, want):
     monkeypatch.setattr(machine, "probe", lambda: testing.simulated_machine(kind))
-    assert choose_run(RUNTIME, "auto", None)[:2] == want
+    assert choose_run(RUNTIME, LoadOptions())[:2] == want
     if kind != "arm64":
-        assert choose_run(RUNTIME, "auto", "ov-int8")[:2] == want
+        assert choose_run(RUNTIME, LoadOptions(variant="ov-int8"))[:2] == want
     ungated = {**RUNTIME, "gated": []}
     if kind in ("avx512-bf16", "amx"):
-        assert choose_run(ungated, "auto", "ov-int8")[:2] == ("ov-int8", "openvino")
+        assert choose_run(ungated, LoadOptions(variant="ov-int8"))[:2] == ("ov-int8", "openvino")
 
 
 def test_dynamic_int8_is_made_and_gated_with_int8(judge_dir, tmp_path):

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..data.formats import ReadOptions
 from ..data.records import LoadResult, PairRecord, exclusion_lines
-from ..models.onnx_session import AUTO
 from ..options import LoadOptions
 from ..outputs import write_whole
 from .escalation import escalation_curves
@@ -133,9 +132,10 @@ def _cache_path(out: Path, spec: str, set_name: str) -> Path:
 
 
 def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: bool,
-                trust_pickle: bool = False, ray_options: RayOptions | None = None) -> tuple[list[str], dict]:
+                load: LoadOptions = LoadOptions(), ray_options: RayOptions | None = None) -> tuple[list[str], dict]:
     """judge name -> set -> Predictions or the reason it does not apply. Cached per (judge, set, record ids).
-    With ``ray_options``, the judge directories' sets that are not cached are predicted on Ray actors."""
+    ``load``: how the judge directories load. With ``ray_options``, the judge directories' sets that are not cached
+    are predicted on Ray actors."""
     from ..progress import meter, note
 
     if ray_options is not None and not any(judge_directory(spec) for spec in judge_specs):
@@ -151,11 +151,11 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
 
     # answers are counted as the judges read them (progress.meter), the predictions per judge and set
     with meter("audit: predictions", enabled=progress), contextlib.ExitStack() as stack:
-        on_ray = None if ray_options is None else _OnRay(ray_options, trust_pickle, stack)
+        on_ray = None if ray_options is None else _OnRay(ray_options, load, stack)
         for spec in judge_specs:
             directory = judge_directory(spec) if on_ray is not None else None
             if directory is None:
-                judge = build_judge(spec, trust_pickle=trust_pickle)
+                judge = build_judge(spec, load)
                 name = judge.name
             else:
                 from ..judges.base import open_card
@@ -200,8 +200,8 @@ class _OnRay:
     local path makes on a whole test set, the largest sets first. Ray is connected on the first call of the run
     and stays so until ``stack`` closes."""
 
-    def __init__(self, options: RayOptions, trust_pickle: bool, stack: contextlib.ExitStack) -> None:
-        self.options, self.trust_pickle, self.stack, self.connected = options, trust_pickle, stack, False
+    def __init__(self, options: RayOptions, load: LoadOptions, stack: contextlib.ExitStack) -> None:
+        self.options, self.load, self.stack, self.connected = options, load, stack, False
 
     def predict(self, directory: Path, name: str, todo: Sequence[TestSet], records) -> Iterator[tuple[TestSet, Any]]:
         from ..scoring import ray_engine
@@ -212,9 +212,9 @@ class _OnRay:
             self.stack.enter_context(ray_engine.connected(self.options.address))
             self.connected = True
         calls = sorted(todo, key=lambda s: -len(records[s.name]))
-        load = {"directory": str(directory), "options": LoadOptions(
-            trust_pickle=self.trust_pickle, threads=max(1, int(self.options.cpus_per_actor)),
-            provider="cuda" if self.options.gpus_per_actor else AUTO)}
+        load = {"directory": str(directory), "options": self.load.with_(
+            threads=max(1, int(self.options.cpus_per_actor)),
+            provider="cuda" if self.options.gpus_per_actor else self.load.provider)}
         for index, result in ray_engine.map_on_actors(DirectoryJudge, load, predict_or_reason,
                                                       [(s.name, s.kind, records[s.name]) for s in calls],
                                                       self.options, f"audit: {name}"):
@@ -224,10 +224,11 @@ class _OnRay:
 def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None, limit: int | None = None,
               bootstrap: int = 1000, progress: bool = True, sets: list[str] | None = None,
               extra_sets: Mapping[str, Sequence[PairRecord]] | None = None,
-              trust_pickle: bool = False, set_limits: Mapping[str, int] | None = None,
+              load: LoadOptions = LoadOptions(), set_limits: Mapping[str, int] | None = None,
               ray_options: RayOptions | None = None, read_options: ReadOptions = ReadOptions(),
               escalate: str | None = None) -> dict[str, Any]:
-    """Audit the judges (specs) into ``out_dir``; ``ray_options``: predict with the judge directories on Ray
+    """Audit the judges (specs) into ``out_dir``; ``load``: how the judge directories load (``options.LoadOptions``,
+    e.g. ``LoadOptions(trust_pickle=True)``); ``ray_options``: predict with the judge directories on Ray
     actors (``scoring.ray_engine.RayOptions``; the ray extra), with the same results as in this process;
     ``read_options``: how the data specs among ``sets`` are read; ``escalate``: a teacher judge directory, for the
     escalation curve of each judge directory among ``judges`` (``audit.escalation``, read in this process)."""
@@ -257,11 +258,11 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
         for name, account in accounts.items():
             for line in exclusion_lines(f"audit: set {name}", account):
                 print(line, file=sys.stderr)
-        names, preds = predict_all(specs, test_sets, records, out_dir, progress, trust_pickle, ray_options)
+        names, preds = predict_all(specs, test_sets, records, out_dir, progress, load, ray_options)
         curves = None if escalate is None else escalation_curves(
             fast, escalate, test_sets, records, lambda spec, set_name: _cache_path(out_dir, spec,
                                                                                    f"{set_name}.escalation"),
-            trust_pickle, progress)
+            load, progress)
     except BaseException:
         if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
             shutil.rmtree(out_dir, ignore_errors=True)

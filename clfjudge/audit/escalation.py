@@ -58,8 +58,9 @@ def curve(records: Sequence[PairRecord], fast: Readings, teacher: Readings,
 
 
 def escalation_curves(fast_specs: Sequence[str], teacher: str, sets, records, cache: Callable[[str, str], Path],
-                      trust_pickle: bool = False, progress: bool = True) -> dict[str, Any]:
-    """The curve of each fast judge directory on each pair set (``sets``: the audit's ``TestSet``s)."""
+                      load: LoadOptions = LoadOptions(), progress: bool = True) -> dict[str, Any]:
+    """The curve of each fast judge directory on each pair set (``sets``: the audit's ``TestSet``s), the judges
+    loaded with ``load``."""
     from tqdm.auto import tqdm
 
     from ..judges.base import Judge
@@ -73,7 +74,7 @@ def escalation_curves(fast_specs: Sequence[str], teacher: str, sets, records, ca
         if path.exists() and (cached := json.loads(path.read_text()))["ids"] == ids:
             return cached["readings"]
         if spec not in loaded:
-            loaded[spec] = Judge.load(spec, LoadOptions(trust_pickle=trust_pickle))
+            loaded[spec] = Judge.load(spec, load)
         result = read(loaded[spec], records[set_name])
         path.parent.mkdir(parents=True, exist_ok=True)
         write_whole(path, json.dumps({"spec": spec, "ids": ids, "readings": result}))

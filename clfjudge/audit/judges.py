@@ -329,9 +329,10 @@ def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
         return str(why)
 
 
-def build_judge(spec: str, trust_pickle: bool = False) -> AuditJudge:
+def build_judge(spec: str, load: LoadOptions = LoadOptions()) -> AuditJudge:
+    """The audit judge a spec names; a judge directory loaded with ``load``."""
     kind = _kind(spec)
     if kind is not None:
         return JUDGE_KINDS.get(kind[0])(kind[1])
     check_spec(spec)
-    return DirectoryJudge(spec, LoadOptions(trust_pickle=trust_pickle))
+    return DirectoryJudge(spec, load)

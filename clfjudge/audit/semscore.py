@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..batching import DEFAULT_BATCH_SIZE, Budget
 from ..data.records import PointRecord
 
 DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base-v2
@@ -23,13 +24,13 @@ DEFAULT_MODEL = "mpnet"  # offline alias of sentence-transformers/all-mpnet-base
 class SemScore:
     """Embeds each distinct text once and returns cosine similarities."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 32, device: str = "cpu",
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu",
                  precision: str = "auto") -> None:
         from ..embedders.sentence import TextEmbedder
 
         self.model_spec = model
         # bf16 autocast on AMX / AVX512-BF16 CPUs and GPUs, cosines within ~1e-3 of fp32
-        self.embedder = TextEmbedder(model, batch_size=batch_size, device=device, precision=precision)
+        self.embedder = TextEmbedder(model, budget=Budget(batch_size), device=device, precision=precision)
 
     @property
     def precision(self) -> str:

@@ -9,6 +9,7 @@ from .common import (
     add_engine_options,
     add_trust_pickle,
     check_local_options,
+    load_options,
     local_inputs,
     ray_options,
     read_options,
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         check_local_options(args)
         options = None
     run_audit(args.judges, args.out, suites=args.suites, limit=args.limit, bootstrap=args.bootstrap,
-              sets=args.sets, trust_pickle=args.trust_pickle, ray_options=options,
+              sets=args.sets, load=load_options(args), ray_options=options,
               read_options=read_options(args), escalate=args.escalate)
     print(f"report: {args.out / 'report.md'}; metrics: {args.out / 'metrics.json'}")
     return 0

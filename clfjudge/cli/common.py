@@ -195,8 +195,13 @@ def ray_options(args: argparse.Namespace, cpus_per_actor: float = 1.0) -> RayOpt
                                    cpus_per_actor=cpus_per_actor)
 
 
-def judge_options(p: argparse.ArgumentParser) -> None:
-    """How a command that runs a judge loads it (score, calibrate)."""
+def judge_options(p: argparse.ArgumentParser, batch_size: int | None = None,
+                  batch_help: str = "records per judge call (and forward pass)", alias: str | None = None) -> None:
+    """How a command that runs one judge loads it (score, calibrate, serve): one option per field of
+    ``options.LoadOptions`` a user sets, read back by ``load_options``; ``batch_size``: the command's default
+    (None: ``batching.DEFAULT_BATCH_SIZE``); ``alias``: an older spelling of ``--batch-size``."""
+    from ..batching import DEFAULT_BATCH_SIZE
+
     p.add_argument("--backend", default="auto",
                    help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
                         "sklearn, generate, or one registered in clfjudge.kinds")
@@ -204,17 +209,22 @@ def judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", default=None, help="ONNX file: fp32 | optimized | int8 | a file name "
                                                    "(default: the card's primary)")
     p.add_argument("--threads", type=THREADS, default=None, help="intra-op threads of the backend")
-    add_batch_size(p, 16, "records per judge call (and forward pass)")
+    add_batch_size(p, batch_size or DEFAULT_BATCH_SIZE, batch_help, alias)
     add_trust_pickle(p)
     add_model_input(p)
 
 
 def load_options(args: argparse.Namespace, budget: Budget | None = None, **changes) -> LoadOptions:
-    """The ``LoadOptions`` of a command's judge options (``judge_options``, or serve's own), built once here and
-    passed down; ``budget``: the caller's (default: ``--batch-size`` rows); ``changes``: what the command fixes."""
+    """The ``LoadOptions`` of the load options a command declares (``judge_options``; audit's ``--trust-pickle``),
+    the others at their defaults, built once here and passed down; ``budget``: the caller's (default:
+    ``--batch-size`` rows, where the command has it); ``changes``: what the command fixes."""
+    from dataclasses import fields
+
     from ..batching import Budget
     from ..options import LoadOptions
 
-    return LoadOptions(backend=args.backend, provider=args.provider, variant=getattr(args, "variant", None),
-                       threads=args.threads, budget=budget or Budget(args.batch_size),
-                       trust_pickle=args.trust_pickle, model_input=args.model_input).with_(**changes)
+    given = {f.name: getattr(args, f.name) for f in fields(LoadOptions)
+             if f.name != "budget" and hasattr(args, f.name)}
+    if budget is None and hasattr(args, "batch_size"):
+        budget = Budget(args.batch_size)
+    return LoadOptions(**given, **({"budget": budget} if budget else {})).with_(**changes)

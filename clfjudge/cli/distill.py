@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_recipe
+from ..batching import DEFAULT_BATCH_SIZE
+from .common import add_batch_size, add_recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", type=float, default=0.1,
                    help="share of pool questions held out from the student to measure its agreement with the teacher")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16, help="pairs per teacher call")
+    add_batch_size(p, DEFAULT_BATCH_SIZE, "pairs per teacher call")
     p.set_defaults(func=run)
 
 

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import sys
 
-from .common import THREADS, add_batch_size, add_model_input, add_provider, add_trust_pickle, int_in, load_options
+from .common import int_in, judge_options, load_options
 
 API_KEY_ENV = "CLFJUDGE_API_KEY"
 
@@ -21,14 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "reward model without a card (docs/your-model.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int_in(0, 65535), default=8000, help="TCP port (0: one the system picks)")
-    p.add_argument("--backend", default="auto",
-                   help="auto (what the judge card names, else what the directory holds) or a loader: torch, onnx, "
-                        "sklearn, generate, or one registered in clfjudge.kinds")
-    add_provider(p)
-    p.add_argument("--threads", type=THREADS, help="intra-op threads of the judge")
-    add_trust_pickle(p)
-    add_model_input(p)
-    add_batch_size(p, d.budget.max_batch_size, "items per judge call", alias="--max-batch-size")
+    judge_options(p, d.budget.max_batch_size, "items per judge call", alias="--max-batch-size")
     p.add_argument("--max-batch-tokens", type=int, default=d.budget.max_batch_tokens,
                    help="token budget of a judge call and of each forward pass, padding included (rows x longest "
                         "sequence, in the judge's own tokens); queued requests join the call in arrival order. 0: no "

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..batching import Budget
 from ..machine import decoder_precision
-from .cache import DEFAULT_MEMORY_ITEMS, CachedEmbedder
+from .cache import CachedEmbedder
 
 DEFAULT_MAX_PROMPT_TOKENS = 256
 DEFAULT_MAX_ANSWER_TOKENS = 384
@@ -90,22 +90,20 @@ class DecoderEmbedder(CachedEmbedder):
     answer's first ``stats_tokens`` tokens (None: all of them; 64-128 tokens judge as well as all).
     ``precision``: "fp32", "bf16" (autocast; ~3x faster on AMX CPUs) or "auto" (``resolve_precision``).
     ``cache_dir``: keep vectors on disk between runs (``embedders.cache``; default $CLFJUDGE_EMBEDDING_CACHE).
-    ``budget``: rows, padded tokens and padding per forward pass (``batching.Budget``; default ``batch_size`` rows),
-    the judge's caller's, given here once."""
+    ``budget``: rows, padded tokens and padding per forward pass (``batching.Budget``), the judge's caller's, given
+    here once. ``memory.max_items`` bounds the vectors kept in memory (``embedders.cache.CachedEmbedder``)."""
 
     kind = "decoder"
 
     def __init__(self, encoder: str, *, layer: int | None = None,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False,
-                 stats_tokens: int | None = None, precision: str = "fp32",
-                 batch_size: int = 8, device: str = "cpu", show_progress: bool = False,
-                 cache_dir: str | Path | None = None, memory_items: int | None = DEFAULT_MEMORY_ITEMS,
-                 budget: Budget | None = None) -> None:
+                 stats_tokens: int | None = None, precision: str = "fp32", budget: Budget = Budget(),
+                 device: str = "cpu", show_progress: bool = False, cache_dir: str | Path | None = None) -> None:
         if max_prompt_tokens < 2 or max_answer_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
-        super().__init__(cache_dir, memory_items)
+        super().__init__(cache_dir)
         self.encoder = encoder
         self.layer = layer
         self.max_prompt_tokens = max_prompt_tokens
@@ -116,7 +114,7 @@ class DecoderEmbedder(CachedEmbedder):
         self.stats_tokens = stats_tokens
         self.precision_spec = precision  # as asked ("auto" is resolved per machine)
         self.precision, self.precision_why = decoder_precision(precision, device)
-        self.budget = budget if budget is not None else Budget(batch_size)
+        self.budget = budget
         self.shared_prefix_min = SHARED_PREFIX_MIN
         self.store_every = STORE_EVERY
         self.device = device

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..models.onnx_session import inference_session, provider_info
+from ..options import LoadOptions
 from ..untrusted import inside
 from .decoder import DecoderEmbedder
 
@@ -32,25 +33,25 @@ SHARED_PREFIX_MIN = 4
 
 
 class OnnxDecoderReader(DecoderEmbedder):
-    """``directory``: an exported embedding judge; ``reader``: the card's ``runtime.reader`` entry; ``reading``:
-    the ``DecoderEmbedder`` options a loader sets (``budget``, ``memory_items``)."""
+    """``directory``: an exported embedding judge; ``reader``: the card's ``runtime.reader`` entry; ``run``: the
+    caller's load options with the provider and variant resolved (``models.onnx_session.resolve_provider``; variant
+    None: the reader's primary file), whose provider and threads open the sessions and whose budget cuts the
+    reader's batches."""
 
-    def __init__(self, directory: str | Path, reader: dict[str, Any], config: dict[str, Any], *,
-                 variant: str | None = None, provider: str = "cpu", threads: int | None = None,
-                 batch_size: int = 8, cache_dir: str | Path | None = None, **reading: Any) -> None:
+    def __init__(self, directory: str | Path, reader: dict[str, Any], config: dict[str, Any],
+                 run: LoadOptions = LoadOptions(provider="cpu"), *, cache_dir: str | Path | None = None) -> None:
         super().__init__(reader["encoder"], layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
                          max_answer_tokens=config["max_answer_tokens"], stats=config.get("stats", False),
-                         stats_tokens=config.get("stats_tokens"), batch_size=batch_size, cache_dir=cache_dir,
-                         **reading)
+                         stats_tokens=config.get("stats_tokens"), budget=run.budget, cache_dir=cache_dir)
         self._depth = reader["depth"]
         self.directory = Path(directory)
-        variant = variant or reader["primary"]
+        variant, provider = run.variant or reader["primary"], run.provider
         self.variant = next((key for key, file in READER_FILES.items() if file == variant), variant)  # a file name
         # part of the cache identity: int8 / int4 readings are not fp32 ones, nor are a bf16 provider's
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{self.variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self._reader = reader
-        self._provider, self._threads = provider, threads
+        self._provider, self._threads = provider, run.threads
         self._session = None
         self._shared_files = None  # (prefix graph, continuation graph) when the export has them for this variant
         self._shared = None  # their sessions, opened with the reader's (``_load``)

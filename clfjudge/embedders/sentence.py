@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import Budget
-from .cache import DEFAULT_MEMORY_ITEMS, CachedEmbedder
+from .cache import CachedEmbedder
 
 DEFAULT_ENCODER = "minilm"
 
@@ -35,16 +35,14 @@ class TextEmbedder(CachedEmbedder):
 
     kind = "sentence"
 
-    def __init__(self, encoder: str = DEFAULT_ENCODER, *, batch_size: int = 32, device: str = "cpu",
-                 show_progress: bool = False, cache_dir: str | Path | None = None,
-                 memory_items: int | None = DEFAULT_MEMORY_ITEMS, precision: str = "fp32",
-                 budget: Budget | None = None) -> None:
+    def __init__(self, encoder: str = DEFAULT_ENCODER, *, budget: Budget = Budget(), device: str = "cpu",
+                 show_progress: bool = False, cache_dir: str | Path | None = None, precision: str = "fp32") -> None:
         from .decoder import resolve_precision
 
-        super().__init__(cache_dir, memory_items)
+        super().__init__(cache_dir)
         self.encoder = encoder
         # sentence-transformers pads each batch itself: of a budget, only its rows apply
-        self.batch_size = budget.max_batch_size if budget is not None else batch_size
+        self.batch_size = budget.max_batch_size
         self.device = device
         self.show_progress = show_progress
         # "bf16" / "auto": autocast where the machine has bf16 (1.8x fp32 for MPNet without AMX), cosines within ~1e-3

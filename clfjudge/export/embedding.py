@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching import Budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import PairRecord
 from ..untrusted import inside
@@ -305,17 +306,20 @@ def _check_exportable(judge_dir: Path, card: JudgeCard, config: dict[str, Any]) 
                          "verdict judge on its own with clfjudge export)")
 
 
-def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], batch_size: int, trust_pickle: bool):
-    """The PyTorch fp32 judge every variant is gated against, and its decoder reader (loaded)."""
+def _open_reference(judge_dir: Path, card: JudgeCard, config: dict[str, Any], parity: ParityConfig,
+                    options: ExportOptions):
+    """The PyTorch fp32 judge every variant is gated against, and its decoder reader (loaded), reading in the
+    gate's batches."""
     from ..embedders.decoder import DecoderEmbedder
     from ..judges.embedding import EmbeddingModel
 
-    options = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens")
-               if k in config}
     # the gate reads every record afresh (cache_dir=""): vectors cached by an earlier export or run would let a
     # broken graph pass
-    embedder = DecoderEmbedder(card.backbone, **options, precision="fp32", batch_size=batch_size, cache_dir="")
-    reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=trust_pickle)
+    reading = {k: config[k] for k in ("layer", "max_prompt_tokens", "max_answer_tokens", "stats", "stats_tokens")
+               if k in config}
+    embedder = DecoderEmbedder(card.backbone, **reading, precision="fp32", budget=Budget(parity.batch_size),
+                               cache_dir="")
+    reference = EmbeddingModel.load(judge_dir, embedder=embedder, trust_pickle=options.trust_pickle)
     embedder._load()
     return embedder, reference
 
@@ -375,8 +379,8 @@ def _gate(reference_readings: tuple, judge_dir: Path, tmp: Path, reader: dict[st
     variants = {}
     for run in gate.gate_runs(files, READER_FILES["fp32"], options.providers):
         thresholds = parity.for_precision(run.precision)
-        onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": _primary(files)}, config, variant=run.file,
-                                        provider=run.provider, batch_size=parity.batch_size, cache_dir="")
+        onnx_reader = OnnxDecoderReader(tmp, {**reader, "primary": _primary(files)}, config,
+                                        run.options(parity.batch_size), cache_dir="")
         candidate = EmbeddingModel.load(judge_dir, embedder=onnx_reader, trust_pickle=options.trust_pickle)
         measured = _parity(reference_readings, candidate, records, thresholds)
         variants[run.key] = gate.gate_entry(run, measured, thresholds)
@@ -417,7 +421,7 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
     parity = options.parity or ParityConfig.load()
     settings = int8_settings(options.isa, options.int8_config or INT8_CONFIG) if options.int8 else None
     records, validation = gate.validation_records(card, EmbeddingDataHead(card.kind), parity, options)
-    embedder, reference = _open_reference(judge_dir, card, config, parity.batch_size, options.trust_pickle)
+    embedder, reference = _open_reference(judge_dir, card, config, parity, options)
     reader = _reader_entry(judge_dir, card, embedder, records)
 
     tmp = hidden_beside(out)

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..batching import Budget
 from ..card import JudgeCard
 from ..data.records import Record
 from ..models.heads import Head
 from ..models.onnx_session import gate_key, provider_info
+from ..options import LoadOptions
 from .parity import ParityConfig, Thresholds
 
 if TYPE_CHECKING:
@@ -225,6 +227,10 @@ class GateRun:
     file: str
     provider: str
     precision: str
+
+    def options(self, batch_size: int) -> LoadOptions:
+        """How a reader runs it: by its provider, its file as the variant, in the gate's batches of ``batch_size``."""
+        return LoadOptions(provider=self.provider, variant=self.file, budget=Budget(batch_size))
 
 
 def gate_runs(files: Mapping[str, Mapping[str, Any]], fp32_file: str, providers: Sequence[str]) -> list[GateRun]:

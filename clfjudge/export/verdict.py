@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
+from ..batching import Budget
 from ..card import JudgeCard
 from ..judges.verdict import VerdictJudge, VerdictReader, open_reader
 from ..judges.verdict_onnx import (
@@ -174,8 +175,7 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
         lossy = run.precision != "fp32"
         try:
             onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
-                                            reader.questions, variant=run.file, provider=run.provider,
-                                            batch_size=parity.batch_size,
+                                            reader.questions, run.options(parity.batch_size),
                                             max_question_tokens=reader.budgets["question"],
                                             max_answer_tokens=reader.budgets["answer"])
         except ValueError as exc:  # a lossy file its runtime cannot compile is refused, not the export
@@ -264,7 +264,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
     records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
-    reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, parity.batch_size), parity.batch_size)
+    reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, budget=Budget(parity.batch_size)),
+                             parity.batch_size)
     progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
     ref_raw = reference.raw_outputs(records)  # read once, for every run
     obvious_set = _obvious_records(reference, options.obvious)

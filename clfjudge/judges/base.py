@@ -19,8 +19,9 @@ position-invariant by construction (reward heads, embedding judges) skip the sec
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ..card import CARD_NAME, JudgeCard
 from ..data import conversation as conv
 from ..data.formats import ReadOptions, is_own_item, item_record
 from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
-from ..kinds import check_backend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
+from ..kinds import UnknownBackend, find_loader  # the loaders of every judge kind (clfjudge/kinds.py)
 from ..models.heads import PairOutputs
 from ..models.onnx_session import AUTO, gate_key
 from ..options import LoadOptions
@@ -185,6 +186,11 @@ class Judge:
     @property
     def batch_size(self) -> int:
         return self.budget.max_batch_size
+
+    def keep_readings(self, items: int) -> None:
+        """Keep at most ``items`` readings in memory (``LoadOptions.memory_items``; ``loads(readings=True)`` calls
+        it on the judge it loaded). A judge whose reader keeps readings overrides it to bound that reader's memory."""
+        raise NotImplementedError(f"this {self.card.head} judge keeps no readings")
 
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
@@ -367,14 +373,65 @@ def load_ready(directory: str | Path, options: LoadOptions | None = None, **keyw
     if options is not None and keywords:
         raise TypeError("load_ready takes options= or keywords, not both")
     options = options if options is not None else LoadOptions.of(**keywords)
-    if options.backend != AUTO:
-        check_backend(options.backend)  # an unknown name: refused naming the known ones
     try:
         judge = Judge.load(directory, options)
         judge.self_test()
+    except UnknownBackend:  # an option wrong in itself (``kinds.find_loader`` names the known ones)
+        raise
     except Exception as exc:  # noqa: BLE001 - whatever fails in loading or the first forward pass is the judge's
         raise JudgeError(directory, exc) from exc
     return judge
+
+
+Loader = Callable[[Path, JudgeCard, LoadOptions], "Judge"]
+PROCESSORS = {"cpu": "the CPU", "cuda": "CUDA"}  # where a judge runs in this process, as a refusal names it
+
+
+def loads(*, providers: Collection[str] | None = ("cpu",), readings: bool = False) -> Callable[[Loader], Loader]:
+    """The prologue every built-in loader ``(directory, card, options)`` shares, declared where it is defined: the
+    load options a judge cannot honour are refused before anything loads, and the ones every judge honours alike are
+    applied here. ``providers``: where a judge that runs in this process (PyTorch) runs ("cpu", "cuda"): a ``variant``
+    (an ONNX file) is refused, so is a provider outside ``providers`` or CUDA where torch sees none, and ``threads``
+    set (PyTorch's are process-wide); None: an ONNX judge, which resolves its provider and variant from its card and
+    hands ``threads`` to each session. ``readings``: the judge's reader keeps readings in memory, bounded by
+    ``memory_items`` once it is loaded (``Judge.keep_readings``); without it ``memory_items`` is refused, not
+    ignored."""
+
+    def wrap(load: Loader) -> Loader:
+        @functools.wraps(load)
+        def opened(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
+            if not readings:
+                options.refuse_memory(f"a {card.head} judge")
+            if providers is not None:
+                in_process(card, options, providers)
+            judge = load(directory, card, options)
+            if readings and options.memory_items is not None:
+                judge.keep_readings(options.memory_items)
+            return judge
+
+        return opened
+
+    return wrap
+
+
+def in_process(card: JudgeCard, options: LoadOptions, providers: Collection[str]) -> None:
+    """``loads(providers=...)``: what a judge run in this process refuses of ``options``, and its threads set."""
+    if options.variant is not None:
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this {card.head} judge runs in this "
+                         "process (an exported judge directory holds the ONNX files)")
+    if options.provider not in providers:
+        where = " or on ".join(PROCESSORS[p] for p in providers)
+        raise ValueError(f"provider {options.provider!r}: a {card.head} judge runs on {where} here (the other "
+                         "providers run the ONNX files clfjudge export writes)")
+    if options.provider == "cuda":
+        from ..machine import probe
+
+        if not (cuda := probe().cuda()):
+            raise ValueError(f"provider 'cuda' does not run on this machine: {cuda.why}")
+    if options.threads:
+        import torch
+
+        torch.set_num_threads(options.threads)  # process-wide in PyTorch
 
 
 # A directory without judge_card.json: a model clfjudge did not write, described by the foreign kind.

@@ -27,7 +27,7 @@ from ..embedders.decoder import STAT_NAMES
 from ..embedders.sentence import DEFAULT_ENCODER, TextEmbedder
 from ..models.heads import Cls3Head, PairOutputs
 from ..registry import Registry
-from .base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions
+from .base import DEFAULT_BATCH_SIZE, Budget, Judge, LoadOptions, loads
 from .features import (
     EMPTY_COMPRESSED,
     ZLIB_LEVEL,
@@ -777,6 +777,9 @@ class SklearnJudge(Judge):
         super().__init__(card, tasks, budget)
         self.model = model  # its reader batches by the budget it was built with (``_load_sklearn``)
 
+    def keep_readings(self, items: int) -> None:
+        self.model.embedder.memory.max_items = items
+
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding import PROBA_COLUMNS
 
@@ -816,21 +819,16 @@ class SklearnJudge(Judge):
         return raw.reshape(-1)
 
 
+@loads(providers=("cpu", "cuda"), readings=True)
 def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .embedding import EmbeddingModel, embedder_for_card
 
-    if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges, not to an embedding judge")
-    if options.threads:
-        import torch
-
-        torch.set_num_threads(options.threads)
-    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
-    embedder = embedder_for_card(card, budget=options.budget, device=options.provider, **memory)
+    embedder = embedder_for_card(card, budget=options.budget, device=options.provider)
     model = EmbeddingModel.load(directory, embedder=embedder, trust_pickle=options.trust_pickle)
     return SklearnJudge(card, model, options.budget)
 
 
+@loads(providers=None, readings=True)
 def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     """An exported embedding judge: the decoder reader in onnxruntime, the head in NumPy."""
     from ..embedders.onnx_reader import OnnxDecoderReader
@@ -839,10 +837,9 @@ def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     if "reader" not in card.runtime:
         raise ValueError(f"{directory}: an embedding judge that was not exported has no ONNX reader; run "
                          "clfjudge export first, or load it with backend='sklearn'")
-    variant, provider, why = resolve_provider(options.provider, options.variant, card.runtime.get("onnx", {}))
-    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
-    reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card), variant=variant,
-                               provider=provider, threads=options.threads, budget=options.budget, **memory)
+    variant, provider, why = resolve_provider(options, card.runtime.get("onnx", {}))
+    reader = OnnxDecoderReader(directory, card.runtime["reader"], embedder_config(card),
+                               options.with_(provider=provider, variant=variant))
     check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
     model = EmbeddingModel.load(directory, embedder=reader, trust_pickle=options.trust_pickle)
     judge = SklearnJudge(card, model, options.budget)

@@ -32,6 +32,7 @@ from .base import (
     PairInput,
     PointInput,
     Score,
+    loads,
     read_item,
 )
 
@@ -71,7 +72,7 @@ class GenerativeReader:
     ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
 
     def __init__(self, model, tokenizer, scheme: str, max_length: int, max_new_tokens: int,
-                 use_reference: bool = False, batch_size: int = 8, name: str = "") -> None:
+                 use_reference: bool = False, batch_size: int = DEFAULT_BATCH_SIZE, name: str = "") -> None:
         self.model, self.tokenizer, self.scheme = model.eval(), tokenizer, SCHEMES.get(scheme)
         if self.scheme.parser is None:
             raise ValueError(f"scheme {scheme!r} has no output parser: it cannot be used generatively")
@@ -82,7 +83,7 @@ class GenerativeReader:
         self.stats = ParseStats()
 
     @classmethod
-    def load(cls, directory: str | Path, batch_size: int = 8) -> GenerativeReader:
+    def load(cls, directory: str | Path, batch_size: int = DEFAULT_BATCH_SIZE) -> GenerativeReader:
         """A directory written by ``train_generative``."""
         from ..card import JudgeCard
         from ..models.backbones import load_causal_lm, resolve_backbone
@@ -98,7 +99,7 @@ class GenerativeReader:
 
     @classmethod
     def from_backbone(cls, backbone: str, scheme: str, max_length: int = 1024, max_new_tokens: int = 64,
-                      batch_size: int = 8) -> GenerativeReader:
+                      batch_size: int = DEFAULT_BATCH_SIZE) -> GenerativeReader:
         """An untrained (zero-shot) causal LM judging in ``scheme``."""
         from ..models.backbones import load_causal_lm, resolve_backbone
 
@@ -162,7 +163,7 @@ class GenerateJudge(Judge):
         self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
 
     @classmethod
-    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerateJudge:
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = DEFAULT_BATCH_SIZE) -> GenerateJudge:
         """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
         from .generative import GENERATIVE, GenerativeReader
 
@@ -207,16 +208,8 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
     return Comparison(p_a, p_tie, p_b, verdicts[0] if len(set(verdicts)) == 1 else Verdict.TIE, generated=texts)
 
 
+@loads()
 def _load_generate(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .generative import GenerativeReader
 
-    if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; a generative judge has no ONNX form")
-    if options.provider != "cpu":
-        raise ValueError(f"provider {options.provider!r}: the generate backend runs on the CPU only")
-    options.refuse_memory("a generative judge")
-    if options.threads:
-        import torch
-
-        torch.set_num_threads(options.threads)
     return GenerateJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)

@@ -19,7 +19,7 @@ from ..models.heads import HEADS, Head, PairOutputs, RewardHead
 from ..models.onnx_session import check_gated, inference_session, resolve_provider
 from ..options import LoadOptions
 from ..untrusted import inside, read_json
-from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge
+from .base import DEFAULT_BATCH_SIZE, ONNX_VARIANTS, TORCH_WEIGHTS, Judge, loads
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -34,19 +34,14 @@ class TorchBackend:
 
     name = "torch"
 
-    def __init__(self, directory: str | Path, device: str = "cpu", threads: int | None = None,
-                 trust_pickle: bool = False) -> None:
+    def __init__(self, directory: str | Path, device: str = "cpu", trust_pickle: bool = False) -> None:
         import pickle
 
         import torch
         from transformers import AutoModelForSequenceClassification
 
-        from ..machine import default_ds_accelerator, probe
+        from ..machine import default_ds_accelerator
 
-        if device == "cuda" and not (cuda := probe().cuda()):
-            raise ValueError(f"provider 'cuda' asked for, but it does not run here: {cuda.why}")
-        if threads:
-            torch.set_num_threads(threads)  # process-wide in PyTorch
         self.device = device
         default_ds_accelerator()
         # A judge directory may come from anyone: no code from it runs, and a pickled checkpoint is read with
@@ -206,21 +201,18 @@ def pickle_refusal(directory: Path, exc: Exception) -> str:
             "to model.safetensors")
 
 
+@loads(providers=("cpu", "cuda"))
 def _load_torch(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
-    if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; the torch backend loads the HF "
-                         "weights")
-    options.refuse_memory("a fine-tuned judge")
     if not any((directory / name).exists() for name in TORCH_WEIGHTS):
         raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
                                 "an exported directory holds ONNX files only (use backend='onnx')")
-    backend = TorchBackend(directory, options.provider, options.threads, options.trust_pickle)
+    backend = TorchBackend(directory, options.provider, options.trust_pickle)
     return ModelJudge(card, load_tokenizer(directory), backend, options.budget)
 
 
+@loads(providers=None)
 def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
-    options.refuse_memory("a fine-tuned judge")
-    variant, provider, why = resolve_provider(options.provider, options.variant, card.runtime.get("onnx", {}))
+    variant, provider, why = resolve_provider(options, card.runtime.get("onnx", {}))
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
     backend = OnnxBackend(path, provider, options.threads)

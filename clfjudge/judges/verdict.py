@@ -32,7 +32,7 @@ from ..card import CARD_NAME, JudgeCard
 from ..data.conversation import FLATTENING, note_flattened
 from ..data.records import PairRecord, PointRecord
 from ..models.heads import PairOutputs, RewardHead
-from .base import DEFAULT_BATCH_SIZE, Judge, LoadOptions
+from .base import DEFAULT_BATCH_SIZE, Judge, LoadOptions, loads
 
 VERDICT = "verdict"  # the judge card's head name
 PRESETS = "verdict.yaml"  # the shipped questions, package data (clfjudge/configs)
@@ -242,17 +242,16 @@ def _context(model) -> int | None:
 class VerdictReader:
     """A chat model asked ``questions``: ``log_odds(records)`` -> (records, questions) array. Prompts are rendered in
     the model's chat template with the question and answers cut to their token budgets (first and last tokens kept),
-    run in token-budget batches (``budget``, a ``batching.Budget``; default ``batch_size`` rows and
-    ``max_batch_tokens`` padded tokens), and remembered per prompt (least recently used forgotten beyond
-    ``memory_items``), so an answer compared twice is read once. Answers to one question in one call (a pair's two
+    run in token-budget batches (``budget``, a ``batching.Budget``; default ``reader_budget``'s), and remembered
+    per prompt (least recently used forgotten first, beyond ``memory.max_items``), so an answer compared twice is
+    read once. Answers to one question in one call (a pair's two
     answers, a best-of-n group, a GRPO group, the same question's rows of a batch) share the prompt's first tokens:
     with ``share_prefix`` those are read once and each answer's own tokens after them, from their key/value cache."""
 
     def __init__(self, model, tokenizer, questions: Sequence[VerdictQuestion], *, precision: str = "auto",
                  max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
-                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, batch_size: int = 8,
-                 max_batch_tokens: int | None = DEFAULT_VERDICT_TOKENS, memory_items: int | None = 65_536,
-                 budget: Budget | None = None, share_prefix: bool = True, device: str = "cpu") -> None:
+                 max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, budget: Budget = Budget(),
+                 share_prefix: bool = True, device: str = "cpu") -> None:
         import torch
 
         from ..embedders.cache import MemoryCache
@@ -265,14 +264,14 @@ class VerdictReader:
         self.device = device
         self.precision, self.precision_why = decoder_precision(precision, device)
         self.budgets = {"question": max_question_tokens, "answer": max_answer_tokens}
-        self.budget = budget if budget is not None else Budget(batch_size, max_batch_tokens)
+        self.budget = reader_budget(budget)
         self.modules = self._modules(model)
         for module in self.modules if device != "cpu" else ():
             module.to(device)
         if self.precision == "bf16":  # held in bf16: autocast would cast every weight again at every forward pass
             for module in self.modules:
                 module.decoder.to(torch.bfloat16)
-        self.memory = MemoryCache(memory_items)
+        self.memory = MemoryCache()
         self.truncated = 0  # texts cut to their budget so far
         self.share_prefix = share_prefix
         self.max_prompt_tokens = _context(model)
@@ -430,6 +429,9 @@ class VerdictJudge(Judge):
         cal = card.calibration or {}
         self.head = RewardHead(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)))
 
+    def keep_readings(self, items: int) -> None:
+        self.reader.memory.max_items = items
+
     @property
     def truncation(self) -> dict[str, Any]:
         return {"truncated_texts": self.reader.truncated, **{f"max_{k}_tokens": v
@@ -489,7 +491,7 @@ def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precisi
                               "questions": [q.to_dict() for q in questions]})
 
 
-def open_reader(card: JudgeCard, directory: Path | None = None, batch_size: int = 8, **kw: Any) -> VerdictReader:
+def open_reader(card: JudgeCard, directory: Path | None = None, **kw: Any) -> VerdictReader:
     """The reader a verdict card describes: its backbone (an offline alias, a hub id, or a directory; relative to
     the judge directory where one is given, then held to it as the judge directory's own files are:
     ``untrusted.check_directory``) and its questions."""
@@ -507,7 +509,7 @@ def open_reader(card: JudgeCard, directory: Path | None = None, batch_size: int 
                          max_question_tokens=int(card.truncation.get("max_question_tokens",
                                                                      DEFAULT_MAX_QUESTION_TOKENS)),
                          max_answer_tokens=int(card.truncation.get("max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS)),
-                         batch_size=batch_size, **kw)
+                         **kw)
 
 
 VERDICT_OPTIONS = ("backbone", "questions", "precision", "max_question_tokens", "max_answer_tokens", "batch_size")
@@ -524,39 +526,18 @@ def reader_from_options(options: Mapping[str, Any]) -> VerdictReader:
                         precision=options.get("precision", "auto"),
                         max_question_tokens=int(options.get("max_question_tokens", DEFAULT_MAX_QUESTION_TOKENS)),
                         max_answer_tokens=int(options.get("max_answer_tokens", DEFAULT_MAX_ANSWER_TOKENS)))
-    return open_reader(card, batch_size=int(options.get("batch_size", 8)))
+    return open_reader(card, budget=Budget(int(options.get("batch_size", DEFAULT_BATCH_SIZE))))
 
 
-def reader_budget(options: LoadOptions) -> Budget:
+def reader_budget(budget: Budget) -> Budget:
     """The caller's budget, with the reader's own token budget where the caller names none (a chat prompt holds a
     question and whole answers: a batch of them unbounded would hold gigabytes of activations)."""
-    budget = options.budget
     return budget if budget.max_batch_tokens is not None else replace(budget, max_batch_tokens=DEFAULT_VERDICT_TOKENS)
 
 
-def reader_options(options: LoadOptions) -> dict[str, Any]:
-    """What a verdict reader takes of the load options: its budget, and its memory where one is asked for."""
-    memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
-    return {"budget": reader_budget(options), **memory}
-
-
+@loads(providers=("cpu", "cuda"), readings=True)
 def _load_verdict(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
-    if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this verdict judge runs in PyTorch "
-                         "(clfjudge export writes its ONNX form)")
-    if options.provider not in ("cpu", "cuda"):
-        raise ValueError(f"provider {options.provider!r}: a verdict judge in PyTorch runs on the CPU or on CUDA "
-                         "(clfjudge export writes the ONNX form the other providers run)")
-    if options.provider == "cuda":
-        from ..machine import probe
-
-        if not probe().cuda():
-            raise ValueError(f"provider 'cuda' does not run on this machine: {probe().cuda().why}")
-    if options.threads:
-        import torch
-
-        torch.set_num_threads(options.threads)
-    reader = open_reader(card, directory, device=options.provider, **reader_options(options))
+    reader = open_reader(card, directory, device=options.provider, budget=options.budget)
     judge = VerdictJudge(card, reader, options.budget)
     judge.runtime_choice = {"provider": options.provider, "file": card.backbone,
                             "why": f"{judge.reader.precision}: {judge.reader.precision_why}"}

@@ -22,7 +22,7 @@ from .. import progress
 from ..card import JudgeCard
 from ..models.onnx_session import AUTO, check_gated, gate_key, inference_session, provider_info, resolve_provider
 from ..untrusted import inside
-from .base import Judge, LoadOptions
+from .base import Judge, LoadOptions, loads
 from .verdict import (
     DEFAULT_MAX_ANSWER_TOKENS,
     DEFAULT_MAX_QUESTION_TOKENS,
@@ -31,7 +31,6 @@ from .verdict import (
     VerdictQuestion,
     VerdictReader,
     questions_from,
-    reader_options,
 )
 
 BACKEND = "verdict-onnx"  # the exported card's runtime.backend (clfjudge/kinds.py)
@@ -71,18 +70,19 @@ def _ir_provider(onnx_runtime: dict[str, Any], variant: str) -> tuple[str, str]:
     return ir_provider(variant, gate_key(variant, "openvino-bf16") in onnx_runtime.get("gated", ()))
 
 
-def choose_run(onnx_runtime: dict[str, Any], provider: str, variant: str | None) -> tuple[str, str, str]:
-    """(variant, provider, why) of an exported verdict judge on this machine: ``resolve_provider``'s choice, except
-    that an IR variant (named, or served by the export where OpenVINO runs here) runs on the OpenVINO provider this
-    machine's probe picks."""
+def choose_run(onnx_runtime: dict[str, Any], options: LoadOptions) -> tuple[str, str, str]:
+    """(variant, provider, why) of an exported verdict judge on this machine, of the caller's ``options``:
+    ``resolve_provider``'s choice, except that an IR variant (named, or served by the export where OpenVINO runs
+    here) runs on the OpenVINO provider this machine's probe picks."""
     from .. import machine
 
+    provider, variant = options.provider, options.variant
     files = onnx_runtime.get("files") or {}
     served = (onnx_runtime.get("served") or {}).get("file")
     if (provider == AUTO and variant is None and served in files and is_ir(files[served])
             and machine.probe().openvino()):  # else the primary file, on onnxruntime
         return (served, *_ir_provider(onnx_runtime, served))
-    chosen, provider, why = resolve_provider(provider, variant, onnx_runtime)
+    chosen, provider, why = resolve_provider(options, onnx_runtime)
     chosen = chosen or onnx_runtime["primary"]
     if is_ir(files.get(chosen, ())) and provider not in IR_PROVIDERS:
         if why == "asked for":
@@ -104,28 +104,31 @@ def load_tokenizer(directory: Path):
 class _Graph:
     """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,)."""
 
-    def __init__(self, path: Path, provider: str, threads: int | None) -> None:
-        self.session = inference_session(path, provider, threads)
+    def __init__(self, path: Path, run: LoadOptions) -> None:
+        self.session = inference_session(path, run.provider, run.threads)
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return self.session.run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask})[0]
 
 
 class OnnxVerdictReader(VerdictReader):
-    """A ``VerdictReader`` whose forward pass is ``files`` (one exported graph per question) run by ``provider``."""
+    """A ``VerdictReader`` whose forward pass is ``files`` (one exported graph per question, of ``run.variant``) run
+    as ``run`` says: the caller's load options with the provider and variant resolved (``choose_run``), whose
+    provider and threads open each graph's session and whose budget cuts the reader's batches."""
 
-    def __init__(self, files: Sequence[Path], tokenizer, questions: Sequence[VerdictQuestion], *,
-                 variant: str = "fp32", provider: str = "cpu", threads: int | None = None, **kw: Any) -> None:
+    def __init__(self, files: Sequence[Path], tokenizer, questions: Sequence[VerdictQuestion],
+                 run: LoadOptions = LoadOptions(provider="cpu", variant="fp32"), **kw: Any) -> None:
         if len(files) != len(questions):
             raise ValueError(f"{len(files)} graph files for {len(questions)} verdict questions")
-        self._provider, self._threads = provider, threads
-        super().__init__(list(files), tokenizer, questions, precision="fp32", **kw)
+        variant, provider = run.variant, run.provider
+        self.run = run
+        super().__init__(list(files), tokenizer, questions, precision="fp32", budget=run.budget, **kw)
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self.precision_why = f"the {variant} graphs run by {provider} ({arithmetic})"
 
     def _modules(self, files: list[Path]) -> list[_Graph]:
-        return [_Graph(path, self._provider, self._threads) for path in files]
+        return [_Graph(path, self.run) for path in files]
 
     def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
         return self._read(module, [ids for ids, _ in prompts])  # the graphs take whole prompts: no shared cache
@@ -146,32 +149,31 @@ class OnnxVerdictReader(VerdictReader):
         return values
 
 
-def open_onnx_reader(directory: Path, card: JudgeCard, variant: str, provider: str = "cpu",
-                     threads: int | None = None, batch_size: int = 8, **kw: Any) -> OnnxVerdictReader:
-    """The reader of an exported verdict judge's ``variant`` (a key of the card's ``runtime.onnx.files``)."""
+def open_onnx_reader(directory: Path, card: JudgeCard, run: LoadOptions) -> OnnxVerdictReader:
+    """The reader of an exported verdict judge's ``run.variant`` (a key of the card's ``runtime.onnx.files``), run as
+    ``run`` says (``OnnxVerdictReader``)."""
     files = (card.runtime.get("onnx") or {}).get("files") or {}
-    if variant not in files:
-        raise ValueError(f"{directory}: variant {variant!r} is not in this export (it has {', '.join(files)})")
-    where = f"{directory / 'judge_card.json'} field 'runtime.onnx.files.{variant}'"
-    paths = [inside(directory, name, where) for name in files[variant]]
+    if run.variant not in files:
+        raise ValueError(f"{directory}: variant {run.variant!r} is not in this export (it has {', '.join(files)})")
+    where = f"{directory / 'judge_card.json'} field 'runtime.onnx.files.{run.variant}'"
+    paths = [inside(directory, name, where) for name in files[run.variant]]
     questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], str(directory))
-    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, variant=variant, provider=provider,
-                             threads=threads,
+    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, run,
                              max_question_tokens=int(card.truncation.get("max_question_tokens",
                                                                          DEFAULT_MAX_QUESTION_TOKENS)),
                              max_answer_tokens=int(card.truncation.get("max_answer_tokens",
-                                                                       DEFAULT_MAX_ANSWER_TOKENS)),
-                             batch_size=batch_size, **kw)
+                                                                       DEFAULT_MAX_ANSWER_TOKENS)))
 
 
+@loads(providers=None, readings=True)
 def _load_verdict_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     runtime = card.runtime.get("onnx") or {}
     if "files" not in runtime:
         raise ValueError(f"{directory}: a verdict judge that was not exported has no ONNX graphs; run clfjudge "
                          "export first, or load it with backend='verdict'")
-    variant, provider, why = choose_run(runtime, options.provider, options.variant)
+    variant, provider, why = choose_run(runtime, options)
     check_gated(directory, runtime, variant, provider)
-    reader = open_onnx_reader(directory, card, variant, provider, options.threads, **reader_options(options))
+    reader = open_onnx_reader(directory, card, options.with_(provider=provider, variant=variant))
     judge = VerdictJudge(card, reader, options.budget)
     judge.backend_name = f"onnx ({variant}{'' if provider == 'cpu' else ', ' + provider})"
     judge.runtime_choice = {"provider": provider, "file": variant, "why": why}

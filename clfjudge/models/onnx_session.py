@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import Capability
+from ..options import LoadOptions
 from ..registry import resolve
 from ..runtimes import PROVIDERS, Provider  # the runtimes and their providers (clfjudge/runtimes.py)
 
@@ -55,11 +56,12 @@ def provider_info(name: str) -> Provider:
     return PROVIDERS.get(name)
 
 
-def resolve_provider(provider: str, variant: str | None,
-                     onnx_runtime: Mapping[str, Any]) -> tuple[str | None, str, str]:
-    """The (variant, provider, why) an ONNX judge loads with. ``provider`` "auto" with no ``variant`` named: the file
-    and provider the export served (the card's ``runtime.onnx.served``: the fastest run its parity gate passed) if
-    that provider runs on this machine; otherwise, and for a named variant, onnxruntime's CPU provider."""
+def resolve_provider(options: LoadOptions, onnx_runtime: Mapping[str, Any]) -> tuple[str | None, str, str]:
+    """The (variant, provider, why) an ONNX judge loads with, of the caller's ``options``. ``provider`` "auto" with no
+    ``variant`` named: the file and provider the export served (the card's ``runtime.onnx.served``: the fastest run
+    its parity gate passed) if that provider runs on this machine; otherwise, and for a named variant, onnxruntime's
+    CPU provider."""
+    provider, variant = options.provider, options.variant
     if provider != AUTO:
         return variant, provider, "asked for"
     served = onnx_runtime.get("served") or {}

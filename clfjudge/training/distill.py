@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching import DEFAULT_BATCH_SIZE
 from ..data.records import PairRecord, Verdict
 from ..progress import meter
 from ..registry import Registry
@@ -72,7 +73,7 @@ class PredictionsTeacher:
 class JudgeTeacher:
     """A teacher that is a judge: each pair compared in both answer orders (position-invariant judges once)."""
 
-    def __init__(self, spec: str, batch_size: int = 16) -> None:
+    def __init__(self, spec: str, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         from ..judges.base import Judge
 
         self.spec, self.judge = spec, Judge.load(spec, batch_size=batch_size)
@@ -123,7 +124,7 @@ class LabelsTeacher:
         return self.labels.rewards(record.question, record.answer_a, record.answer_b)
 
 
-def open_teacher(spec: str, batch_size: int = 16) -> PredictionsTeacher | JudgeTeacher | LabelsTeacher:
+def open_teacher(spec: str, batch_size: int = DEFAULT_BATCH_SIZE) -> PredictionsTeacher | JudgeTeacher | LabelsTeacher:
     from .labels import is_label_dir
 
     path = Path(spec)
@@ -171,7 +172,7 @@ class DistillJob:
     evals: tuple[str, ...] = ()
     holdout: float = 0.1
     seed: int = 0
-    batch_size: int = 16
+    batch_size: int = DEFAULT_BATCH_SIZE
     recipe: str = "student recipe"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..batching import Budget
 from .fields import described, options_from_dict
 
 
@@ -49,5 +50,8 @@ class EmbeddingOptions:
         return options_from_dict(cls, data, where)
 
     def reader_options(self) -> dict[str, Any]:
-        """The options given for the reader (``embedders.make_embedder``)."""
-        return {k: getattr(self, k) for k in self.READER if getattr(self, k) is not None}
+        """The options given for the reader (``embedders.make_embedder``), ``batch_size`` as its budget's rows."""
+        options = {k: getattr(self, k) for k in self.READER if getattr(self, k) is not None}
+        if "batch_size" in options:
+            options["budget"] = Budget(options.pop("batch_size"))
+        return options

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..batching import DEFAULT_BATCH_SIZE
 from ..data.records import PairRecord, PointRecord, Record
 
 PROVENANCE, PAIRS, LABELS = "provenance.json", "pairs.jsonl", "labels.jsonl"
@@ -149,7 +150,7 @@ class Teacher:
     """A judge read for labels: pointwise where it scores answers (per answer, every question of a verdict card),
     else pairwise (P(A) per pair, both answer orders)."""
 
-    def __init__(self, spec: str, batch_size: int = 8) -> None:
+    def __init__(self, spec: str, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         from ..judges.base import Judge
 
         self.spec, self.judge = spec, Judge.load(spec, batch_size=batch_size)

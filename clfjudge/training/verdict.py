@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..batching import Budget
 from ..data.records import Record
 from ..models.heads import Head
 
@@ -65,7 +66,7 @@ def train_verdict(cfg: TrainConfig) -> Path:
         from .data import build_splits
 
         splits = build_splits(cfg, VerdictDataHead())
-        judge = VerdictJudge(card, open_reader(card, batch_size=options.batch_size))
+        judge = VerdictJudge(card, open_reader(card, budget=Budget(options.batch_size)))
         if splits.train and options.calibrate:
             card.calibration = _calibrate(judge, splits.train)
             judge = VerdictJudge(card, judge.reader)

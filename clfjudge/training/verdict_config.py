@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..batching import DEFAULT_BATCH_SIZE
 from .fields import described, options_from_dict
 
 # the output layer's verdict rows are read as frozen copies (judges.verdict.verdict_module), and with tied embeddings
@@ -57,7 +58,7 @@ class VerdictOptions:
     precision: str = described("fp32 | bf16 | auto (bf16 where the machine computes in it)", "auto")
     max_question_tokens: int | None = described("question budget (first and last tokens kept); None: 384")
     max_answer_tokens: int | None = described("budget of each answer (first and last tokens kept); None: 512")
-    batch_size: int = described("prompts per forward pass", 8)
+    batch_size: int = described("prompts per forward pass", DEFAULT_BATCH_SIZE)
     calibrate: bool = described("fit Davidson's tie model on the training split (where sources are given)", True)
     lora: LoraOptions | None = described(
         "clfjudge distill only: fine-tune the model until its own verdict matches the teacher's, with a LoRA adapter "

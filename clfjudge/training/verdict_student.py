@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..batching import Budget
 from ..data.records import PairRecord, PointRecord
 from .labels import TEACHER_REWARDS
 
@@ -115,7 +116,7 @@ class VerdictStudent:
 
         model = self.model if decoder_precision(precision, self.device)[0] == "fp32" else copy.deepcopy(self.model)
         return VerdictReader(model, self.tokenizer, [self.question], precision=precision,
-                             batch_size=self.batch_size, device=self.device, **self.budgets)
+                             budget=Budget(self.batch_size), device=self.device, **self.budgets)
 
     def rewards(self, records: Sequence[PairRecord]) -> np.ndarray:
         """(pairs, 2): the student's reward of each pair's answers, in the card's precision."""
