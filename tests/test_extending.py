@@ -174,7 +174,7 @@ def train_longer(cfg: TrainConfig) -> Path:
     wins = sum((len(r.answer_a) > len(r.answer_b)) == (r.verdict is Verdict.A) for r in decisive)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
+    JudgeCard(kind="toy-longer", arity="pair", backbone="none", scheme="none", max_length=0,
               training={"sources": splits.sources, "split": splits.counts},
               runtime={"backend": "toy-longer", "p_longer": wins / max(len(decisive), 1)}).save(out)
     return out
@@ -189,7 +189,7 @@ def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path
     with registered_kind("toy-longer", JudgeKind(trainer=f"{__name__}:train_longer")):
         out = train(TrainConfig.from_dict(settings))
     card = JudgeCard.load(out)
-    assert card.head == "toy-longer" and card.runtime["p_longer"] == 1.0  # the longer answer always wins here
+    assert card.kind == "toy-longer" and card.runtime["p_longer"] == 1.0  # the longer answer always wins here
     assert card.training["split"]["train"] + card.training["split"]["dev"] == 16
 
 
@@ -227,13 +227,13 @@ def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):
 
     from clfjudge.serving.server import create_app
 
-    JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
+    JudgeCard(kind="toy-longer", arity="pair", backbone="none", scheme="none", max_length=0,
               runtime={"backend": "toy-longer", "p_longer": 0.8}).save(tmp_path)
     with pytest.raises(ValueError, match="field 'head': 'toy-longer' is no registered judge kind"):
         Judge.load(tmp_path)  # not registered yet: the card names a kind nobody loads
     with registered_kind("toy-longer", JudgeKind(loaders={"toy-longer": load_longer})):
         judge = Judge.load(tmp_path, backend="toy-longer")
-        assert isinstance(judge, LongerJudge) and judge.card.head == "toy-longer"
+        assert isinstance(judge, LongerJudge) and judge.card.kind == "toy-longer"
         results = judge.compare_batch([{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"},
                                        {"question": "Q?", "answer_a": "short", "answer_b": "a longer answer"},
                                        {"question": "Q?", "answer_a": "same", "answer_b": "same"}])

@@ -261,7 +261,7 @@ class DirectoryJudge(RuntimeJudge):
         onnx = card.runtime.get("onnx", {}) if card.runtime.get("backend") == "onnx" else {}
         run = onnx.get("served") or {"file": onnx.get("primary", ""), "provider": "cpu"}  # what provider auto runs
         variant = run["file"] + (f" @ {run['provider']}" if run["file"] and run["provider"] != "cpu" else "")
-        return f"{directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
+        return f"{directory.name} ({card.name}, {card.backbone}{', ' + variant if variant else ''})"
 
 
 def _generative(rest: str) -> AuditJudge:

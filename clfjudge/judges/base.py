@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import DEFAULT_BATCH_SIZE, Budget
-from ..card import CARD_NAME, JudgeCard
+from ..card import CARD_NAME, TASK_OF_ARITY, JudgeCard
 from ..data import conversation as conv
 from ..data.formats import ReadOptions, is_own_item, item_record
 from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
@@ -283,11 +283,11 @@ class Judge:
     def require(self, task: str) -> None:
         if task not in self.tasks:
             can = " / ".join(sorted(self.tasks))
-            if {"pair": "compare", "point": "score"}.get(self.card.kind) == task:  # the card says it can
-                raise ValueError(f"this {self.card.head} judge cannot {task}: its card's kind is {self.card.kind!r} "
+            if TASK_OF_ARITY.get(self.card.arity) == task:  # the card says it can
+                raise ValueError(f"this {self.card.kind} judge cannot {task}: its card's arity is {self.card.arity!r} "
                                  f"but its head and scheme ({self.card.scheme!r}) {can} only; the card contradicts "
-                                 "itself (fix its kind or its scheme)")
-            raise ValueError(f"this {self.card.head} judge ({self.card.kind}) cannot {task}; it can {can}")
+                                 "itself (fix its arity or its scheme)")
+            raise ValueError(f"this {self.card.kind} judge ({self.card.arity}) cannot {task}; it can {can}")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
         self.require("compare")

@@ -88,8 +88,8 @@ class GenerativeReader:
         from ..models.backbones import load_causal_lm, resolve_backbone
 
         card = JudgeCard.load(directory)
-        if card.head != GENERATIVE:
-            raise ValueError(f"{directory}: judge_card.json field 'head' is {card.head!r}, not {GENERATIVE!r}")
+        if card.kind != GENERATIVE:
+            raise ValueError(f"{directory}: judge_card.json field 'kind' is {card.kind!r}, not {GENERATIVE!r}")
         info = resolve_backbone(directory)
         tokenizer = _tokenizer(info)
         return cls(load_causal_lm(info, tokenizer=tokenizer), tokenizer, card.scheme, card.max_length,
@@ -168,7 +168,7 @@ class GenerateJudge(Judge):
 
         gen = GenerativeReader.from_backbone(backbone, scheme, batch_size=batch_size)
         runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
-        card = JudgeCard(head=GENERATIVE, kind=gen.scheme.kind, backbone=backbone, scheme=scheme,
+        card = JudgeCard(kind=GENERATIVE, arity=gen.scheme.kind, backbone=backbone, scheme=scheme,
                          max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
                          label_map={"parser": gen.parser.name}, runtime=runtime)
         return cls(card, gen, batch_size)
@@ -178,7 +178,7 @@ class GenerateJudge(Judge):
         return self.encoder.report.to_dict()
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
-        raise ValueError(f"this {self.card.head} judge writes its verdict: it has no logits (nothing to "
+        raise ValueError(f"this {self.card.kind} judge writes its verdict: it has no logits (nothing to "
                          "calibrate)")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
