@@ -321,14 +321,14 @@ def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     assert loaded.groups == pair_judge.groups
 
     data = json.loads((tmp_path / "judge" / "judge_card.json").read_text())
-    data["head"] = "cls3"
+    data["kind"] = "fine-tuned"
     (tmp_path / "judge" / "judge_card.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="field 'head' is 'cls3'"):
+    with pytest.raises(ValueError, match="field 'kind' is 'fine-tuned'"):
         EmbeddingModel.load(tmp_path / "judge")
 
 
 def test_bad_inputs_are_named(embedder, pair_judge):
-    with pytest.raises(ValueError, match="unknown record kind"):
+    with pytest.raises(ValueError, match="unknown arity .triple."):
         EmbeddingModel(arity="triple")
     with pytest.raises(KeyError, match="unknown pair head 'ridge'"):
         EmbeddingModel(head="ridge")
@@ -336,7 +336,7 @@ def test_bad_inputs_are_named(embedder, pair_judge):
         EmbeddingModel(features=("q",))
     with pytest.raises(ValueError, match="switched by use_length"):
         EmbeddingModel(features=("diff", "length_diff"))
-    with pytest.raises(ValueError, match="embedder uses encoder 'minilm'"):
+    with pytest.raises(ValueError, match="embedder uses backbone 'minilm'"):
         EmbeddingModel(backbone="mpnet", embedder=embedder)
     with pytest.raises(RuntimeError, match="not fitted"):
         EmbeddingModel(embedder=embedder).predict(_pairs(FACTS[:2]))
@@ -497,7 +497,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     """features diff + length_diff and a linear head: P(A) > P(B) exactly when r(A) > r(B), and the runtime
     offers score (the reward) beside compare."""
     from clfjudge.card import JudgeCard
-    from clfjudge.judges.embedding import SklearnJudge
+    from clfjudge.judges.embedding import EmbeddingJudge
 
     judge = EmbeddingModel(embedder=embedder, features=("diff", "length_diff"), use_length=False,
                            head_params={"C": 1.0}).fit(_evasive_pairs(FACTS[:18]))
@@ -509,7 +509,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
                          for p in test])
     proba = judge.predict_proba(test)
     np.testing.assert_array_equal(np.sign(proba[:, 0] - proba[:, 2]), np.sign(r_a - r_b))
-    runtime = SklearnJudge(JudgeCard(kind="embedding", arity="pair", backbone="minilm", scheme="embedding",
+    runtime = EmbeddingJudge(JudgeCard(kind="embedding", arity="pair", backbone="minilm", scheme="embedding",
                                      max_length=256), judge)
     assert runtime.tasks == {"compare", "score"}
     scores = runtime.score_batch([{"question": p.question, "answer": p.answer_a} for p in test])

@@ -134,10 +134,10 @@ def _scripted(judge):
 
 def test_judge_load_opens_a_generative_directory(gen_dir):
     from clfjudge.judges.base import Comparison, Judge
-    from clfjudge.judges.generative import GenerateJudge
+    from clfjudge.judges.generative import GenerativeJudge
 
     judge = Judge.load(gen_dir, batch_size=2)
-    assert isinstance(judge, GenerateJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
+    assert isinstance(judge, GenerativeJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
     got = judge.compare_batch([SEVEN_NINE, NINE_SEVEN, GIBBERISH])  # the random tiny LM writes what it writes
     assert len(got) == 3 and all(isinstance(c, Comparison) for c in got)
     assert all((c.verdict is not None) == c.parsed and len(c.generated) == 1 for c in got)

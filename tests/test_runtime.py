@@ -23,7 +23,7 @@ from clfjudge.data.records import Loc, PairRecord, RecordError, Verdict
 from clfjudge.export.onnx import export_judge
 from clfjudge.judges.base import Comparison, Judge, Score
 from clfjudge.judges.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
-from clfjudge.judges.model import ModelJudge
+from clfjudge.judges.model import FineTunedJudge
 from clfjudge.models.heads import PairOutputs, davidson_probs
 
 Q = "What is the capital of France?"
@@ -397,14 +397,14 @@ def test_score_cli_reports_bad_lines_and_keeps_going(cls3_dir, tmp_path, capsys)
 
 
 def test_score_cli_isolates_inputs_the_judge_cannot_take(cls3_dir, tmp_path, monkeypatch, capsys):
-    original = ModelJudge.raw_outputs
+    original = FineTunedJudge.raw_outputs
 
     def picky(self, records):
         if any(r.question == "BOOM" for r in records):
             raise ValueError("cannot encode BOOM")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", picky)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", picky)
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     items = pairs(4)
     items[2]["question"] = "BOOM"
@@ -499,7 +499,7 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
     the progress file and stderr say which lines are accounted for, and --resume gives an uninterrupted run's
     lines exactly, without duplicating any."""
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
-    original, calls = ModelJudge.raw_outputs, [0]
+    original, calls = FineTunedJudge.raw_outputs, [0]
 
     def failing(self, records):
         calls[0] += 1
@@ -507,9 +507,9 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
             raise RuntimeError("the accelerator fell off the bus")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", failing)
     assert _score(cls3_dir, src, out) == 3  # the judge's fault: exit 3, the checkpoint kept
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", original)
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
     assert progress["line"] == accounted
     err = capsys.readouterr().err
@@ -583,7 +583,7 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     assert _score(cls3_dir, src, out, "--resume") == 2
     assert "no progress file" in capsys.readouterr().err
-    original, calls = ModelJudge.raw_outputs, [0]
+    original, calls = FineTunedJudge.raw_outputs, [0]
 
     def failing(self, records):
         calls[0] += 1
@@ -591,9 +591,9 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
             raise RuntimeError("out of memory")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", failing)
     assert _score(cls3_dir, src, out) == 3  # the judge failed mid-run: the checkpoint is kept
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", original)
     capsys.readouterr()
     assert _score(cls3_dir, src, out, "--resume", "--symmetric") == 2
     assert "symmetric was False, now True" in capsys.readouterr().err

@@ -2,9 +2,9 @@
 
 The directory says what it is (judge_card.json): its card's kind and backend pick the loader (``kinds.find_loader``;
 the kinds are registered in ``clfjudge/kinds.py``): a fine-tuned head served by PyTorch (model.safetensors) or
-onnxruntime (model.onnx and its variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge
-(a scikit-learn head over a frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that
-writes its verdict, read by the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes
+onnxruntime (model.onnx and its variants, written by ``clfjudge export``; ``model.FineTunedJudge``), an embedding judge
+(a scikit-learn head over a frozen encoder; ``embedding.EmbeddingJudge``), or a generative judge (a causal LM that
+writes its verdict, read by the scheme's parser; ``generative.GenerativeJudge``). Every classifier backend goes
 through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as

@@ -346,7 +346,7 @@ def verdicts_from_proba(proba: np.ndarray) -> list[Verdict]:
 
 
 class EmbeddingModel:
-    """What an embedding judge (``SklearnJudge``) runs: a frozen embedder's features + a scikit-learn head.
+    """What an embedding judge (``EmbeddingJudge``) runs: a frozen embedder's features + a scikit-learn head.
 
     ``kind="pair"``: heads "logreg" | "gbdt"; ``predict_proba`` -> (n, 3) = P(A), P(TIE), P(B); ``predict`` ->
     verdicts. ``kind="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
@@ -765,7 +765,7 @@ def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *
 
 # -- its runtime judge (Judge.load) ------------------------------------------------------------------------
 
-class SklearnJudge(Judge):
+class EmbeddingJudge(Judge):
     """An embedding judge (frozen sentence encoder + scikit-learn head); its raw outputs for pairs are
     log-probabilities in the 3-way heads' class order (TIE, A, B), so temperature calibration applies as to logits."""
 
@@ -829,7 +829,7 @@ def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Jud
     memory = {} if options.memory_items is None else {"memory_items": options.memory_items}
     embedder = embedder_for_card(card, budget=options.budget, device=options.provider, **memory)
     model = EmbeddingModel.load(directory, embedder=embedder, trust_pickle=options.trust_pickle)
-    return SklearnJudge(card, model, options.budget)
+    return EmbeddingJudge(card, model, options.budget)
 
 
 def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
@@ -846,7 +846,7 @@ def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
                                provider=provider, threads=options.threads, budget=options.budget, **memory)
     check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
     model = EmbeddingModel.load(directory, embedder=reader, trust_pickle=options.trust_pickle)
-    judge = SklearnJudge(card, model, options.budget)
+    judge = EmbeddingJudge(card, model, options.budget)
     judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
     judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
     return judge

@@ -67,7 +67,7 @@ class PromptEncoder:
 
 class GenerativeReader:
     """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``verdicts`` verdicts (None =
-    parse failure) and ``scores`` scores (None = parse failure). ``GenerateJudge`` (below) serves it behind the
+    parse failure) and ``scores`` scores (None = parse failure). ``GenerativeJudge`` (below) serves it behind the
     ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
 
     def __init__(self, model, tokenizer, scheme: str, max_length: int, max_new_tokens: int,
@@ -142,7 +142,7 @@ def _tokenizer(info):
 
 # -- its runtime judge (Judge.load) ------------------------------------------------------------------------
 
-class GenerateJudge(Judge):
+class GenerativeJudge(Judge):
     """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeReader``
     writes the judgement greedily and the scheme's parser reads it. A pair scheme compares, a point scheme scores.
 
@@ -159,10 +159,10 @@ class GenerateJudge(Judge):
         super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), budget)
         self.generator = generator
         self.generator.batch_size = self.batch_size  # decoding runs rows only: no token budget applies
-        self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
+        self.encoder = generator.prompts  # its truncation report, like FineTunedJudge.encoder's
 
     @classmethod
-    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerateJudge:
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = 8) -> GenerativeJudge:
         """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
         from .generative import GENERATIVE, GenerativeReader
 
@@ -219,4 +219,4 @@ def _load_generate(directory: Path, card: JudgeCard, options: LoadOptions) -> Ju
         import torch
 
         torch.set_num_threads(options.threads)
-    return GenerateJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)
+    return GenerativeJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)

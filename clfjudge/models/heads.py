@@ -216,6 +216,14 @@ class Cls3Head(Head):
     def card_fields(self) -> dict[str, Any]:
         return {"label_map": {str(i): v for i, v in self.id2label().items()}, "score_scale": None, "calibration": {}}
 
+    @staticmethod
+    def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+        cal = card.calibration
+        return {"sequences_per_comparison": 1,
+                "compare": f"p = softmax(logits / temperature) over the columns {columns}; verdict = argmax"
+                           + (" (TIE also when |P(A) - P(B)| <= tie_margin)" if cal.get("tie_margin") else ""),
+                "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin")}
+
 
 @HEADS.register("regression")
 class RegressionHead(Head):
@@ -286,14 +294,6 @@ class RegressionHead(Head):
         lo, width = self._span()
         return {"label_map": {"0": f"score on [{lo:g}, {lo + width:g}], trained as (score - {lo:g}) / {width:g}"},
                 "score_scale": [lo, lo + width], "calibration": {}}
-
-    @staticmethod
-    def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
-        cal = card.calibration
-        return {"sequences_per_comparison": 1,
-                "compare": f"p = softmax(logits / temperature) over the columns {columns}; verdict = argmax"
-                           + (" (TIE also when |P(A) - P(B)| <= tie_margin)" if cal.get("tie_margin") else ""),
-                "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin")}
 
     @staticmethod
     def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
