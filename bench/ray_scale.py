@@ -43,7 +43,7 @@ def tiny_judge(root: Path) -> Path:
 
 
 def write_shards(source: str, n: int, shards: int, chunk_size: int, root: Path) -> tuple[Path, Path]:
-    records = [r for r in sources.load(source).records if r.kind == "pair"][:n]
+    records = [r for r in sources.load(source).records if r.arity == "pair"][:n]
     if len(records) < n:
         raise SystemExit(f"{source} has {len(records)} pairs, fewer than --n {n}")
     per = n // shards

@@ -87,11 +87,11 @@ def bench_judge(judge_dir: Path, args) -> list[dict[str, Any]]:
             seconds, out = timed(backend, batches, args.repeats)
             if base_time is None:
                 base_time, base_out = seconds, out
-            rows.append({"judge": judge_dir.name, "head": judge.card.head, "backbone": judge.card.backbone,
+            rows.append({"judge": judge_dir.name, "head": judge.card.name, "backbone": judge.card.backbone,
                          "length": length, "backend": name, "pairs": len(records), "seconds": seconds,
                          "judgements_per_s": len(records) / seconds, "speedup_vs_pytorch": base_time / seconds,
-                         "decision_agreement": float(np.mean(decisions(judge.card.head, out)
-                                                             == decisions(judge.card.head, base_out))),
+                         "decision_agreement": float(np.mean(decisions(judge.card.name, out)
+                                                             == decisions(judge.card.name, base_out))),
                          "max_abs_logit_diff": float(np.abs(out - base_out).max())})
             print(rows[-1])
     return rows

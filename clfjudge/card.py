@@ -18,9 +18,12 @@ from .outputs import write_whole
 from .untrusted import inside, read_json
 
 CARD_NAME = "judge_card.json"
-# The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key.
+# The layout of judge_card.json. 1: the cards written before the key existed (no schema_version); 2: the key;
+# 3: the judge kind in ``kind``, the fine-tuned head in ``head``, pair / point in ``arity``.
 # A new version gets a step in ``_UPGRADES`` that turns a card of the version below into it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+TASK_OF_ARITY = {"pair": "compare", "point": "score"}  # what a judge does with a record of the arity
+ARITIES = tuple(TASK_OF_ARITY)
 
 
 def library_versions() -> dict[str, str]:
@@ -38,11 +41,12 @@ def library_versions() -> dict[str, str]:
 
 @dataclass
 class JudgeCard:
-    head: str  # a judge kind (clfjudge/kinds.py: "embedding", "verdict", ...) or a fine-tuned head ("cls3", ...)
-    kind: str  # what the judge answers: "pair" (compare) or "point" (score)
+    kind: str  # the judge kind (clfjudge/kinds.py ``KINDS``: "fine-tuned", "embedding", "verdict", ...)
+    arity: str  # what the judge answers: "pair" (compare) or "point" (score)
     backbone: str  # the spec the user gave (alias, hub id or path)
     scheme: str  # scheme name used to render inputs
     max_length: int
+    head: str = ""  # the kind's head where it has several (the fine-tuned kind: "cls3", "regression", ...)
     label_map: dict[str, Any] = field(default_factory=dict)
     truncation: dict[str, Any] = field(default_factory=dict)
     template: str = ""  # the template text, for the record
@@ -63,6 +67,11 @@ class JudgeCard:
         write_whole(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         return path
 
+    @property
+    def name(self) -> str:
+        """The head where the kind has one, else the kind: what a judge is called in messages and reports."""
+        return self.head or self.kind
+
     @classmethod
     def load(cls, directory: str | Path) -> JudgeCard:
         path = Path(directory) / CARD_NAME
@@ -78,6 +87,9 @@ class JudgeCard:
             raise ValueError(f"{path}: unknown judge card fields {sorted(unknown)}")
         for name, spec in cls.__dataclass_fields__.items():
             _check_field(path, name, spec, data)
+        if data["arity"] not in ARITIES:
+            raise RecordError(str(path), None, "arity",
+                              f"must be one of {', '.join(ARITIES)}, got {data['arity']!r:.80}")
         return cls(**data)
 
 
@@ -102,8 +114,27 @@ def _upgrade_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _upgrade_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2's ``head`` held a judge kind's name or a fine-tuned head's, and ``kind`` held pair / point: now
+    ``kind`` is the judge kind, ``head`` the head (fine-tuned kind only) and ``arity`` pair / point. A head that is
+    no registered kind's nor any kind's head was a kind's name (one registered later, or not at all: ``Judge.load``
+    names it)."""
+    from .kinds import kind_of
+
+    head, arity = data.pop("head", None), data.pop("kind", None)
+    if arity is not None:
+        data["arity"] = arity
+    if not isinstance(head, str):  # missing or malformed: refused by the field checks, naming "kind"
+        return data if head is None else {**data, "kind": head}
+    try:
+        kind = kind_of(head)
+    except ValueError:
+        kind = head
+    return {**data, "kind": kind, **({"head": head} if head != kind else {})}
+
+
 # version v -> the step that turns a card of version v into one of version v + 1
-_UPGRADES = {1: _upgrade_1_to_2}
+_UPGRADES = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
 
 
 def _upgrade(path: Path, data: dict[str, Any]) -> dict[str, Any]:

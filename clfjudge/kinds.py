@@ -1,7 +1,7 @@
 """The judge kinds: one entry per kind names, lazily, what loads it, what trains it and what exports it.
 
-A judge kind is what a judge directory's card says it is (``head``: the kind's name, or for the fine-tuned kind
-one of its heads) and what ``Judge.load`` opens it with (a backend: ``runtime.backend``, else what the kind finds
+A judge kind is what a judge directory's card says it is (``kind``; the fine-tuned kind's card also names its
+``head``) and what ``Judge.load`` opens it with (a backend: ``runtime.backend``, else what the kind finds
 in the directory). Its loaders live in ``judges/``, its trainer in ``training/``, its exporter in ``export/``,
 and those modules build on one another in that order, so the entry names them as ``"module:function"`` targets
 (``Registry.get`` imports them on first use) and imports none of them: this module sits below every subpackage and
@@ -59,7 +59,7 @@ def _entries(name: str, kind: JudgeKind) -> list[tuple[Registry, Any, Any]]:
 
 
 def register_kind(name: str, kind: JudgeKind) -> JudgeKind:
-    """Register a judge kind (``name``: the card's ``head``) and its loaders, trainer and exporter."""
+    """Register a judge kind (``name``: the card's ``kind``) and its loaders, trainer and exporter."""
     unknown = {alias: to for alias, to in kind.aliases.items() if to not in kind.loaders}
     if unknown:
         raise ValueError(f"judge kind {name!r}: aliases {unknown} name no backend of its loaders "
@@ -83,7 +83,8 @@ registered_kind = undone_after(register_kind, unregister_kind)  # ``register_kin
 
 
 def kind_of(head: str, where: str = "judge_card.json") -> str:
-    """The kind a card's ``head`` is: the kind of that name, else the kind whose ``heads`` hold it."""
+    """The kind a head name is: the kind of that name, else the kind whose ``heads`` hold it (a training recipe's
+    ``head``, and a card older than its ``kind`` field)."""
     if head in KINDS:
         return head
     for name, kind in KINDS.items():
@@ -109,14 +110,21 @@ def check_backend(name: str) -> None:
         raise UnknownBackend(f"unknown judge backend {name!r}; known: {', '.join(backends())}")
 
 
+def check_kind(name: str, where: str = "judge_card.json") -> str:
+    """Refuse a card's ``kind`` that no registered judge kind has."""
+    if name not in KINDS:
+        raise ValueError(f"{where} field 'kind': {name!r} is no registered judge kind ({', '.join(KINDS.names())})")
+    return name
+
+
 def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str, Callable[..., Any]]:
-    """The backend and loader that open a judge directory: those of its card's kind (``head``) and of ``backend``,
+    """The backend and loader that open a judge directory: those of its card's ``kind`` and of ``backend``,
     or for "auto" the backend the card names (``runtime.backend``), else the one the kind's ``detect`` finds in the
     directory, else the kind's first."""
     if backend != "auto":
         check_backend(backend)  # a name no kind has: refused as unknown, the one check of it on a load
     where = str(Path(directory) / "judge_card.json")
-    name = kind_of(card.head, where)
+    name = check_kind(card.kind, where)
     kind = KINDS.get(name)
     asked = card.runtime.get("backend") if backend == "auto" else backend
     if asked is None:
@@ -126,14 +134,14 @@ def find_loader(directory: Path, card: Any, backend: str = "auto") -> tuple[str,
     chosen = kind.aliases.get(asked, asked)
     if (name, chosen) not in LOADERS:
         whence = f"{where} field 'runtime.backend'" if backend == "auto" else f"{directory}: backend"
-        raise ValueError(f"{whence} {asked!r} is not a backend of the {name} kind (head {card.head!r}): it loads "
+        raise ValueError(f"{whence} {asked!r} is not a backend of the {name} kind: it loads "
                          f"with {', '.join(kind.loaders) or 'none'}")
     return chosen, LOADERS.get((name, chosen))
 
 
 # The built-in kinds. The fine-tuned heads (cls3, regression, reward: ``models.heads.HEADS``) train in the Trainer
 # loop.
-register_kind("fine-tuned", JudgeKind(
+register_kind("fine-tuned", JudgeKind(  # models.heads.FINE_TUNED
     loaders={"torch": "clfjudge.judges.model:_load_torch", EXPORTED: "clfjudge.judges.model:_load_onnx"},
     exporter="clfjudge.export.fine_tuned:export_fine_tuned",
     heads="clfjudge.models.heads:HEADS", detect="clfjudge.judges.model:detect_backend",

@@ -116,7 +116,7 @@ def test_long_prompts_and_answers_are_truncated(llama_dir):
 
 
 def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
-    judge = EmbeddingModel(encoder=str(llama_dir), features=("diff", "abs_diff"), head_params={"C": 1.0},
+    judge = EmbeddingModel(backbone=str(llama_dir), features=("diff", "abs_diff"), head_params={"C": 1.0},
                            embedder_options={"layer": 1}).fit(_pairs(24))
     test = _pairs(6, start=24)
     proba = judge.predict_proba(test)
@@ -138,15 +138,15 @@ def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
 def test_a_given_embedder_is_used_even_while_its_cache_is_empty(llama_dir):
     """An empty embedder is falsy (len 0): the judge must still use it, not build its own."""
     shared = DecoderEmbedder(str(llama_dir))
-    judge = EmbeddingModel(encoder=str(llama_dir), features=("diff",), embedder=shared).fit(_pairs(12))
+    judge = EmbeddingModel(backbone=str(llama_dir), features=("diff",), embedder=shared).fit(_pairs(12))
     assert judge.embedder is shared and len(shared) > 0
     with pytest.raises(ValueError, match="either an embedder or embedder_options"):
-        EmbeddingModel(encoder=str(llama_dir), embedder=shared, embedder_options={"layer": 1})
+        EmbeddingModel(backbone=str(llama_dir), embedder=shared, embedder_options={"layer": 1})
 
 
 def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
     embedder = DecoderEmbedder(str(llama_dir))
-    judge = EmbeddingModel(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
+    judge = EmbeddingModel(backbone=str(llama_dir), features=("diff",), head_params={"C": "auto"},
                            embedder=embedder).fit(_pairs(24))
     assert judge.training_["chosen_C"] in AUTO_C_GRID
     search = judge.fitted_
@@ -155,7 +155,7 @@ def test_auto_c_is_chosen_by_question_grouped_cv(llama_dir):
         assert not set(train % 24) & set(test % 24)
     assert judge.predict(_pairs(2, start=24))[0] in (Verdict.A, Verdict.B, Verdict.TIE)
     with pytest.raises(ValueError, match="C='auto' needs at least 3 distinct training questions"):
-        EmbeddingModel(encoder=str(llama_dir), features=("diff",), head_params={"C": "auto"},
+        EmbeddingModel(backbone=str(llama_dir), features=("diff",), head_params={"C": "auto"},
                        embedder=embedder).fit(_pairs(2))
 
 
@@ -198,7 +198,7 @@ def _log_probs_from_scratch(embedder, prefix, body):
 
 
 def test_a_judge_on_token_stats_gets_an_embedder_that_computes_them(chat_llama_dir, tmp_path):
-    judge = EmbeddingModel(encoder=str(chat_llama_dir), features=("token_stats",), head_params={"C": 1.0},
+    judge = EmbeddingModel(backbone=str(chat_llama_dir), features=("token_stats",), head_params={"C": 1.0},
                            embedder_options={"layer": 1}).fit(_pairs(24))
     assert judge.embedder.stats and judge.training_["n_features"] == 7 + 8  # stats + the two length groups (2 + 6)
     test = _pairs(6, start=24)
@@ -208,7 +208,7 @@ def test_a_judge_on_token_stats_gets_an_embedder_that_computes_them(chat_llama_d
     assert JudgeCard.load(tmp_path / "judge").runtime["embedder"]["stats"] is True
     np.testing.assert_allclose(EmbeddingModel.load(tmp_path / "judge").predict_proba(test), proba, atol=1e-6)
     with pytest.raises(ValueError, match="must be a decoder embedder with stats=True"):
-        EmbeddingModel(encoder=str(chat_llama_dir), features=("token_stats",),
+        EmbeddingModel(backbone=str(chat_llama_dir), features=("token_stats",),
                        embedder=DecoderEmbedder(str(chat_llama_dir)))
     with pytest.raises(ValueError, match="sentence encoder"):
         TextEmbedder().answer_stats(["q"], ["a"])
@@ -296,7 +296,7 @@ def test_stats_over_the_first_tokens_are_exact(chat_llama_dir):
 
 
 def test_a_loaded_judge_reads_in_the_precision_it_was_trained_with(llama_dir, tmp_path):
-    judge = EmbeddingModel(encoder=str(llama_dir), features=("diff",), head_params={"C": 1.0},
+    judge = EmbeddingModel(backbone=str(llama_dir), features=("diff",), head_params={"C": 1.0},
                            embedder_options={"layer": 1, "precision": "bf16"}).fit(_pairs(12))
     judge.save(tmp_path / "judge")
     assert JudgeCard.load(tmp_path / "judge").runtime["precision"] == "bf16"

@@ -290,7 +290,7 @@ def test_point_judge_scores_relevance_within_scale(embedder):
                                          score=1, reference=fact))
         return out
 
-    judge = EmbeddingModel(kind="point", embedder=embedder).fit(points(FACTS[:18], 0))
+    judge = EmbeddingModel(arity="point", embedder=embedder).fit(points(FACTS[:18], 0))
     assert judge.head == "ridge" and judge.scale_ == (1.0, 5.0)
     test = points(FACTS[18:], 18)
     scores = judge.predict(test)
@@ -298,7 +298,7 @@ def test_point_judge_scores_relevance_within_scale(embedder):
     gold = np.array([r.score for r in test])
     assert scores[gold == 5].mean() > scores[gold == 1].mean() + 1.0
 
-    with_ref = EmbeddingModel(kind="point", embedder=embedder, features=("cos", "ref_cos"), head="gbdt",
+    with_ref = EmbeddingModel(arity="point", embedder=embedder, features=("cos", "ref_cos"), head="gbdt",
                               head_params={"max_iter": 20}).fit(points(FACTS[:18], 0))
     assert with_ref.predict(test).shape == (12,)
     no_ref = [PointRecord.build(LOC, id="noref", question="q?", answer="a", score=3)]
@@ -309,7 +309,7 @@ def test_point_judge_scores_relevance_within_scale(embedder):
 def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     pair_judge.save(tmp_path / "judge", validation={"accuracy": 1.0})
     card = JudgeCard.load(tmp_path / "judge")
-    assert (card.head, card.kind, card.backbone, card.max_length) == ("embedding", "pair", "minilm", 256)
+    assert (card.kind, card.arity, card.backbone, card.max_length) == ("embedding", "pair", "minilm", 256)
     assert card.label_map == {"proba_columns": ["A", "TIE", "B"]}
     assert card.runtime["sklearn_model"] == "head.safetensors" and card.validation == {"accuracy": 1.0}
     assert card.runtime["format"] == "safetensors-linear"  # arrays, not a pickle
@@ -322,23 +322,23 @@ def test_save_and_load_round_trip(pair_judge, embedder, tmp_path):
     assert loaded.groups == pair_judge.groups
 
     data = json.loads((tmp_path / "judge" / "judge_card.json").read_text())
-    data["head"] = "cls3"
+    data["kind"] = "fine-tuned"
     (tmp_path / "judge" / "judge_card.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="field 'head' is 'cls3'"):
+    with pytest.raises(ValueError, match="field 'kind' is 'fine-tuned'"):
         EmbeddingModel.load(tmp_path / "judge")
 
 
 def test_bad_inputs_are_named(embedder, pair_judge):
-    with pytest.raises(ValueError, match="unknown record kind"):
-        EmbeddingModel(kind="triple")
+    with pytest.raises(ValueError, match="unknown arity .triple."):
+        EmbeddingModel(arity="triple")
     with pytest.raises(KeyError, match="unknown pair head 'ridge'"):
         EmbeddingModel(head="ridge")
     with pytest.raises(KeyError, match="unknown pair feature group 'q'"):
         EmbeddingModel(features=("q",))
     with pytest.raises(ValueError, match="switched by use_length"):
         EmbeddingModel(features=("diff", "length_diff"))
-    with pytest.raises(ValueError, match="embedder uses encoder 'minilm'"):
-        EmbeddingModel(encoder="mpnet", embedder=embedder)
+    with pytest.raises(ValueError, match="embedder uses backbone 'minilm'"):
+        EmbeddingModel(backbone="mpnet", embedder=embedder)
     with pytest.raises(RuntimeError, match="not fitted"):
         EmbeddingModel(embedder=embedder).predict(_pairs(FACTS[:2]))
     unlabelled = PairRecord.build(LOC, id="u1", question="q", answer_a="a", answer_b="b", unlabelled=True)
@@ -350,7 +350,7 @@ def test_bad_inputs_are_named(embedder, pair_judge):
     with pytest.raises(ValueError, match="all training pairs are ties"):
         EmbeddingModel(embedder=embedder).fit([r for r in _pairs(FACTS[:3], ties=True) if r.verdict == Verdict.TIE])
     with pytest.raises(ValueError, match="predict_proba is for pair judges"):
-        EmbeddingModel(kind="point", embedder=embedder).predict_proba([])
+        EmbeddingModel(arity="point", embedder=embedder).predict_proba([])
 
 
 def test_neighbour_negatives_pair_a_question_with_a_neighbours_answer(embedder):
@@ -405,7 +405,7 @@ def test_real_prometheus_vicuna_regression(embedder):
 
     records = sources.load("prometheus-vicuna").records
     train_idx, test_idx = group_kfold(records, 4, seed=0)[0]
-    judge = EmbeddingModel(kind="point", embedder=embedder).fit([records[i] for i in train_idx])
+    judge = EmbeddingModel(arity="point", embedder=embedder).fit([records[i] for i in train_idx])
     test = [records[i] for i in test_idx]
     scores = judge.predict(test)
     assert ((scores >= 1) & (scores <= 5)).all()
@@ -498,7 +498,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
     """features diff + length_diff and a linear head: P(A) > P(B) exactly when r(A) > r(B), and the runtime
     offers score (the reward) beside compare."""
     from clfjudge.card import JudgeCard
-    from clfjudge.judges.embedding import SklearnJudge
+    from clfjudge.judges.embedding import EmbeddingJudge
 
     judge = EmbeddingModel(embedder=embedder, features=("diff", "length_diff"), use_length=False,
                            head_params={"C": 1.0}).fit(_evasive_pairs(FACTS[:18]))
@@ -510,7 +510,7 @@ def test_a_judge_of_difference_features_scores_each_answer(embedder):
                          for p in test])
     proba = judge.predict_proba(test)
     np.testing.assert_array_equal(np.sign(proba[:, 0] - proba[:, 2]), np.sign(r_a - r_b))
-    runtime = SklearnJudge(JudgeCard(head="embedding", kind="pair", backbone="minilm", scheme="embedding",
+    runtime = EmbeddingJudge(JudgeCard(kind="embedding", arity="pair", backbone="minilm", scheme="embedding",
                                      max_length=256), judge)
     assert runtime.tasks == {"compare", "score"}
     scores = runtime.score_batch([{"question": p.question, "answer": p.answer_a} for p in test])

@@ -43,7 +43,7 @@ class RuleJudge(Judge):
         self.rule = card.runtime["rule"]
 
     def raw_outputs(self, records):
-        return np.array([[len(r.answer_a) - len(r.answer_b) if r.kind == "pair" else len(r.answer)] for r in records],
+        return np.array([[len(r.answer_a) - len(r.answer_b) if r.arity == "pair" else len(r.answer)] for r in records],
                         dtype=np.float64)
 
     def point_scores(self, raw: np.ndarray) -> np.ndarray:  # the answer's length, or minus it
@@ -67,7 +67,7 @@ def judges(tmp_path):
     dirs = []
     for name, rule in (("fast", "longer"), ("teacher", "shorter")):
         (tmp_path / name).mkdir()
-        JudgeCard(head="toy-rule", kind="pair", backbone="none", scheme="none", max_length=0,
+        JudgeCard(kind="toy-rule", arity="pair", backbone="none", scheme="none", max_length=0,
                   runtime={"backend": "toy-rule", "rule": rule}).save(tmp_path / name)
         dirs.append(tmp_path / name)
     LOADS.update(fast=0, teacher=0)

@@ -176,7 +176,7 @@ def test_export_refuses_existing_output_and_judges_without_weights(judges, tmp_p
     assert (busy / "keep.txt").exists()
     emb = tmp_path / "emb"
     emb.mkdir()
-    JudgeCard(head="embedding", kind="pair", backbone="minilm", scheme="embedding", max_length=256).save(emb)
+    JudgeCard(kind="embedding", arity="pair", backbone="minilm", scheme="embedding", max_length=256).save(emb)
     with pytest.raises(ValueError, match="covers decoder embedders.*sklearn backend"):
         export_judge(emb, tmp_path / "emb-onnx")
     weightless = tmp_path / "weightless"  # e.g. an exported directory

@@ -34,7 +34,7 @@ def chat_llama_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judge_dir(chat_llama_dir, tmp_path_factory):
-    judge = EmbeddingModel(encoder=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
+    judge = EmbeddingModel(backbone=str(chat_llama_dir), features=("diff", "token_stats"), head_params={"C": 1.0},
                            embedder_options={"layer": 1, "stats_tokens": 4}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 

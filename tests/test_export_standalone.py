@@ -89,7 +89,7 @@ def test_a_fine_tuned_or_released_export_scores_from_its_files_alone(kind, tiny_
                          ids=["default", "statistics-and-question"])
 def test_an_embedding_judge_export_scores_from_its_files_alone(features, chat_llama_dir, tmp_path):
     options = {"layer": 1, **({"stats_tokens": 4} if "token_stats" in features else {})}
-    judge = EmbeddingModel(encoder=str(chat_llama_dir), features=features, use_length=False,
+    judge = EmbeddingModel(backbone=str(chat_llama_dir), features=features, use_length=False,
                            head_params={"C": 1.0}, embedder_options=options).fit(_pairs(24))
     source = judge.save(tmp_path / "judge")
     out = export_judge(source, tmp_path / "onnx", n_records=8).out_dir

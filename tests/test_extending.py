@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from clfjudge.audit import run_audit
-from clfjudge.audit.judges import JUDGE_KINDS, AuditJudge, NotApplicable, Predictions
+from clfjudge.audit.judges import AUDIT_JUDGES, AuditJudge, NotApplicable, Predictions
 from clfjudge.audit.suites import SUITES, AuditData, Table
 from clfjudge.card import JudgeCard
 from clfjudge.cli import main
@@ -111,7 +111,7 @@ def test_a_bad_toy_line_is_an_error_naming_file_line_and_field(toy_source, tmp_p
 class BinaryHead(Head):
     """Pairwise, two classes (A better / B better): ties are neither learned nor predicted."""
 
-    name, kind, num_labels = "binary", "pair", 2
+    name, arity, num_labels = "binary", "pair", 2
     problem_type, scheme_suffix, best_metric = "single_label_classification", "pair", "accuracy"
 
     def _unusable(self, record):
@@ -174,7 +174,7 @@ def train_longer(cfg: TrainConfig) -> Path:
     wins = sum((len(r.answer_a) > len(r.answer_b)) == (r.verdict is Verdict.A) for r in decisive)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
+    JudgeCard(kind="toy-longer", arity="pair", backbone="none", scheme="none", max_length=0,
               training={"sources": splits.sources, "split": splits.counts},
               runtime={"backend": "toy-longer", "p_longer": wins / max(len(decisive), 1)}).save(out)
     return out
@@ -189,7 +189,7 @@ def test_a_trainer_is_dispatched_by_train_for_its_head_name(toy_source, tmp_path
     with registered_kind("toy-longer", JudgeKind(trainer=f"{__name__}:train_longer")):
         out = train(TrainConfig.from_dict(settings))
     card = JudgeCard.load(out)
-    assert card.head == "toy-longer" and card.runtime["p_longer"] == 1.0  # the longer answer always wins here
+    assert card.kind == "toy-longer" and card.runtime["p_longer"] == 1.0  # the longer answer always wins here
     assert card.training["split"]["train"] + card.training["split"]["dev"] == 16
 
 
@@ -225,13 +225,13 @@ def test_a_judge_kind_is_loaded_by_judge_load_and_compares_and_serves(tmp_path):
 
     from clfjudge.serving.server import create_app
 
-    JudgeCard(head="toy-longer", kind="pair", backbone="none", scheme="none", max_length=0,
+    JudgeCard(kind="toy-longer", arity="pair", backbone="none", scheme="none", max_length=0,
               runtime={"backend": "toy-longer", "p_longer": 0.8}).save(tmp_path)
-    with pytest.raises(ValueError, match="field 'head': 'toy-longer' is no registered judge kind"):
+    with pytest.raises(ValueError, match="field 'kind': 'toy-longer' is no registered judge kind"):
         Judge.load(tmp_path)  # not registered yet: the card names a kind nobody loads
     with registered_kind("toy-longer", JudgeKind(loaders={"toy-longer": load_longer})):
         judge = Judge.load(tmp_path, backend="toy-longer")
-        assert isinstance(judge, LongerJudge) and judge.card.head == "toy-longer"
+        assert isinstance(judge, LongerJudge) and judge.card.kind == "toy-longer"
         results = judge.compare_batch([{"question": "Q?", "answer_a": "a longer answer", "answer_b": "short"},
                                        {"question": "Q?", "answer_a": "short", "answer_b": "a longer answer"},
                                        {"question": "Q?", "answer_a": "same", "answer_b": "same"}])
@@ -377,7 +377,7 @@ def test_a_runtime_registered_once_is_gated_by_the_export_and_runs_exported_judg
     assert "reference" not in PROVIDERS and "onnx_reference" not in machine.PROBES  # undone when the block ends
 
 
-# -- recipe 5: an audit judge adapter (audit/judges.py: an AuditJudge, JUDGE_KINDS.register(prefix, builder)) --
+# -- recipe 5: an audit judge adapter (audit/judges.py: an AuditJudge, AUDIT_JUDGES.register(prefix, builder)) --
 
 class AlwaysJudge(AuditJudge):
     """``always:A`` / ``always:B`` / ``always:TIE``: one verdict for every pair, shown in either order."""
@@ -399,7 +399,7 @@ def fixture_data(monkeypatch):
 
 
 def test_an_audit_judge_adapter_is_audited_on_the_fixture_sets(fixture_data, tmp_path, override):
-    override(JUDGE_KINDS, "always", AlwaysJudge)
+    override(AUDIT_JUDGES, "always", AlwaysJudge)
     m = run_audit(["always:A"], tmp_path, suites=["cross-scheme", "position"], sets=["pandalm-test", "prometheus-ind"],
                   bootstrap=0, progress=False)
     assert m["judges"]["always A"] == "always:A"

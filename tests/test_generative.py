@@ -42,7 +42,7 @@ def test_head_keeps_only_records_the_scheme_can_write():
     unlabelled = PairRecord(id="u", question="q", answer_a="a", answer_b="b")
     kept, excluded = head.select([PAIR, point, unlabelled])
     assert kept == [PAIR] and sum(excluded.values()) == 2
-    assert GenerativeHead("decoder-point-gen").kind == "point"
+    assert GenerativeHead("decoder-point-gen").arity == "point"
 
 
 class _Scripted:
@@ -86,14 +86,14 @@ def test_generative_baseline_trains_decodes_and_loads(tiny_llama_dir, tmp_path, 
     out = train(cfg)
     card = JudgeCard.load(out)
     dev = card.validation["dev"]
-    assert card.head == "generative" and card.training["global_steps"] == 2
+    assert card.kind == "generative" and card.training["global_steps"] == 2
     assert dev["n"] == card.training["split"]["dev"] and dev["n_failed"] <= dev["n"]
     stats = next(iter(card.runtime["parse_stats"].values()))
     assert stats["total"] == dev["outputs"]  # every generated output went through the parser
     judge = GenerativeReader.load(out)
-    records = [PAIR] if card.kind == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
+    records = [PAIR] if card.arity == "pair" else [PointRecord(id="s", question="q", answer="a", score=3.0,
                                                               scale=(1.0, 5.0))]
-    got = judge.verdicts(records) if card.kind == "pair" else judge.scores(records)
+    got = judge.verdicts(records) if card.arity == "pair" else judge.scores(records)
     assert len(got) == 1 and judge.stats.total(judge.parser.name) == 1
 
 
@@ -134,10 +134,10 @@ def _scripted(judge):
 
 def test_judge_load_opens_a_generative_directory(gen_dir):
     from clfjudge.judges.base import Comparison, Judge
-    from clfjudge.judges.generative import GenerateJudge
+    from clfjudge.judges.generative import GenerativeJudge
 
     judge = Judge.load(gen_dir, batch_size=2)
-    assert isinstance(judge, GenerateJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
+    assert isinstance(judge, GenerativeJudge) and judge.backend_name == "generate" and judge.tasks == {"compare"}
     got = judge.compare_batch([SEVEN_NINE, NINE_SEVEN, GIBBERISH])  # the random tiny LM writes what it writes
     assert len(got) == 3 and all(isinstance(c, Comparison) for c in got)
     assert all((c.verdict is not None) == c.parsed and len(c.generated) == 1 for c in got)

@@ -1,6 +1,6 @@
 """The registries the runtime dispatches on: ``Registry.get`` imports a lazy target itself (once), ``override``
-registers for a block; a judge card's head names its kind and its backend (or the kind, from the directory) the
-loader, exported forms and older cards included, with no branch on a kind's name outside clfjudge/kinds.py."""
+registers for a block; a judge card's kind and its backend (or the kind, from the directory) name the loader,
+exported forms and older cards included, with no branch on a kind's name outside clfjudge/kinds.py."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,8 @@ from clfjudge.registry import Registry
 
 
 def card(head: str, **runtime) -> SimpleNamespace:
-    return SimpleNamespace(head=head, runtime=runtime)
+    """A card as a loader reads it, by the name of its head (fine-tuned) or kind (the others)."""
+    return SimpleNamespace(kind=kind_of(head), head=head if head in HEADS else "", runtime=runtime)
 
 
 # -- the registry -----------------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def test_override_holds_for_its_block_and_restores_what_was_there():
 
 # -- kinds ------------------------------------------------------------------------------------------------
 
-def test_a_card_head_names_its_kind():
+def test_a_head_names_its_kind():
     assert {head: kind_of(head) for head in HEADS.names()} == dict.fromkeys(HEADS.names(), "fine-tuned")
     assert [kind_of(k) for k in ("embedding", "generative", "verdict")] == ["embedding", "generative", "verdict"]
     with pytest.raises(ValueError, match=r"x/judge_card.json field 'head': 'toy' is no registered judge kind"):
@@ -91,7 +92,8 @@ def test_every_kind_loads_its_export_with_backend_onnx_and_refuses_what_is_not_i
                          ("verdict", verdict_onnx._load_verdict_onnx)]:
         assert find_loader(tmp_path, card(head), "onnx") == ("onnx", loader)
     assert find_loader(tmp_path, card("verdict"), "verdict-onnx")[0] == "onnx"
-    with pytest.raises(ValueError, match="backend 'torch' is not a backend of the embedding kind .*sklearn, onnx"):
+    with pytest.raises(ValueError, match="backend 'torch' is not a backend of the embedding kind: it loads with "
+                                         "sklearn, onnx"):
         find_loader(tmp_path, card("embedding"), "torch")
     with pytest.raises(ValueError, match="judge_card.json field 'runtime.backend' 'torch' is not a backend of the "
                                          "generative kind"):
@@ -128,7 +130,7 @@ def test_a_head_says_what_its_judge_can_do():
         pass
 
     class Graded(RewardHead):
-        kind = "point"
+        arity = "point"
 
     assert Point.tasks == ("score",) and Graded.tasks == ("compare", "score")  # inherited as the head said
 
@@ -137,4 +139,4 @@ def test_loading_branches_on_no_kind_name():
     """Judge.load and the fine-tuned loaders find a kind's loader through the registry alone."""
     for module in ("base", "model"):
         text = (Path(model.__file__).parent / f"{module}.py").read_text(encoding="utf-8")
-        assert "card.head ==" not in text and "card.head in (" not in text, module
+        assert not any(f"card.{field} {op}" in text for field in ("head", "kind") for op in ("==", "in (")), module

@@ -434,8 +434,8 @@ def test_a_card_whose_kind_and_scheme_disagree_says_so(judge_dir):
     from clfjudge.judges.base import Judge
 
     judge = Judge.load(judge_dir)
-    judge.card = replace(judge.card, kind="point")  # a pointwise card over a pairwise head and template
-    with pytest.raises(ValueError, match="its card's kind is 'point' but its head and scheme .* compare only; the "
+    judge.card = replace(judge.card, arity="point")  # a pointwise card over a pairwise head and template
+    with pytest.raises(ValueError, match="its card's arity is 'point' but its head and scheme .* compare only; the "
                                          "card contradicts itself"):
         judge.require("score")
 

@@ -51,7 +51,7 @@ def embedding_judge(tmp_path_factory):
     backbone = tiny_llama(tmp_path_factory.mktemp("llama"))
     config = json.loads((backbone / "tokenizer_config.json").read_text())
     (backbone / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    judge = EmbeddingModel(encoder=str(backbone), features=("diff",), head_params={"C": 1.0},
+    judge = EmbeddingModel(backbone=str(backbone), features=("diff",), head_params={"C": 1.0},
                            embedder_options={"layer": 1}).fit(_pairs(24))
     return judge.save(tmp_path_factory.mktemp("judge") / "judge")
 

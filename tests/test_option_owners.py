@@ -24,7 +24,7 @@ LOAD_ALLOWED = {
     "models/onnx_session.py inference_session": "one runtime session, of a provider already resolved (never 'auto') "
                                                 "and its threads; the export's parity gate opens them too",
     "judges/model.py OnnxBackend.__init__": "the same session, behind the fine-tuned judge's backend interface",
-    "judges/model.py ModelJudge.__init__": "its backend is the runner (TorchBackend / OnnxBackend), not a name",
+    "judges/model.py FineTunedJudge.__init__": "its backend is the runner (TorchBackend / OnnxBackend), not a name",
 }
 
 

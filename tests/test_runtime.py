@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from clfjudge.data.records import Loc, PairRecord, RecordError, Verdict
 from clfjudge.export.onnx import export_judge
 from clfjudge.judges.base import Comparison, Judge, Score
 from clfjudge.judges.calibration import Calibration, decide, fit_calibration, fit_temperature, nll, search_tie_margin
-from clfjudge.judges.model import ModelJudge
+from clfjudge.judges.model import FineTunedJudge
 from clfjudge.models.heads import PairOutputs, davidson_probs
 
 Q = "What is the capital of France?"
@@ -105,8 +105,8 @@ def test_load_options_are_one_typed_value(cls3_dir):
 @pytest.mark.parametrize("damage, where, words", [
     (lambda text: text.replace('"', "", 1), ":2:", "not valid JSON: Expecting property name"),
     (lambda text: "[" + text + "]", ":?:", "a judge card is a JSON object, got list"),
-    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "head"}), ":?:",
-     "field 'head': is missing"),
+    (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "kind"}), ":?:",
+     "field 'kind': is missing"),
     (lambda text: json.dumps({**json.loads(text), "max_length": "512"}), ":?:", "field 'max_length': must be int"),
     (lambda text: json.dumps({**json.loads(text), "runtime": []}), ":?:", "field 'runtime': must be dict"),
 ])
@@ -122,30 +122,49 @@ def test_a_corrupt_card_names_its_file(cls3_dir, tmp_path, damage, where, words)
 
 
 def _card() -> JudgeCard:
-    return JudgeCard(head="cls3", kind="pair", backbone="minilm", scheme="encoder-pair", max_length=128,
-                     label_map={"0": "A", "1": "tie", "2": "B"}, truncation={"policy": {"answer": 200}},
-                     calibration={"temperature": 1.5}, runtime={"format": "hf"}, created="2026-01-01T00:00:00+00:00")
+    return JudgeCard(kind="fine-tuned", head="cls3", arity="pair", backbone="minilm", scheme="encoder-pair",
+                     max_length=128, label_map={"0": "A", "1": "tie", "2": "B"},
+                     truncation={"policy": {"answer": 200}}, calibration={"temperature": 1.5},
+                     runtime={"format": "hf"}, created="2026-01-01T00:00:00+00:00")
 
 
-def test_an_old_card_without_schema_version_loads(tmp_path):
-    card = _card()
-    old = {k: v for k, v in asdict(card).items() if k != "schema_version"}  # what cards before version 2 hold
-    (tmp_path / "judge_card.json").write_text(json.dumps(old, indent=2, sort_keys=True))
+def _version_2(card: JudgeCard) -> dict:
+    """``card`` as version 2 wrote it: the kind or the head in ``head``, pair / point in ``kind``."""
+    data = {k: v for k, v in asdict(card).items() if k != "arity"}
+    return {**data, "head": card.head or card.kind, "kind": card.arity, "schema_version": 2}
+
+
+@pytest.mark.parametrize("card", [_card(), replace(_card(), kind="verdict", head="", arity="point"),
+                                  replace(_card(), kind="embedding", head="")])
+def test_an_older_card_loads_in_the_current_layout(tmp_path, card):
+    v2 = _version_2(card)
+    v1 = {k: v for k, v in v2.items() if k != "schema_version"}  # what cards before version 2 hold
+    for old in (v1, v2):
+        (tmp_path / "judge_card.json").write_text(json.dumps(old, indent=2, sort_keys=True))
+        loaded = JudgeCard.load(tmp_path)
+        assert loaded == card and loaded.schema_version == SCHEMA_VERSION == 3
+        assert loaded.name == old["head"]  # what a version-2 card called the judge, still its name
+
+
+def test_an_old_card_of_an_unregistered_kind_keeps_its_name_as_the_kind(tmp_path):
+    (tmp_path / "judge_card.json").write_text(json.dumps({**_version_2(_card()), "head": "toy-rule"}))
     loaded = JudgeCard.load(tmp_path)
-    assert loaded == card and loaded.schema_version == SCHEMA_VERSION == 2
-    assert {k: v for k, v in asdict(loaded).items() if k != "schema_version"} == old
+    assert (loaded.kind, loaded.head, loaded.arity) == ("toy-rule", "", "pair")
+    with pytest.raises(ValueError, match="field 'kind': 'toy-rule' is no registered judge kind"):
+        Judge.load(tmp_path)
 
 
 def test_a_saved_card_carries_the_schema_version(tmp_path):
     card = _card()
     card.schema_version = 1  # whatever the object says, a save writes the current layout
     data = json.loads(card.save(tmp_path).read_text())
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
+    assert (data["kind"], data["head"], data["arity"]) == ("fine-tuned", "cls3", "pair")
     assert JudgeCard.load(tmp_path) == _card()
 
 
 @pytest.mark.parametrize("version, words", [
-    (99, "field 'schema_version': is 99, newer than the 2 this clfjudge reads"),
+    (99, "field 'schema_version': is 99, newer than the 3 this clfjudge reads"),
     ("2", "field 'schema_version': must be an int >= 1, got '2'"),
     (0, "field 'schema_version': must be an int >= 1, got 0"),
 ])
@@ -155,6 +174,13 @@ def test_a_card_of_an_unknown_schema_version_is_refused(tmp_path, version, words
     with pytest.raises(RecordError) as err:
         JudgeCard.load(tmp_path)
     assert str(err.value).startswith(f"{path}:?: ") and words in str(err.value)
+
+
+def test_a_card_arity_is_pair_or_point(tmp_path):
+    path = tmp_path / "judge_card.json"
+    path.write_text(json.dumps({**asdict(_card()), "arity": "triple"}))
+    with pytest.raises(RecordError, match="field 'arity': must be one of pair, point, got 'triple'"):
+        JudgeCard.load(tmp_path)
 
 
 def test_torch_and_onnx_judges_agree(cls3_dir, onnx_dir):
@@ -371,14 +397,14 @@ def test_score_cli_reports_bad_lines_and_keeps_going(cls3_dir, tmp_path, capsys)
 
 
 def test_score_cli_isolates_inputs_the_judge_cannot_take(cls3_dir, tmp_path, monkeypatch, capsys):
-    original = ModelJudge.raw_outputs
+    original = FineTunedJudge.raw_outputs
 
     def picky(self, records):
         if any(r.question == "BOOM" for r in records):
             raise ValueError("cannot encode BOOM")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", picky)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", picky)
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     items = pairs(4)
     items[2]["question"] = "BOOM"
@@ -473,7 +499,7 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
     the progress file and stderr say which lines are accounted for, and --resume gives an uninterrupted run's
     lines exactly, without duplicating any."""
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
-    original, calls = ModelJudge.raw_outputs, [0]
+    original, calls = FineTunedJudge.raw_outputs, [0]
 
     def failing(self, records):
         calls[0] += 1
@@ -481,9 +507,9 @@ def test_score_crash_leaves_a_valid_prefix_and_resume_completes_it(cls3_dir, tmp
             raise RuntimeError("the accelerator fell off the bus")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", failing)
     assert _score(cls3_dir, src, out) == 3  # the judge's fault: exit 3, the checkpoint kept
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", original)
     progress = json.loads((tmp_path / "out.jsonl.progress.json").read_text())
     assert progress["line"] == accounted
     err = capsys.readouterr().err
@@ -557,7 +583,7 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
     src, out = _resumable_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     assert _score(cls3_dir, src, out, "--resume") == 2
     assert "no progress file" in capsys.readouterr().err
-    original, calls = ModelJudge.raw_outputs, [0]
+    original, calls = FineTunedJudge.raw_outputs, [0]
 
     def failing(self, records):
         calls[0] += 1
@@ -565,9 +591,9 @@ def test_score_resume_refuses_what_does_not_match(cls3_dir, tmp_path, monkeypatc
             raise RuntimeError("out of memory")
         return original(self, records)
 
-    monkeypatch.setattr(ModelJudge, "raw_outputs", failing)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", failing)
     assert _score(cls3_dir, src, out) == 3  # the judge failed mid-run: the checkpoint is kept
-    monkeypatch.setattr(ModelJudge, "raw_outputs", original)
+    monkeypatch.setattr(FineTunedJudge, "raw_outputs", original)
     capsys.readouterr()
     assert _score(cls3_dir, src, out, "--resume", "--symmetric") == 2
     assert "symmetric was False, now True" in capsys.readouterr().err

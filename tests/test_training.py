@@ -418,19 +418,19 @@ def test_cli_trains_minilm_on_real_pandalm_pairs(tmp_path):
 
 
 @needs_data
-@pytest.mark.parametrize("source, kind", [("pandalm-test:60", "pair"), ("prometheus-vicuna:40", "point")])
-def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path, source, kind):
+@pytest.mark.parametrize("source, arity", [("pandalm-test:60", "pair"), ("prometheus-vicuna:40", "point")])
+def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path, source, arity):
     """head: embedding: a frozen decoder + scikit-learn head on the shared splits, a judge the runtime loads."""
     from clfjudge.audit.judges import trained_on
 
     path = tmp_path / "r.yaml"
     path.write_text(f"backbone: {tiny_llama_dir}\nhead: embedding\nsources: [{source}]\ncv_folds: 3\n"
-                    f"dev_fraction: 0.2\nswap_aug: 1.0\nembedding: {{kind: {kind}, features: "
-                    f"{'[diff, abs_diff]' if kind == 'pair' else '[a, cos]'}, layer: 1}}\n"
+                    f"dev_fraction: 0.2\nswap_aug: 1.0\nembedding: {{arity: {arity}, features: "
+                    f"{'[diff, abs_diff]' if arity == 'pair' else '[a, cos]'}, layer: 1}}\n"
                     f"output_dir: {tmp_path / 'judge'}\n")
     assert main(["train", "--config", str(path)]) == 0
     card = JudgeCard.load(tmp_path / "judge")
-    assert card.head == "embedding" and card.kind == kind
+    assert card.kind == "embedding" and card.arity == arity
     assert card.runtime["embedder"]["kind"] == "decoder" and card.runtime["embedder"]["layer"] == 1
     assert trained_on(card) == {source.split(":")[0]}  # an audit marks the set as seen in training
     split = card.training["split"]
@@ -438,11 +438,11 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
     assert split["swap_aug_skipped"] and split["swap_aug_added"] == 0  # invariant by construction
     test = card.validation["test"]
     assert test["n"] == split["test"]
-    if kind == "pair":
+    if arity == "pair":
         assert card.training["chosen_C"] > 0 and test["consistency"] == 1.0
         assert set(test["baselines"]) >= {"majority-class", "longer-answer-wins"}
     judge = Judge.load(tmp_path / "judge")
-    if kind == "pair":
+    if arity == "pair":
         assert judge.compare("q?", "yes", "no").verdict in {"A", "B", "TIE"}
     else:
         assert 1.0 <= judge.score("q?", "yes").value <= 5.0
@@ -456,17 +456,17 @@ def test_embedding_options_are_checked(tmp_path):
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("backbone: minilm\nhead: embedding\nsources: [pandalm-test]\nembedding: {layers: 3}\n")
-    with pytest.raises(ValueError, match=r"recipe.yaml: embedding: unknown option\(s\) \['layers'\]; known: kind: "
+    with pytest.raises(ValueError, match=r"recipe.yaml: embedding: unknown option\(s\) \['layers'\]; known: arity: "
                                          r"pair \(verdicts\)"):
         TrainConfig.from_yaml(recipe)
     recipe.write_text("backbone: minilm\nhead: embedding\nsources: [pandalm-test]\n"
-                      "embedding: {kind: point, use_length: 'no', batch_size: '8'}\n")
+                      "embedding: {arity: point, use_length: 'no', batch_size: '8'}\n")
     cfg = TrainConfig.from_yaml(recipe, ["embedding.head=gbdt"])
-    assert cfg.embedding == EmbeddingOptions(kind="point", use_length=False, batch_size=8, head="gbdt")
+    assert cfg.embedding == EmbeddingOptions(arity="point", use_length=False, batch_size=8, head="gbdt")
     assert cfg.embedding.reader_options() == {"budget": Budget(8)}
     assert cfg.with_overrides(["seed=1"]).embedding == cfg.embedding  # survives the round trip through a dict
     model = model_from_config(cfg)
-    assert (model.kind, model.head, model.use_length) == ("point", "gbdt", False)
+    assert (model.arity, model.head, model.use_length) == ("point", "gbdt", False)
     with pytest.raises(ValueError, match=r"--set: embedding.use_length: expected bool"):
         cfg.with_overrides(["embedding.use_length=maybe"])
 

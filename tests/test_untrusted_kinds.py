@@ -33,7 +33,7 @@ def judges(tiny_bert_dir, tmp_path_factory) -> dict[str, Path]:
     chat_llama = tiny_llama(root / "llama")
     config = json.loads((chat_llama / "tokenizer_config.json").read_text())
     (chat_llama / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    embedding = EmbeddingModel(encoder=str(chat_llama), features=("diff",), head_params={"C": 1.0},
+    embedding = EmbeddingModel(backbone=str(chat_llama), features=("diff",), head_params={"C": 1.0},
                                embedder_options={"layer": 1}).fit(_pairs(12)).save(root / "embedding")
     return {"torch": torch_dir, "onnx": export_judge(torch_dir, root / "onnx", n_records=4).out_dir,
             "embedding": embedding,

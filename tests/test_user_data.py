@@ -445,9 +445,9 @@ def test_a_bounded_reader_memory_gives_the_same_vectors():
 
 def _crash_on_the_second_judge_call(patch: pytest.MonkeyPatch) -> None:
     """The judge fails (not on an input) when it is called for the second chunk."""
-    from clfjudge.judges.model import ModelJudge
+    from clfjudge.judges.model import FineTunedJudge
 
-    original, chunks = ModelJudge.raw_outputs, []
+    original, chunks = FineTunedJudge.raw_outputs, []
 
     def raw_outputs(self, records):
         chunks.append(len(records))
@@ -455,7 +455,7 @@ def _crash_on_the_second_judge_call(patch: pytest.MonkeyPatch) -> None:
             raise RuntimeError("the accelerator fell off the bus")
         return original(self, records)
 
-    patch.setattr(ModelJudge, "raw_outputs", raw_outputs)
+    patch.setattr(FineTunedJudge, "raw_outputs", raw_outputs)
 
 
 def test_scoring_a_parquet_file_resumes_after_a_crash(tmp_path, monkeypatch, capsys):

@@ -177,7 +177,7 @@ def test_train_calibrate_and_audit_from_the_command_line(chat_model, tmp_path):
     done = clfjudge("train", "--config", str(recipe))
     assert done.returncode == 0, done.stderr
     card = JudgeCard.load(tmp_path / "judge")
-    assert card.head == "verdict" and card.calibration["method"] == "davidson"
+    assert card.kind == "verdict" and card.calibration["method"] == "davidson"
     assert "training pairs" in card.training["fitted"] and "dev" in card.validation
     done = clfjudge("calibrate", str(tmp_path / "judge"), "--source", str(data))
     assert done.returncode == 0, done.stderr

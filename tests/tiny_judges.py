@@ -11,7 +11,7 @@ import torch
 from clfjudge import testing
 from clfjudge.card import JudgeCard
 from clfjudge.models.backbones import load_seq_cls, load_tokenizer, resolve_backbone
-from clfjudge.models.heads import HEADS, RegressionHead
+from clfjudge.models.heads import FINE_TUNED, HEADS, RegressionHead
 from clfjudge.prompts.encoding import Encoder
 from clfjudge.prompts.truncation import TruncationPolicy
 
@@ -40,7 +40,7 @@ def make_judge(backbone_dir: str | Path, out_dir: str | Path, head: str = "cls3"
     tokenizer.save_pretrained(out)
     scheme = judge_head.default_scheme(info.family)
     encoder = Encoder(tokenizer, scheme, TruncationPolicy(max_length=MAX_LENGTH[info.family]))
-    JudgeCard(head=judge_head.name, kind=judge_head.kind, backbone=str(backbone_dir), scheme=scheme,
+    JudgeCard(kind=FINE_TUNED, head=judge_head.name, arity=judge_head.arity, backbone=str(backbone_dir), scheme=scheme,
               max_length=encoder.policy.max_length, truncation=encoder.card_entry(),
               **judge_head.card_fields()).save(out)
     return out
@@ -59,7 +59,7 @@ def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme:
     load_causal_lm(info, tokenizer=tokenizer).save_pretrained(out)
     tokenizer.save_pretrained(out)
     policy = TruncationPolicy(max_length=MAX_LENGTH["decoder"] - max_new_tokens)
-    JudgeCard(head=GENERATIVE, kind=SCHEMES.get(scheme).kind, backbone=str(backbone_dir), scheme=scheme,
+    JudgeCard(kind=GENERATIVE, arity=SCHEMES.get(scheme).kind, backbone=str(backbone_dir), scheme=scheme,
               max_length=MAX_LENGTH["decoder"], truncation={"policy": asdict(policy), "use_reference": False},
               label_map={"parser": SCHEMES.get(scheme).parser},
               runtime={"backend": "generate", "max_new_tokens": max_new_tokens, "decoding": "greedy"}).save(out)

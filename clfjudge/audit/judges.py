@@ -261,7 +261,7 @@ class DirectoryJudge(RuntimeJudge):
         onnx = card.runtime.get("onnx", {}) if card.runtime.get("backend") == "onnx" else {}
         run = onnx.get("served") or {"file": onnx.get("primary", ""), "provider": "cpu"}  # what provider auto runs
         variant = run["file"] + (f" @ {run['provider']}" if run["file"] and run["provider"] != "cpu" else "")
-        return f"{directory.name} ({card.head}, {card.backbone}{', ' + variant if variant else ''})"
+        return f"{directory.name} ({card.name}, {card.backbone}{', ' + variant if variant else ''})"
 
 
 def _generative(rest: str) -> AuditJudge:
@@ -270,9 +270,9 @@ def _generative(rest: str) -> AuditJudge:
     backbone, _, scheme = rest.partition("@")
     if not scheme:
         return DirectoryJudge(backbone)
-    from ..judges.generative import GenerateJudge
+    from ..judges.generative import GenerativeJudge
 
-    return RuntimeJudge(GenerateJudge.zero_shot(backbone, scheme), f"gen:{backbone} zero-shot")
+    return RuntimeJudge(GenerativeJudge.zero_shot(backbone, scheme), f"gen:{backbone} zero-shot")
 
 
 def _baseline(name: str) -> AuditJudge:
@@ -289,17 +289,17 @@ def _baseline(name: str) -> AuditJudge:
 
 
 # prefix -> builder(rest of the spec); a spec without a known prefix is a judge directory.
-JUDGE_KINDS: Registry[Callable[[str], AuditJudge]] = Registry("audit judge kind")
-JUDGE_KINDS.register("released", ReleasedJudgeFile)
-JUDGE_KINDS.register("baseline", _baseline)
-JUDGE_KINDS.register("semscore", lambda _rest: SemScoreJudge())
-JUDGE_KINDS.register("gen", _generative)
+AUDIT_JUDGES: Registry[Callable[[str], AuditJudge]] = Registry("audit judge")  # spec prefix -> builder
+AUDIT_JUDGES.register("released", ReleasedJudgeFile)
+AUDIT_JUDGES.register("baseline", _baseline)
+AUDIT_JUDGES.register("semscore", lambda _rest: SemScoreJudge())
+AUDIT_JUDGES.register("gen", _generative)
 
 
 def _kind(spec: str) -> tuple[str, str] | None:
-    """(prefix, rest) of a spec that names a registered kind; None for a judge directory."""
+    """(prefix, rest) of a spec that names a registered audit judge (AUDIT_JUDGES); None for a judge directory."""
     prefix, _, rest = spec.partition(":")
-    return (prefix, rest) if prefix in JUDGE_KINDS and (rest or prefix == "semscore") else None
+    return (prefix, rest) if prefix in AUDIT_JUDGES and (rest or prefix == "semscore") else None
 
 
 def judge_directory(spec: str) -> Path | None:
@@ -317,7 +317,7 @@ def check_spec(spec: str) -> None:
 
     if _kind(spec) is None and not Path(spec).is_dir() and not is_hub_id(spec):
         raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
-                                f"{', '.join(p + ':...' for p in JUDGE_KINDS.names())}")
+                                f"{', '.join(p + ':...' for p in AUDIT_JUDGES.names())}")
 
 
 def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
@@ -333,6 +333,6 @@ def build_judge(spec: str, load: LoadOptions = LoadOptions()) -> AuditJudge:
     """The audit judge a spec names; a judge directory loaded with ``load``."""
     kind = _kind(spec)
     if kind is not None:
-        return JUDGE_KINDS.get(kind[0])(kind[1])
+        return AUDIT_JUDGES.get(kind[0])(kind[1])
     check_spec(spec)
     return DirectoryJudge(spec, load)

@@ -33,7 +33,7 @@ def labelled_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter
     kept, excluded = [], Counter()
     for rec in records:
         if not isinstance(rec, PairRecord):
-            excluded[f"{rec.kind} record (calibration needs pairs)"] += 1
+            excluded[f"{rec.arity} record (calibration needs pairs)"] += 1
         elif rec.verdict is None:
             excluded["pair without a verdict"] += 1
         else:
@@ -67,7 +67,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     raw_f = judge.raw_outputs(pairs)
     raw_r = judge.raw_outputs([p.swapped() for p in pairs])
-    entry = fit_calibration(judge.card.head, raw_f, raw_r, [p.verdict for p in pairs], judge.card.calibration)
+    entry = fit_calibration(judge.card.name, raw_f, raw_r, [p.verdict for p in pairs], judge.card.calibration)
     entry["fitted_on"] = {"source": name, "n": len(pairs), "seed": args.seed, "loaded": len(loaded.records),
                           "excluded": dict(excluded), "excluded_by_loader": dict(loaded.excluded),
                           "first_excluded": loaded.account()["first_excluded"], "backend": judge.backend_name,

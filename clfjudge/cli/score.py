@@ -114,6 +114,7 @@ def run_local(args: argparse.Namespace) -> int:
 
 def run_ray(args: argparse.Namespace) -> int:
     """`--engine ray`: the input's shards scored by judge actors into the output directory (scoring/ray_engine.py)."""
+    from ..card import TASK_OF_ARITY
     from ..judges.base import open_judge
 
     for option, given in (("--rejected", args.rejected), ("--resume", args.resume)):
@@ -139,7 +140,7 @@ def run_ray(args: argparse.Namespace) -> int:
     shards = engine.find_shards(args.input)
     engine.check_layout(args.input, shards, Path(args.output))
     card = open_judge(args.model, args.model_input)[1]
-    task = ("compare" if card.kind == "pair" else "score") if args.task == "auto" else args.task
+    task = TASK_OF_ARITY[card.arity] if args.task == "auto" else args.task
     if args.symmetric and task != "compare":
         raise ValueError("--symmetric applies to compare, not to score")
     load = load_options(args, threads=threads)

@@ -118,7 +118,7 @@ class PairRecord:
     model_b: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
-    kind = "pair"
+    arity = "pair"
 
     @classmethod
     def build(cls, loc: Loc, **kw: Any) -> PairRecord:
@@ -181,7 +181,7 @@ class PointRecord:
     model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
-    kind = "point"
+    arity = "point"
 
     @classmethod
     def build(cls, loc: Loc, **kw: Any) -> PointRecord:

@@ -298,8 +298,8 @@ def _check_exportable(judge_dir: Path, card: JudgeCard, config: dict[str, Any]) 
     if config["kind"] != "decoder":
         raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers decoder embedders; this judge reads "
                          f"with a {config['kind']} encoder (serve it with the sklearn backend)")
-    if card.kind != "pair":
-        raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers pair judges, not {card.kind}")
+    if card.arity != "pair":
+        raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers pair judges, not {card.arity}")
     if card.runtime.get("verdict"):
         raise ValueError(f"{judge_dir}: a stacked judge reads a chat model's verdict beside its reader; its ONNX "
                          "export covers the reader only, so it is served with the sklearn backend (export the "
@@ -420,7 +420,7 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     settings = int8_settings(options.isa, options.int8_config or INT8_CONFIG) if options.int8 else None
-    records, validation = gate.validation_records(card, EmbeddingDataHead(card.kind), parity, options)
+    records, validation = gate.validation_records(card, EmbeddingDataHead(card.arity), parity, options)
     embedder, reference = _open_reference(judge_dir, card, config, parity, options)
     reader = _reader_entry(judge_dir, card, embedder, records)
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..card import JudgeCard
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
 from ..judges.foreign import write_card
-from ..judges.model import ModelJudge, OnnxBackend, TorchBackend, load_tokenizer
+from ..judges.model import FineTunedJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..models.heads import HEADS
 from ..prompts.chat_template import carry_prompt
 from . import signature
@@ -137,7 +137,7 @@ def write_variants(tmp: Path, model: torch.nn.Module, sample: Mapping[str, np.nd
 
 
 def _write_judge(tmp: Path, out: Path, card: JudgeCard, judge_dir: Path, config: Any, tokenizer: Any,
-                 reference: ModelJudge, files: dict[str, Any], exported: dict[str, Any], primary: str,
+                 reference: FineTunedJudge, files: dict[str, Any], exported: dict[str, Any], primary: str,
                  report: dict[str, Any]) -> None:
     """The gate passed: the report, config, tokenizer, signature and card into ``tmp``, then ``tmp`` -> ``out``."""
     validation, variants = report["validation"], report["variants"]
@@ -175,7 +175,7 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
     clock = Stopwatch()
     tokenizer = load_tokenizer(judge_dir)
     torch_backend = TorchBackend(judge_dir)
-    reference = ModelJudge(card, tokenizer, torch_backend, parity.batch_size)
+    reference = FineTunedJudge(card, tokenizer, torch_backend, parity.batch_size)
     records, validation = validation_records(card, HEADS.get(card.head).from_card(card), parity, options)
     records, budget = within_budget(records, reference.sequence_lengths(records),
                                     decoder_parameters(torch_backend.model), parity)
@@ -196,7 +196,8 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
         for run in gate_runs(files, ONNX_VARIANTS["fp32"], options.providers):
             thresholds = parity.for_precision(run.precision)
             with clock(f"gate {run.key}"):
-                candidate = ModelJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider), parity.batch_size)
+                candidate = FineTunedJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider),
+                                           parity.batch_size)
                 measured = compare_to_reference(reference, candidate, records, ref_raw, thresholds.boundary_eps,
                                                 chunk=chunk, stop=thresholds)
                 del candidate  # one session at a time

@@ -70,10 +70,10 @@ def card_read_options(card: JudgeCard, name: str):
 
 
 def validation_records(card: JudgeCard, head: Head, config: ParityConfig, options: ExportOptions,
-                       kind: str | None = None) -> tuple[list[Record], dict[str, Any]]:
+                       arity: str | None = None) -> tuple[list[Record], dict[str, Any]]:
     """A seeded sample of labelled records the head can judge: ``options.n_records`` of them (None: the parity
     config's count) from ``options.source`` ("name" or "name:N"), else from the card's sources, else from the parity
-    config's defaults for ``kind`` (default: the judge's kind)."""
+    config's defaults for ``arity`` (default: the judge's)."""
     from ..data import sources
 
     n = options.n_records or config.n_records
@@ -81,7 +81,7 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, option
         name, limit = sources.parse_source(options.source)
         candidates, n = [name], limit or n
     else:
-        candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(kind or card.kind, [])]))
+        candidates = list(dict.fromkeys([*card_sources(card), *config.default_sources.get(arity or card.arity, [])]))
     skipped: dict[str, str] = {}
     for name in candidates:
         try:

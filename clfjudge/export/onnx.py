@@ -15,7 +15,7 @@ from typing import Any
 from .. import machine
 from ..card import CARD_NAME, JudgeCard
 from ..judges.base import open_card
-from ..kinds import EXPORTERS, kind_of  # each kind's exporter (clfjudge/kinds.py)
+from ..kinds import EXPORTERS, check_kind  # each kind's exporter (clfjudge/kinds.py)
 from ..models.onnx_session import runnable_providers
 from .directory import ExportResult
 from .options import ExportOptions
@@ -29,9 +29,9 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, options: ExportOpti
     directory ``out_dir`` with ``options`` (``ExportOptions``; ``keywords``: its fields, set on top of them)."""
     options = ExportOptions.of(**keywords) if options is None else options.with_(**keywords)
     judge_dir, card = open_card(judge_dir, options.model_input)  # a model without a card is described
-    kind = kind_of(card.head, str(judge_dir / CARD_NAME))
+    kind = check_kind(card.kind, str(judge_dir / CARD_NAME))
     if kind not in EXPORTERS:
-        raise ValueError(f"{judge_dir}: a {kind} judge (head {card.head!r}) has no ONNX export (the kinds that have "
+        raise ValueError(f"{judge_dir}: a {kind} judge has no ONNX export (the kinds that have "
                          f"one: {', '.join(map(str, EXPORTERS.names()))})")
     kept, skipped = runnable_providers(options.providers)
     for name, why in skipped.items():

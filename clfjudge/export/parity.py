@@ -45,7 +45,7 @@ class ParityConfig:
     n_records: int = 128
     seed: int = 0
     batch_size: int = 8
-    default_sources: dict[str, list[str]] = field(default_factory=dict)  # judge kind -> sources to try
+    default_sources: dict[str, list[str]] = field(default_factory=dict)  # arity (pair / point) -> sources to try
     budget_tflop: float | None = None  # compute one run of the gate may take; None: n_records always
     min_records: int = 16  # the budget never cuts the slice below this
 

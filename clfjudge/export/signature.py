@@ -20,7 +20,8 @@ from ..card import JudgeCard
 from ..data.conversation import FLATTENING
 
 SIGNATURE_NAME = "signature.json"
-SIGNATURE_VERSION = 1
+# 1: the judge as "judge" (a kind or a head) and "kind" (pair / point); 2: as the card names it (``_judge``)
+SIGNATURE_VERSION = 2
 
 _POOLING = {
     "encoder": "the classifier reads the first token's final hidden state ([CLS] / <s>; through the model's pooler "
@@ -28,6 +29,11 @@ _POOLING = {
     "decoder": "the classifier reads the final hidden state of the last token that is not config.pad_token_id "
                "(right padding)",
 }
+
+
+def _judge(card: JudgeCard) -> dict[str, str]:
+    """The judge as its card names it: kind, head (a fine-tuned judge's) and arity (pair / point)."""
+    return {"kind": card.kind, **({"head": card.head} if card.head else {}), "arity": card.arity}
 
 
 def graph_io(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -84,45 +90,23 @@ def _preprocessing(card: JudgeCard, tokenizer: Any, chat_template: bool) -> dict
             "conversation": FLATTENING}
 
 
-def _postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
-    cal = card.calibration
-    if card.head in ("reward", "reward-binary"):
-        positive = card.label_map.get("positive", 1)
-        reward = (f"logits[:, {positive}] - logits[:, {1 - positive}] (log-odds of {columns[positive]!r})"
-                  if card.head == "reward-binary" else "logits[:, 0]")
-        return {"sequences_per_comparison": 2, "score": f"reward r(question, answer) = {reward}"
-                + (f" + {cal.get('length_coef', 0.0)} * log(1 + characters of the answer)"
-                   if cal.get("length_coef") else ""),
-                "compare": "score each answer alone; d = r_A - r_B; P(A) : P(TIE) : P(B) = exp(scale * d / 2) : nu "
-                           ": exp(-scale * d / 2) (Davidson; nu = 0: Bradley-Terry, P(A) = sigmoid(scale * d))",
-                "scale": cal.get("scale", 1.0), "nu": cal.get("nu", 0.0)}
-    if card.head == "cls3":
-        return {"sequences_per_comparison": 1,
-                "compare": f"p = softmax(logits / temperature) over the columns {columns}; verdict = argmax"
-                           + (" (TIE also when |P(A) - P(B)| <= tie_margin)" if cal.get("tie_margin") else ""),
-                "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin")}
-    if card.head == "regression":
-        lo, hi = card.score_scale or (0.0, 1.0)
-        return {"score": f"clip({lo:g} + logits[:, 0] * {hi - lo:g}, {lo:g}, {hi:g})", "score_scale": [lo, hi]}
-    return {"label_map": card.label_map, "calibration": cal}
-
-
 def sequence_classification(card: JudgeCard, config: Any, tokenizer: Any, directory: Path,
                             files: Mapping[str, Mapping[str, Any]], primary: str) -> dict[str, Any]:
     """The signature of a sequence-classification export (``export.fine_tuned``)."""
     from ..models.backbones import family_of
+    from ..models.heads import HEADS
 
     columns = [str(config.id2label[i]) for i in range(config.num_labels)]
     graphs = {name: {**graph_io(directory / name), "precision": meta.get("precision")} for name, meta in files.items()}
     for graph in graphs.values():
         for output in graph["outputs"]:
             output["columns"] = columns
-    return {"signature_version": SIGNATURE_VERSION, "task": "sequence-classification", "judge": card.head,
-            "kind": card.kind, "primary": primary, "graphs": graphs,
+    return {"signature_version": SIGNATURE_VERSION, "task": "sequence-classification", **_judge(card),
+            "primary": primary, "graphs": graphs,
             "layout": "optimum ORTModelForSequenceClassification: model.onnx + config.json + tokenizer files",
             "pooling": _POOLING[family_of(config.to_dict())],
             "preprocessing": _preprocessing(card, tokenizer, bool(getattr(tokenizer, "chat_template", None))),
-            "postprocessing": {"columns": columns, **_postprocessing(card, columns)}}
+            "postprocessing": {"columns": columns, **HEADS.get(card.head).postprocessing(card, columns)}}
 
 
 def write(directory: Path, signature: Mapping[str, Any]) -> Path:
@@ -199,7 +183,7 @@ def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
     limit = embedder.get("max_prompt_tokens")
     cal = card.calibration
     return {
-        "signature_version": SIGNATURE_VERSION, "task": "decoder-reader", "judge": card.head, "kind": card.kind,
+        "signature_version": SIGNATURE_VERSION, "task": "decoder-reader", **_judge(card),
         "primary": card.runtime["onnx"]["primary"], "graphs": graphs,
         "shared_weights": reader.get("shared_weights"),
         "embedder": embedder,  # layer, max_prompt_tokens, max_answer_tokens, stats, stats_tokens
@@ -261,10 +245,10 @@ def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
     graphs = {name: graph_io(directory / name) if not name.endswith(".xml") else
               {**graph_io(directory / primary[k]), "format": "openvino-ir", "weights": name[:-len(".xml")] + ".bin"}
               for files in runtime["files"].values() for k, name in enumerate(files)}
-    pointwise = card.kind == "point"
+    pointwise = card.arity == "point"
     cal = card.calibration
     return {
-        "signature_version": SIGNATURE_VERSION, "task": "verdict", "judge": card.head, "kind": card.kind,
+        "signature_version": SIGNATURE_VERSION, "task": "verdict", **_judge(card),
         "primary": runtime["primary"], "variants": runtime["files"], "graphs": graphs,
         "shared_weights": runtime.get("shared_weights"), "questions": questions,
         "pooling": "each graph reads the decoder's final state at each row's last real token (index "

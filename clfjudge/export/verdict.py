@@ -231,7 +231,7 @@ def _calibration_prompts(card: JudgeCard, reader: VerdictReader, parity: ParityC
     """Per question, the prompts that set ov-int8's activation ranges: ``CALIBRATION_PAIRS`` pairs of the gate's
     source drawn with another seed than the gate's slice."""
     pairs, _ = gate.validation_records(card, RewardHead(), replace(parity, seed=parity.seed + 1),
-                                       options.with_(n_records=verdict_quant.CALIBRATION_PAIRS), kind="pair")
+                                       options.with_(n_records=verdict_quant.CALIBRATION_PAIRS), arity="pair")
     points = pairs if reader.questions[0].pairwise else [p for r in pairs for p in VerdictJudge._points(r)]
     return [[reader.prompt_ids(q, r) for r in points] for q in reader.questions]
 
@@ -262,7 +262,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     check_out_dir(out)
     parity = options.parity or ParityConfig.load()
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
-    records, validation = gate.validation_records(card, RewardHead(), parity, options, kind="pair")
+    records, validation = gate.validation_records(card, RewardHead(), parity, options, arity="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
     reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, budget=Budget(parity.batch_size)),
                              parity.batch_size)

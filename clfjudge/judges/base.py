@@ -2,9 +2,9 @@
 
 The directory says what it is (judge_card.json): its card's kind and backend pick the loader (``kinds.find_loader``;
 the kinds are registered in ``clfjudge/kinds.py``): a fine-tuned head served by PyTorch (model.safetensors) or
-onnxruntime (model.onnx and its variants, written by ``clfjudge export``; ``model.ModelJudge``), an embedding judge
-(a scikit-learn head over a frozen encoder; ``embedding.SklearnJudge``), or a generative judge (a causal LM that
-writes its verdict, read by the scheme's parser; ``generative.GenerateJudge``). Every classifier backend goes
+onnxruntime (model.onnx and its variants, written by ``clfjudge export``; ``model.FineTunedJudge``), an embedding judge
+(a scikit-learn head over a frozen encoder; ``embedding.EmbeddingJudge``), or a generative judge (a causal LM that
+writes its verdict, read by the scheme's parser; ``generative.GenerativeJudge``). Every classifier backend goes
 through the same steps:
 
 records (or dicts) -> the judge's own encoding (``Encoder.from_card``: truncation policy + scheme, exactly as
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..batching import DEFAULT_BATCH_SIZE, Budget
-from ..card import CARD_NAME, JudgeCard
+from ..card import CARD_NAME, TASK_OF_ARITY, JudgeCard
 from ..data import conversation as conv
 from ..data.formats import ReadOptions, is_own_item, item_record
 from ..data.records import Loc, PairRecord, PointRecord, Record, Verdict
@@ -190,7 +190,7 @@ class Judge:
     def keep_readings(self, items: int) -> None:
         """Keep at most ``items`` readings in memory (``LoadOptions.memory_items``; ``loads(readings=True)`` calls
         it on the judge it loaded). A judge whose reader keeps readings overrides it to bound that reader's memory."""
-        raise NotImplementedError(f"this {self.card.head} judge keeps no readings")
+        raise NotImplementedError(f"this {self.card.name} judge keeps no readings")
 
     # -- loading ------------------------------------------------------------------------------------------
     @staticmethod
@@ -289,11 +289,11 @@ class Judge:
     def require(self, task: str) -> None:
         if task not in self.tasks:
             can = " / ".join(sorted(self.tasks))
-            if {"pair": "compare", "point": "score"}.get(self.card.kind) == task:  # the card says it can
-                raise ValueError(f"this {self.card.head} judge cannot {task}: its card's kind is {self.card.kind!r} "
+            if TASK_OF_ARITY.get(self.card.arity) == task:  # the card says it can
+                raise ValueError(f"this {self.card.kind} judge cannot {task}: its card's arity is {self.card.arity!r} "
                                  f"but its head and scheme ({self.card.scheme!r}) {can} only; the card contradicts "
-                                 "itself (fix its kind or its scheme)")
-            raise ValueError(f"this {self.card.head} judge ({self.card.kind}) cannot {task}; it can {can}")
+                                 "itself (fix its arity or its scheme)")
+            raise ValueError(f"this {self.card.kind} judge ({self.card.arity}) cannot {task}; it can {can}")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
         self.require("compare")
@@ -401,7 +401,7 @@ def loads(*, providers: Collection[str] | None = ("cpu",), readings: bool = Fals
         @functools.wraps(load)
         def opened(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
             if not readings:
-                options.refuse_memory(f"a {card.head} judge")
+                options.refuse_memory(f"a {card.name} judge")
             if providers is not None:
                 in_process(card, options, providers)
             judge = load(directory, card, options)
@@ -417,11 +417,11 @@ def loads(*, providers: Collection[str] | None = ("cpu",), readings: bool = Fals
 def in_process(card: JudgeCard, options: LoadOptions, providers: Collection[str]) -> None:
     """``loads(providers=...)``: what a judge run in this process refuses of ``options``, and its threads set."""
     if options.variant is not None:
-        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this {card.head} judge runs in this "
+        raise ValueError(f"variant {options.variant!r} applies to ONNX judges; this {card.name} judge runs in this "
                          "process (an exported judge directory holds the ONNX files)")
     if options.provider not in providers:
         where = " or on ".join(PROCESSORS[p] for p in providers)
-        raise ValueError(f"provider {options.provider!r}: a {card.head} judge runs on {where} here (the other "
+        raise ValueError(f"provider {options.provider!r}: a {card.name} judge runs on {where} here (the other "
                          "providers run the ONNX files clfjudge export writes)")
     if options.provider == "cuda":
         from ..machine import probe

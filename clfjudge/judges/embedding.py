@@ -40,6 +40,7 @@ from .features import (
 from .linear_head import LinearHead
 
 # Column order of predict_proba: reversing the columns is exactly swapping the answers.
+EMBEDDING = "embedding"  # the judge kind (clfjudge/kinds.py)
 PROBA_COLUMNS = (Verdict.A, Verdict.TIE, Verdict.B)
 
 
@@ -243,7 +244,7 @@ POINT_HEADS.register("gbdt", _gbdt_regressor)
 
 
 @dataclass(frozen=True)
-class RecordKind:
+class RecordSpec:
     record_type: type
     label_field: str
     features: Registry[FeatureGroup]
@@ -253,10 +254,10 @@ class RecordKind:
     length_features: tuple[str, ...]
 
 
-KINDS: dict[str, RecordKind] = {
-    "pair": RecordKind(PairRecord, "verdict", PAIR_FEATURES, PAIR_HEADS, "logreg",
+RECORD_SPECS: dict[str, RecordSpec] = {
+    "pair": RecordSpec(PairRecord, "verdict", PAIR_FEATURES, PAIR_HEADS, "logreg",
                       ("diff", "q_diff", "abs_diff", "cos_diff", "cos_sym"), ("length_diff", "length_sym")),
-    "point": RecordKind(PointRecord, "score", POINT_FEATURES, POINT_HEADS, "ridge",
+    "point": RecordSpec(PointRecord, "score", POINT_FEATURES, POINT_HEADS, "ridge",
                        ("q", "a", "qa_prod", "cos"), ("length",)),
 }
 
@@ -345,10 +346,10 @@ def verdicts_from_proba(proba: np.ndarray) -> list[Verdict]:
 
 
 class EmbeddingModel:
-    """What an embedding judge (``SklearnJudge``) runs: a frozen embedder's features + a scikit-learn head.
+    """What an embedding judge (``EmbeddingJudge``) runs: a frozen embedder's features + a scikit-learn head.
 
-    ``kind="pair"``: heads "logreg" | "gbdt"; ``predict_proba`` -> (n, 3) = P(A), P(TIE), P(B); ``predict`` ->
-    verdicts. ``kind="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
+    ``arity="pair"``: heads "logreg" | "gbdt"; ``predict_proba`` -> (n, 3) = P(A), P(TIE), P(B); ``predict`` ->
+    verdicts. ``arity="point"``: heads "ridge" | "gbdt"; ``predict`` -> scores clipped to the training scale.
     ``features``: feature group names (see ``PAIR_FEATURES`` / ``POINT_FEATURES``), length groups excluded;
     ``use_length`` adds the length groups. ``embedder``: share one ``TextEmbedder`` across judges (folds)
     so texts are encoded once; it must use the same encoder spec. ``weighting``: training weights
@@ -357,16 +358,16 @@ class EmbeddingModel:
     fitted beside the rest, then removed from the decision).
     """
 
-    def __init__(self, encoder: str = DEFAULT_ENCODER, head: str | None = None, kind: str = "pair",
+    def __init__(self, backbone: str = DEFAULT_ENCODER, head: str | None = None, arity: str = "pair",
                  features: Sequence[str] | None = None, use_length: bool = True,
                  head_params: dict[str, Any] | None = None, seed: int = 0,
                  embedder: TextEmbedder | None = None, embedder_options: dict[str, Any] | None = None,
                  weighting: Sequence[str] = (), length_at_prediction: float = 1.0,
                  verdict: dict[str, Any] | None = None) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown record kind {kind!r}; known: {sorted(KINDS)}")
-        spec = KINDS[kind]
-        self.kind = kind
+        if arity not in RECORD_SPECS:
+            raise ValueError(f"unknown arity {arity!r}; known: {sorted(RECORD_SPECS)}")
+        spec = RECORD_SPECS[arity]
+        self.arity = arity
         self.head = head or spec.default_head
         spec.heads.get(self.head)  # fail early on an unknown head
         self.features = tuple(features if features is not None else spec.default_features)
@@ -387,14 +388,14 @@ class EmbeddingModel:
             raise ValueError("length_at_prediction scales the length features: it needs use_length=True (or a "
                              "length group such as info_length_diff in features)")
         self.length_at_prediction = float(length_at_prediction)
-        if embedder is not None and embedder.encoder != encoder:
-            raise ValueError(f"embedder uses encoder {embedder.encoder!r}, the judge was given {encoder!r}")
-        self.encoder = encoder
+        if embedder is not None and embedder.encoder != backbone:
+            raise ValueError(f"embedder uses backbone {embedder.encoder!r}, the judge was given {backbone!r}")
+        self.backbone = backbone
         if embedder is not None and embedder_options:
             raise ValueError("give either an embedder or embedder_options, not both")
         if self._needs("needs_stats"):  # feature groups that read token statistics get an embedder computing them
             embedder_options = {"stats": True, **(embedder_options or {})}
-        self.embedder = embedder if embedder is not None else make_embedder(encoder, **(embedder_options or {}))
+        self.embedder = embedder if embedder is not None else make_embedder(backbone, **(embedder_options or {}))
         if self._needs("needs_stats") and not self.embedder.stats:
             raise ValueError(f"feature groups {[g for g in self.groups if spec.features.get(g).needs_stats]} read "
                              "token statistics: the embedder must be a decoder embedder with stats=True")
@@ -411,23 +412,23 @@ class EmbeddingModel:
     # -- features ------------------------------------------------------------------------------------
     @property
     def groups(self) -> tuple[str, ...]:
-        spec = KINDS[self.kind]
+        spec = RECORD_SPECS[self.arity]
         return self.features + (spec.length_features if self.use_length else ())
 
     def _check(self, records: Sequence[Record], labelled: bool) -> list[Record]:
-        spec = KINDS[self.kind]
+        spec = RECORD_SPECS[self.arity]
         records = list(records)
         note_flattened("the embedding judge", (r.meta for r in records))
         for r in records:
             if not isinstance(r, spec.record_type):
-                raise ValueError(f"record {r.id}: a {self.kind} judge needs {spec.record_type.__name__}, "
+                raise ValueError(f"record {r.id}: a {self.arity} judge needs {spec.record_type.__name__}, "
                                  f"got {type(r).__name__}")
             if labelled and getattr(r, spec.label_field) is None:
                 raise ValueError(f"record {r.id}: field {spec.label_field!r} is missing; fit needs labelled records")
         return records
 
     def _needs(self, flag: str) -> bool:
-        return any(getattr(KINDS[self.kind].features.get(g), flag) for g in self.groups)
+        return any(getattr(RECORD_SPECS[self.arity].features.get(g), flag) for g in self.groups)
 
     def read_verdicts_with(self, reader) -> None:
         """Read verdict log-odds through ``reader`` (anything with ``log_odds(points)``), e.g. a cache of readings
@@ -477,7 +478,7 @@ class EmbeddingModel:
 
     def _matrix(self, view: PairView | PointView) -> tuple[np.ndarray, np.ndarray]:
         """The feature matrix and, per column, 1/sqrt(width of its group) (see the note on linear heads)."""
-        registry = KINDS[self.kind].features
+        registry = RECORD_SPECS[self.arity].features
         blocks = [registry.get(g).compute(view) for g in self.groups]
         self.widths_ = [b.shape[1] for b in blocks]
         weights = np.concatenate([np.full(b.shape[1], 1 / np.sqrt(b.shape[1])) for b in blocks])
@@ -488,7 +489,7 @@ class EmbeddingModel:
         records = self._check(records, labelled=True)
         if not records:
             raise ValueError("fit needs at least one record")
-        if self.kind == "pair":
+        if self.arity == "pair":
             view = self._pair_view(records)
             forward, weights = self._matrix(view)
             x = np.vstack([forward, self._matrix(view.swapped())[0]])
@@ -506,18 +507,18 @@ class EmbeddingModel:
             x, weights = self._matrix(self._point_view(records))
             y = np.array([r.score for r in records], dtype=np.float64)
             labels = Counter(str(r.score) for r in records)
-        build = KINDS[self.kind].heads.get(self.head)
+        build = RECORD_SPECS[self.arity].heads.get(self.head)
         from ..data.splits import group_ids
 
         groups = group_ids(records)
-        if self.kind == "pair":
+        if self.arity == "pair":
             groups = np.concatenate([groups, groups])  # the swapped copy of a pair stays with it
         sample_weight = None
         if self.weighting:
             sample_weight = training_weights(records, self.weighting)
-            if self.kind == "pair":
+            if self.arity == "pair":
                 sample_weight = np.concatenate([sample_weight, sample_weight])
-        if self.kind == "pair" and all(SOFT_TARGET in r.meta for r in records):
+        if self.arity == "pair" and all(SOFT_TARGET in r.meta for r in records):
             x, y, groups, sample_weight = soft_rows(records, x, groups, sample_weight)
         # as scikit-learn fitted it
         self.fitted_ = _fit(build(self.head_params, self.seed, weights, groups), x, y, sample_weight)
@@ -544,7 +545,7 @@ class EmbeddingModel:
             raise ValueError(f"length_at_prediction needs a linear head, not {self.head!r}")
         start = 0
         for group, width in zip(self.groups, self.widths_):
-            if KINDS[self.kind].features.get(group).length_like:
+            if RECORD_SPECS[self.arity].features.get(group).length_like:
                 self.model_.coef[:, start:start + width] *= self.length_at_prediction
             start += width
 
@@ -552,8 +553,8 @@ class EmbeddingModel:
     def decomposable(self) -> bool:
         """A pair judge of the form r(A) - r(B): every feature group a difference of one-answer terms and a
         linear head. It scores each answer on its own (``rewards``): best-of-n reads n answers, not n^2 pairs."""
-        registry = KINDS[self.kind].features
-        return (self.kind == "pair" and isinstance(self.model_, LinearHead)
+        registry = RECORD_SPECS[self.arity].features
+        return (self.arity == "pair" and isinstance(self.model_, LinearHead)
                 and all(registry.get(g).one_side is not None for g in self.groups))
 
     def rewards(self, points: Sequence[PointRecord]) -> np.ndarray:
@@ -574,7 +575,7 @@ class EmbeddingModel:
                          self.embedder.embed_answers(q_text, a_text), q_text, a_text, None,
                          self.embedder.answer_stats(q_text, a_text) if self._needs("needs_stats") else None,
                          self.verdicts(q_text, a_text))
-        registry = KINDS[self.kind].features
+        registry = RECORD_SPECS[self.arity].features
         x = np.hstack([registry.get(g).one_side(view) for g in self.groups]).astype(np.float64)
         head = self.model_
         rows = {int(c): np.zeros(head.coef.shape[1]) for c in head.classes_}
@@ -601,7 +602,7 @@ class EmbeddingModel:
 
     def predict_proba(self, pairs: Sequence[PairRecord]) -> np.ndarray:
         """(n, 3): P(A), P(TIE), P(B), averaged over both answer orders."""
-        if self.kind != "pair":
+        if self.arity != "pair":
             raise ValueError("predict_proba is for pair judges; a point judge predicts scores")
         self._require_fitted()
         pairs = self._check(pairs, labelled=False)
@@ -615,7 +616,7 @@ class EmbeddingModel:
     def predict(self, records: Sequence[Record]) -> list[Verdict] | np.ndarray:
         """Verdicts (pair judge) or scores clipped to the training scale (point judge)."""
         self._require_fitted()
-        if self.kind == "pair":
+        if self.arity == "pair":
             return verdicts_from_proba(self.predict_proba(records))
         records = self._check(records, labelled=False)
         if not records:
@@ -637,12 +638,12 @@ class EmbeddingModel:
         stored = save_head(self.model_, directory)
         max_length = self.embedder.max_seq_length
         card = JudgeCard(
-            head="embedding",
-            kind=self.kind,
-            backbone=self.encoder,
+            kind=EMBEDDING,
+            arity=self.arity,
+            backbone=self.backbone,
             scheme="embedding",
             max_length=max_length,
-            label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.kind == "pair" else {},
+            label_map={"proba_columns": [v.value for v in PROBA_COLUMNS]} if self.arity == "pair" else {},
             truncation={"max_seq_length": max_length,
                         "policy": f"{self.embedder.truncation_policy}; length features are computed on the full "
                                   "text", "conversation": FLATTENING},
@@ -674,10 +675,10 @@ class EmbeddingModel:
 
         directory = Path(directory)
         card = JudgeCard.load(directory)
-        if card.head != "embedding":
-            raise ValueError(f"{directory}: judge_card.json field 'head' is {card.head!r}, not 'embedding'")
+        if card.kind != EMBEDDING:
+            raise ValueError(f"{directory}: judge_card.json field 'kind' is {card.kind!r}, not {EMBEDDING!r}")
         rt = card.runtime
-        judge = cls(encoder=card.backbone, head=rt["head"], kind=card.kind, features=rt["features"],
+        judge = cls(backbone=card.backbone, head=rt["head"], arity=card.arity, features=rt["features"],
                     use_length=rt["use_length"], head_params=rt["head_params"], seed=rt["seed"],
                     embedder=embedder if embedder is not None else embedder_for_card(card),
                     weighting=card.training.get("weighting", ()),  # already applied to the stored coefficients:
@@ -764,7 +765,7 @@ def neighbour_negatives(records: Sequence[PairRecord], embedder: TextEmbedder, *
 
 # -- its runtime judge (Judge.load) ------------------------------------------------------------------------
 
-class SklearnJudge(Judge):
+class EmbeddingJudge(Judge):
     """An embedding judge (frozen sentence encoder + scikit-learn head); its raw outputs for pairs are
     log-probabilities in the 3-way heads' class order (TIE, A, B), so temperature calibration applies as to logits."""
 
@@ -773,7 +774,7 @@ class SklearnJudge(Judge):
 
     def __init__(self, card: JudgeCard, model: EmbeddingModel, budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
         # a pair judge of difference features also scores one answer: its reward r(question, answer)
-        tasks = ("compare", "score") if model.decomposable else ("compare",) if model.kind == "pair" else ("score",)
+        tasks = ("compare", "score") if model.decomposable else ("compare",) if model.arity == "pair" else ("score",)
         super().__init__(card, tasks, budget)
         self.model = model  # its reader batches by the budget it was built with (``_load_sklearn``)
 
@@ -783,9 +784,9 @@ class SklearnJudge(Judge):
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
         from .embedding import PROBA_COLUMNS
 
-        if self.model.kind == "pair" and records and isinstance(records[0], PointRecord):
+        if self.model.arity == "pair" and records and isinstance(records[0], PointRecord):
             return self.model.rewards(records).reshape(-1, 1)
-        if self.model.kind == "point":
+        if self.model.arity == "point":
             return np.asarray(self.model.predict(records), dtype=np.float64).reshape(-1, 1)
         proba = self.model.predict_proba(records)
         column = {v: i for i, v in enumerate(PROBA_COLUMNS)}
@@ -825,7 +826,7 @@ def _load_sklearn(directory: Path, card: JudgeCard, options: LoadOptions) -> Jud
 
     embedder = embedder_for_card(card, budget=options.budget, device=options.provider)
     model = EmbeddingModel.load(directory, embedder=embedder, trust_pickle=options.trust_pickle)
-    return SklearnJudge(card, model, options.budget)
+    return EmbeddingJudge(card, model, options.budget)
 
 
 @loads(providers=None, readings=True)
@@ -842,7 +843,7 @@ def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
                                options.with_(provider=provider, variant=variant))
     check_gated(directory, card.runtime.get("onnx", {}), reader.file, provider)
     model = EmbeddingModel.load(directory, embedder=reader, trust_pickle=options.trust_pickle)
-    judge = SklearnJudge(card, model, options.budget)
+    judge = EmbeddingJudge(card, model, options.budget)
     judge.backend_name = f"onnx ({reader.variant}{'' if provider == 'cpu' else ', ' + provider})"
     judge.runtime_choice = {"provider": provider, "file": reader.file, "why": why}
     return judge

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..card import CARD_NAME, JudgeCard
 from ..models.backbones import family_of
-from ..models.heads import HEADS
+from ..models.heads import FINE_TUNED, HEADS
 from ..prompts.model_input import INPUTS
 from ..prompts.truncation import TruncationPolicy
 from ..untrusted import check_directory, inside, read_json
@@ -186,7 +186,7 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
     labels = {str(k): str(v) for k, v in (config.get("id2label") or {}).items()}
     reward = HEADS.get(head)(id2label=labels) if head == "reward-binary" else HEADS.get(head)()
     policy = TruncationPolicy(max_length=_max_length(config, tokenizer_config))
-    card = JudgeCard(head=head, kind=reward.kind, backbone=origin.get("hub_id", origin.get("path")),
+    card = JudgeCard(kind=FINE_TUNED, head=head, arity=reward.arity, backbone=origin.get("hub_id", origin.get("path")),
                      scheme=model_input, max_length=policy.max_length,
                      truncation={"policy": asdict(policy), "input": model_input,
                                  "conversation": INPUTS.get(model_input).conversation}, training={"origin": origin},

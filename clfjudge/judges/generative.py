@@ -68,7 +68,7 @@ class PromptEncoder:
 
 class GenerativeReader:
     """A causal LM that judges by writing: ``generate`` gives parsed outputs, ``verdicts`` verdicts (None =
-    parse failure) and ``scores`` scores (None = parse failure). ``GenerateJudge`` (below) serves it behind the
+    parse failure) and ``scores`` scores (None = parse failure). ``GenerativeJudge`` (below) serves it behind the
     ``Judge`` interface (``Judge.load`` of a generative judge directory)."""
 
     def __init__(self, model, tokenizer, scheme: str, max_length: int, max_new_tokens: int,
@@ -89,8 +89,8 @@ class GenerativeReader:
         from ..models.backbones import load_causal_lm, resolve_backbone
 
         card = JudgeCard.load(directory)
-        if card.head != GENERATIVE:
-            raise ValueError(f"{directory}: judge_card.json field 'head' is {card.head!r}, not {GENERATIVE!r}")
+        if card.kind != GENERATIVE:
+            raise ValueError(f"{directory}: judge_card.json field 'kind' is {card.kind!r}, not {GENERATIVE!r}")
         info = resolve_backbone(directory)
         tokenizer = _tokenizer(info)
         return cls(load_causal_lm(info, tokenizer=tokenizer), tokenizer, card.scheme, card.max_length,
@@ -143,7 +143,7 @@ def _tokenizer(info):
 
 # -- its runtime judge (Judge.load) ------------------------------------------------------------------------
 
-class GenerateJudge(Judge):
+class GenerativeJudge(Judge):
     """A generative judge (``head: generative``, or any causal LM zero-shot): ``generative.GenerativeReader``
     writes the judgement greedily and the scheme's parser reads it. A pair scheme compares, a point scheme scores.
 
@@ -160,16 +160,16 @@ class GenerateJudge(Judge):
         super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), budget)
         self.generator = generator
         self.generator.batch_size = self.batch_size  # decoding runs rows only: no token budget applies
-        self.encoder = generator.prompts  # its truncation report, like ModelJudge.encoder's
+        self.encoder = generator.prompts  # its truncation report, like FineTunedJudge.encoder's
 
     @classmethod
-    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = DEFAULT_BATCH_SIZE) -> GenerateJudge:
+    def zero_shot(cls, backbone: str, scheme: str, batch_size: int = DEFAULT_BATCH_SIZE) -> GenerativeJudge:
         """An untrained causal LM judging in ``scheme`` (one with a parser), with a card that says so."""
         from .generative import GENERATIVE, GenerativeReader
 
         gen = GenerativeReader.from_backbone(backbone, scheme, batch_size=batch_size)
         runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
-        card = JudgeCard(head=GENERATIVE, kind=gen.scheme.kind, backbone=backbone, scheme=scheme,
+        card = JudgeCard(kind=GENERATIVE, arity=gen.scheme.kind, backbone=backbone, scheme=scheme,
                          max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
                          label_map={"parser": gen.parser.name}, runtime=runtime)
         return cls(card, gen, batch_size)
@@ -179,7 +179,7 @@ class GenerateJudge(Judge):
         return self.encoder.report.to_dict()
 
     def raw_outputs(self, records: Sequence[PairRecord | PointRecord]) -> np.ndarray:
-        raise ValueError(f"this {self.card.head} judge writes its verdict: it has no logits (nothing to "
+        raise ValueError(f"this {self.card.kind} judge writes its verdict: it has no logits (nothing to "
                          "calibrate)")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
@@ -212,4 +212,4 @@ def _written_comparison(parsed: Sequence[Parsed]) -> Comparison:
 def _load_generate(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     from .generative import GenerativeReader
 
-    return GenerateJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)
+    return GenerativeJudge(card, GenerativeReader.load(directory, options.batch_size), options.budget)

@@ -1,5 +1,5 @@
 """Fine-tuned classifier judges: a sequence-classification model (``TorchBackend``) or its ONNX export
-(``OnnxBackend``) behind ``ModelJudge``, which encodes records the way the judge was trained, runs them in
+(``OnnxBackend``) behind ``FineTunedJudge``, which encodes records the way the judge was trained, runs them in
 length-bucketed batches and maps the logits through the head and the card's calibration; and the fine-tuned
 kind's ``torch`` / ``onnx`` loaders of ``Judge.load`` and how it tells them apart (``detect_backend``)."""
 from __future__ import annotations
@@ -91,7 +91,7 @@ class OnnxBackend:
         return self.session.run([self.output], feed)[0]
 
 
-class ModelJudge(Judge):
+class FineTunedJudge(Judge):
     """A fine-tuned sequence-classification judge on a ``TorchBackend`` or an ``OnnxBackend``."""
 
     def __init__(self, card: JudgeCard, tokenizer: PreTrainedTokenizerBase, backend: Backend,
@@ -207,7 +207,7 @@ def _load_torch(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge
         raise FileNotFoundError(f"{directory}: the torch backend needs HF weights ({' / '.join(TORCH_WEIGHTS)}); "
                                 "an exported directory holds ONNX files only (use backend='onnx')")
     backend = TorchBackend(directory, options.provider, options.trust_pickle)
-    return ModelJudge(card, load_tokenizer(directory), backend, options.budget)
+    return FineTunedJudge(card, load_tokenizer(directory), backend, options.budget)
 
 
 @loads(providers=None)
@@ -216,7 +216,7 @@ def _load_onnx(directory: Path, card: JudgeCard, options: LoadOptions) -> Judge:
     path = onnx_model_path(directory, card, variant)
     check_gated(directory, card.runtime.get("onnx", {}), path.name, provider)
     backend = OnnxBackend(path, provider, options.threads)
-    judge = ModelJudge(card, load_tokenizer(directory), backend, options.budget)
+    judge = FineTunedJudge(card, load_tokenizer(directory), backend, options.budget)
     judge.runtime_choice = {"provider": provider, "file": path.name, "why": why}
     return judge
 

@@ -478,11 +478,11 @@ def verdict_card(backbone: str, questions: Sequence[VerdictQuestion], *, precisi
                  ) -> JudgeCard:
     """The card of a verdict judge on ``backbone`` (an alias, hub id or directory): its questions and verdict
     tokens are in the card, so the judge needs no code to say what it asks."""
-    kind = "pair" if questions[0].pairwise else "point"
-    return JudgeCard(head=VERDICT, kind=kind, backbone=backbone, scheme=f"verdict-{kind}",
-                     max_length=max_question_tokens + max_answer_tokens * (2 if kind == "pair" else 1),
+    arity = "pair" if questions[0].pairwise else "point"
+    return JudgeCard(kind=VERDICT, arity=arity, backbone=backbone, scheme=f"verdict-{arity}",
+                     max_length=max_question_tokens + max_answer_tokens * (2 if arity == "pair" else 1),
                      template=questions[0].user,
-                     label_map={"raw": RAW_POINT if kind == "point" else RAW_PAIR},
+                     label_map={"raw": RAW_POINT if arity == "point" else RAW_PAIR},
                      truncation={"max_question_tokens": max_question_tokens, "max_answer_tokens": max_answer_tokens,
                                  "keep": "first and last tokens", "conversation": FLATTENING},
                      training=training or {},

@@ -71,7 +71,7 @@ def _mean_over_items(per_item: torch.Tensor, num_items_in_batch: torch.Tensor | 
 
 class Head:
     name: ClassVar[str]
-    kind: ClassVar[str]  # what the judge answers: "pair" (compare two answers) or "point" (score one)
+    arity: ClassVar[str]  # what the judge answers: "pair" (compare two answers) or "point" (score one)
     num_labels: ClassVar[int]
     problem_type: ClassVar[str]
     scheme_suffix: ClassVar[str]  # the scheme is "<backbone family>-<suffix>" unless the config names one
@@ -86,8 +86,8 @@ class Head:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not hasattr(cls, "tasks") and hasattr(cls, "kind"):
-            cls.tasks = {"pair": ("compare",), "point": ("score",)}[cls.kind]
+        if not hasattr(cls, "tasks") and hasattr(cls, "arity"):
+            cls.tasks = {"pair": ("compare",), "point": ("score",)}[cls.arity]
 
     def default_scheme(self, family: str) -> str:
         return f"{family}-{self.scheme_suffix}"
@@ -106,7 +106,7 @@ class Head:
 
     def _unusable(self, record: Record) -> str | None:
         if not isinstance(record, PairRecord):
-            return f"{record.kind} record ({self.name} head needs pairs)"
+            return f"{record.arity} record ({self.name} head needs pairs)"
         if record.verdict is None:
             return "pair without a verdict"
         return None
@@ -159,6 +159,12 @@ class Head:
         """Names of the model's outputs (written to the HF config)."""
         return {0: self.name}
 
+    @staticmethod
+    def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+        """How an exported judge with this head turns its graph's outputs (``columns``) into verdicts or scores, in
+        words and the card's numbers: the ``postprocessing`` of ``signature.json`` (``export.signature``)."""
+        return {"label_map": card.label_map, "calibration": card.calibration}
+
     @classmethod
     def from_card(cls, card: JudgeCard) -> Head:
         return cls()
@@ -172,13 +178,14 @@ def _pair_metrics(outputs: PairOutputs, records: Sequence[Record], swapped: Pair
     return evaluate_pairs(records, outputs.verdicts(), None if swapped is None else swapped.verdicts())
 
 
+FINE_TUNED = "fine-tuned"  # the judge kind whose card names one of these heads (clfjudge/kinds.py)
 HEADS: Registry[type[Head]] = Registry("head")
 
 
 @HEADS.register("cls3")
 class Cls3Head(Head):
     name = "cls3"
-    kind = "pair"
+    arity = "pair"
     num_labels = 3
     problem_type = "single_label_classification"
     scheme_suffix = "pair"
@@ -209,11 +216,19 @@ class Cls3Head(Head):
     def card_fields(self) -> dict[str, Any]:
         return {"label_map": {str(i): v for i, v in self.id2label().items()}, "score_scale": None, "calibration": {}}
 
+    @staticmethod
+    def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+        cal = card.calibration
+        return {"sequences_per_comparison": 1,
+                "compare": f"p = softmax(logits / temperature) over the columns {columns}; verdict = argmax"
+                           + (" (TIE also when |P(A) - P(B)| <= tie_margin)" if cal.get("tie_margin") else ""),
+                "temperature": cal.get("temperature", 1.0), "tie_margin": cal.get("tie_margin")}
+
 
 @HEADS.register("regression")
 class RegressionHead(Head):
     name = "regression"
-    kind = "point"
+    arity = "point"
     num_labels = 1
     problem_type = "regression"
     scheme_suffix = "point"
@@ -280,6 +295,11 @@ class RegressionHead(Head):
         return {"label_map": {"0": f"score on [{lo:g}, {lo + width:g}], trained as (score - {lo:g}) / {width:g}"},
                 "score_scale": [lo, lo + width], "calibration": {}}
 
+    @staticmethod
+    def postprocessing(card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+        lo, hi = card.score_scale or (0.0, 1.0)
+        return {"score": f"clip({lo:g} + logits[:, 0] * {hi - lo:g}, {lo:g}, {hi:g})", "score_scale": [lo, hi]}
+
     @classmethod
     def from_card(cls, card: JudgeCard) -> RegressionHead:
         return cls(scale=card.score_scale)
@@ -345,7 +365,7 @@ def fit_davidson(margin: np.ndarray, verdicts: Sequence[Verdict]) -> tuple[float
 @HEADS.register("reward")
 class RewardHead(Head):
     name = "reward"
-    kind = "pair"
+    arity = "pair"
     num_labels = 1
     problem_type = "regression"
     scheme_suffix = "answer"
@@ -435,6 +455,21 @@ class RewardHead(Head):
         }
 
     @classmethod
+    def reward_expression(cls, card: JudgeCard, columns: list[str]) -> str:
+        return "logits[:, 0]"
+
+    @classmethod
+    def postprocessing(cls, card: JudgeCard, columns: list[str]) -> dict[str, Any]:
+        cal = card.calibration
+        return {"sequences_per_comparison": 2,
+                "score": f"reward r(question, answer) = {cls.reward_expression(card, columns)}"
+                + (f" + {cal.get('length_coef', 0.0)} * log(1 + characters of the answer)"
+                   if cal.get("length_coef") else ""),
+                "compare": "score each answer alone; d = r_A - r_B; P(A) : P(TIE) : P(B) = exp(scale * d / 2) : nu "
+                           ": exp(-scale * d / 2) (Davidson; nu = 0: Bradley-Terry, P(A) = sigmoid(scale * d))",
+                "scale": cal.get("scale", 1.0), "nu": cal.get("nu", 0.0)}
+
+    @classmethod
     def from_card(cls, card: JudgeCard) -> RewardHead:
         cal = card.calibration
         return cls(scale=float(cal.get("scale", 1.0)), nu=float(cal.get("nu", 0.0)),
@@ -472,6 +507,11 @@ class BinaryRewardHead(RewardHead):
         out["label_map"] = {**{str(k): v for k, v in self.labels.items()}, "positive": self.positive,
                             "reward": f"log-odds of {positive!r}: logit[{self.positive}] - logit[{1 - self.positive}]"}
         return out
+
+    @classmethod
+    def reward_expression(cls, card: JudgeCard, columns: list[str]) -> str:
+        positive = card.label_map.get("positive", 1)
+        return f"logits[:, {positive}] - logits[:, {1 - positive}] (log-odds of {columns[positive]!r})"
 
     @classmethod
     def from_card(cls, card: JudgeCard) -> BinaryRewardHead:

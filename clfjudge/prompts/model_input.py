@@ -131,7 +131,7 @@ class ModelInputEncoder:
     def _fit(self, record: Record, count: bool) -> PointRecord:
         if not isinstance(record, PointRecord):
             raise ValueError(f"record {record.id!r}: a model read in its own input format ({self.input}) scores one "
-                             f"answer at a time, got a {record.kind} record")
+                             f"answer at a time, got a {record.arity} record")
         if not self.format.reads_turns:
             conversation.note_flattened(f"model input {self.input!r}", [record.meta])
         view = View(self.input, _FIELDS, lambda r: len(self.format.tokens(self.tokenizer, r)["input_ids"]))

@@ -91,10 +91,10 @@ def _lookup(scheme: str | Scheme) -> Scheme:
 
 
 def _check_kind(record: Record, scheme: Scheme) -> None:
-    if record.kind != scheme.kind:
-        hint = " (pair_to_points turns a pair into two point records)" if record.kind == "pair" else ""
+    if record.arity != scheme.kind:
+        hint = " (pair_to_points turns a pair into two point records)" if record.arity == "pair" else ""
         raise RenderError(f"record {record.id!r}: scheme {scheme.name!r} shows {scheme.kind} records, "
-                          f"got a {record.kind} record{hint}")
+                          f"got a {record.arity} record{hint}")
 
 
 def render(record: Record, scheme: str | Scheme, *, use_reference: bool = True, **params: str) -> str:

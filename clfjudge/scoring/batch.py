@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..card import TASK_OF_ARITY
 from ..data.formats import ReadOptions
 from ..data.records import Loc, Record, RecordError
 
@@ -101,7 +102,6 @@ def parse_line(text: str, loc: Loc, task: str, options: ReadOptions = ReadOption
     return read_item(item, loc, "pair" if task == "compare" else "point", options)
 
 
-TASK_OF_KIND = {"pair": "compare", "point": "score"}
 PEEKED_LINES = 100
 
 
@@ -115,8 +115,8 @@ def pick_task(task: str, judge: Judge, lines: Iterable[tuple[int, str]], options
 
     if task != "auto":
         return task
-    default = TASK_OF_KIND[judge.card.kind]
-    if not set(TASK_OF_KIND.values()) <= judge.tasks:
+    default = TASK_OF_ARITY[judge.card.arity]
+    if not set(TASK_OF_ARITY.values()) <= judge.tasks:
         return default
     for _, text in islice(lines, PEEKED_LINES):
         try:
@@ -124,7 +124,7 @@ def pick_task(task: str, judge: Judge, lines: Iterable[tuple[int, str]], options
         except ValueError:
             kind = None
         if kind is not None:
-            return TASK_OF_KIND[kind]
+            return TASK_OF_ARITY[kind]
     return default
 
 

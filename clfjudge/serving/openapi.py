@@ -67,10 +67,10 @@ RESULTS = {
               "properties": {"id": ID, "score": NULLABLE_NUMBER, **GENERATED}},
 }
 ERROR = {"type": "object", "required": ["error"], "additionalProperties": False, "properties": {"error": TEXT}}
-HEALTH = {"type": "object", "required": ["status", "head", "backbone", "backend", "tasks"],
+HEALTH = {"type": "object", "required": ["status", "kind", "head", "backbone", "backend", "tasks"],
           "additionalProperties": False,
-          "properties": {"status": {"enum": ["ok", "draining"]}, "head": TEXT, "backbone": TEXT, "backend": TEXT,
-                         "tasks": {"type": "array", "items": {"enum": ["compare", "score"]}}}}
+          "properties": {"status": {"enum": ["ok", "draining"]}, "kind": TEXT, "head": TEXT, "backbone": TEXT,
+                         "backend": TEXT, "tasks": {"type": "array", "items": {"enum": ["compare", "score"]}}}}
 ERRORS = {
     "400": "the body is not UTF-8, not JSON, or nested too deep",
     "408": "the body did not arrive within the read timeout",
@@ -153,6 +153,6 @@ def openapi_schema(judge, tasks, limits, secured: bool = False) -> dict[str, Any
         paths["/metrics"]["get"]["responses"]["401"] = _json(_ref("Error"), "missing or wrong API key")
         components["securitySchemes"] = {BEARER: {"type": "http", "scheme": "bearer",
                                                   "description": "the key the server was started with"}}
-    title = f"clfjudge {getattr(card, 'head', 'judge')} judge"
+    title = f"clfjudge {getattr(card, 'name', 'judge')} judge"
     return {"openapi": "3.1.0", "info": {"title": title, "version": str(getattr(card, "schema_version", "1"))},
             "paths": paths, "components": components}

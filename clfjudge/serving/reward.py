@@ -71,7 +71,7 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None, ref
             return [s.value for s in judge.score_batch(records)]
         refs = kwargs.get(reference_column) or ([reference] * len(records) if reference is not None else None)
         if refs is None:
-            raise ValueError(f"a pairwise {judge.card.head} judge rewards a completion against a reference: pass "
+            raise ValueError(f"a pairwise {judge.card.name} judge rewards a completion against a reference: pass "
                              f"reference= or give the dataset a '{reference_column}' column")
         pairs = [PairRecord(id=r.id, question=r.question, answer_a=r.answer,
                             answer_b=reference_text(ref, i, reference_column), meta=r.meta)
@@ -79,7 +79,7 @@ def reward_function(judge: Judge | str | Path, reference: str | None = None, ref
         results = judge.compare_batch(pairs, symmetric=True)
         return [c.p_a - c.p_b for c in results]
 
-    reward_func.__name__ = f"clfjudge_{judge.card.head}_{Path(str(judge.card.backbone)).name}"
+    reward_func.__name__ = f"clfjudge_{judge.card.name}_{Path(str(judge.card.backbone)).name}"
     reward_func.judge = judge  # the judge it calls (loaded here when given a directory)
     return reward_func
 

@@ -547,7 +547,7 @@ class JudgeService:
             self.check_key(request)
             if task not in self.tasks:
                 served = ", ".join("/" + t for t in self.tasks)
-                raise HTTPError(404, f"this {self.judge.card.head} judge cannot {task}; it serves {served}")
+                raise HTTPError(404, f"this {self.judge.card.name} judge cannot {task}; it serves {served}")
             if not self.accepting:
                 raise HTTPError(503, "server is shutting down")
             raw = await read_body(request, self.limits)
@@ -578,7 +578,7 @@ class JudgeService:
         from starlette.responses import JSONResponse
 
         card = self.judge.card
-        return JSONResponse({"status": "ok" if self.accepting else "draining", "head": card.head,
+        return JSONResponse({"status": "ok" if self.accepting else "draining", "kind": card.kind, "head": card.head,
                              "backbone": card.backbone, "backend": getattr(self.judge, "backend_name", ""),
                              "tasks": list(self.tasks)})
 

@@ -82,7 +82,7 @@ class JudgeTeacher:
         self.card = asdict(self.judge.card)  # a verdict teacher's questions and budgets, for a verdict student
 
     def describe(self) -> str:
-        return f"{self.judge.card.head} judge {self.spec} ({self.judge.card.backbone})"
+        return f"{self.judge.card.name} judge {self.spec} ({self.judge.card.backbone})"
 
     def label(self, records: Sequence[PairRecord]) -> list[float]:
         out = []

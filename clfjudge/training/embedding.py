@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..data.records import Record
+from ..judges.embedding import EMBEDDING
 from ..models.heads import Head
 
 if TYPE_CHECKING:
     from ..judges.embedding import EmbeddingModel
     from .config import TrainConfig
-
-EMBEDDING = "embedding"
 
 
 class EmbeddingDataHead(Head):
@@ -34,17 +33,17 @@ class EmbeddingDataHead(Head):
     best_metric = "accuracy"
     position_invariant = True  # the judge averages both answer orders: swap augmentation adds nothing
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind  # type: ignore[misc]
+    def __init__(self, arity: str) -> None:
+        self.arity = arity  # type: ignore[misc]
 
     def _unusable(self, record: Record) -> str | None:
-        if record.kind != self.kind:
-            return f"{record.kind} record (this embedding judge is a {self.kind} judge)"
-        from ..judges.embedding import KINDS
+        if record.arity != self.arity:
+            return f"{record.arity} record (this embedding judge is a {self.arity} judge)"
+        from ..judges.embedding import RECORD_SPECS
 
-        label = KINDS[self.kind].label_field
+        label = RECORD_SPECS[self.arity].label_field
         if getattr(record, label) is None:
-            return f"{self.kind} without a {label}"
+            return f"{self.arity} without a {label}"
         return None
 
 
@@ -52,10 +51,10 @@ def model_from_config(cfg: TrainConfig) -> EmbeddingModel:
     from ..judges.embedding import EmbeddingModel
 
     options = cfg.embedding  # checked key by key when the recipe was read (embedding_config.EmbeddingOptions)
-    logreg = (options.head or "logreg") == "logreg" and options.kind == "pair"
+    logreg = (options.head or "logreg") == "logreg" and options.arity == "pair"
     head_params = options.head_params if options.head_params is not None else {"C": "auto"} if logreg else None
     return EmbeddingModel(
-        encoder=cfg.backbone, head=options.head, kind=options.kind, features=options.features,
+        backbone=cfg.backbone, head=options.head, arity=options.arity, features=options.features,
         use_length=options.use_length, head_params=head_params, seed=cfg.seed, weighting=options.weighting,
         length_at_prediction=options.length_at_prediction, embedder_options=options.reader_options() or None,
         verdict=options.verdict)
@@ -65,7 +64,7 @@ def evaluate(judge: EmbeddingModel, records: Sequence[Record]) -> dict[str, Any]
     """``metrics``' evaluation of a labelled set; pairs also with both answer orders and beside the baselines."""
     from ..metrics import evaluate_pairs, evaluate_points
 
-    if judge.kind == "point":
+    if judge.arity == "point":
         return evaluate_points(records, judge.predict(records).tolist())
     return evaluate_pairs(records, judge.predict(records), judge.predict([r.swapped() for r in records]),
                           baselines=True)
@@ -77,7 +76,7 @@ def train_embedding(cfg: TrainConfig) -> Path:
 
     start = time.monotonic()
     judge = model_from_config(cfg)
-    splits = build_splits(cfg, EmbeddingDataHead(judge.kind))
+    splits = build_splits(cfg, EmbeddingDataHead(judge.arity))
     judge.fit(splits.train)
     validation = {name: evaluate(judge, records)
                   for name, records in [("dev", splits.dev), ("test", splits.test),

@@ -15,7 +15,7 @@ class EmbeddingOptions:
     (``layer`` to ``device``) left None are the embedder's own defaults and are not passed to it (a sentence
     encoder takes none of the decoder's)."""
 
-    kind: str = described("pair (verdicts) or point (scores)", "pair")
+    arity: str = described("pair (verdicts) or point (scores)", "pair")
     head: str | None = described("logreg | gbdt (pairs), ridge | gbdt (points); None: logreg / ridge")
     features: list[str] | None = described("feature groups (judges.embedding.PAIR_FEATURES / POINT_FEATURES); None: "
                                            "the judge's")

@@ -40,11 +40,11 @@ class GenerativeHead(Head):
 
     def __init__(self, scheme: str = DEFAULT_SCHEME) -> None:
         self.scheme = scheme
-        self.kind = SCHEMES.get(scheme).kind  # type: ignore[misc]
+        self.arity = SCHEMES.get(scheme).kind  # type: ignore[misc]
 
     def _unusable(self, record: Record) -> str | None:
-        if record.kind != self.kind:
-            return f"{record.kind} record (scheme {self.scheme} judges {self.kind}s)"
+        if record.arity != self.arity:
+            return f"{record.arity} record (scheme {self.scheme} judges {self.arity}s)"
         try:
             target(record, self.scheme)
         except RenderError:
@@ -99,7 +99,7 @@ def _validate(judge: GenerativeReader, head: GenerativeHead, splits: Splits) -> 
                           *((f"eval:{n}", r) for n, r in splits.evals.items())]:
         if records:
             validation[name] = evaluate(judge, records)
-            if head.kind == "pair":
+            if head.arity == "pair":
                 validation[name]["baselines"] = pair_baselines(records)
     return validation
 
@@ -147,7 +147,7 @@ def train_generative(cfg: TrainConfig) -> Path:
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out_dir))
         card = JudgeCard(
-            head=GENERATIVE, kind=head.kind, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,
+            kind=GENERATIVE, arity=head.arity, backbone=cfg.backbone, scheme=scheme, max_length=cfg.max_length,
             truncation={"policy": asdict(prompts.policy), "use_reference": prompts.use_reference,
                         "conversation": FLATTENING,
                         "report": {"train": prompts.report.to_dict(), "eval": judge.prompts.report.to_dict()}},

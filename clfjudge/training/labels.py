@@ -60,7 +60,7 @@ def any_pairs(records: Sequence[Record]) -> tuple[list[PairRecord], Counter]:
         if isinstance(r, PairRecord):
             kept.append(r)
         else:
-            excluded[f"{r.kind} record (distillation reads pairs)"] += 1
+            excluded[f"{r.arity} record (distillation reads pairs)"] += 1
     return kept, excluded
 
 
@@ -168,7 +168,7 @@ class Teacher:
         card = self.judge.card
         directory = Path(self.spec)
         return {"teacher": {"spec": self.spec, "card_hash": card_hash(directory) if directory.is_dir() else None,
-                            "head": card.head, "backbone": card.backbone,
+                            "head": card.name, "backbone": card.backbone,
                             "form": "pointwise" if self.pointwise else "pairwise", "questions": self.questions,
                             "calibration": card.calibration, "runtime": self.judge.runtime_choice,
                             "card": json.loads(json.dumps(asdict(card), default=str))},

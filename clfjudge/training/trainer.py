@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.records import Record
 from ..machine import default_ds_accelerator
 from ..metrics import pair_baselines
-from ..models.heads import HEADS, Head, PairOutputs
+from ..models.heads import FINE_TUNED, HEADS, Head, PairOutputs
 from .config import TRAINERS, TrainConfig, save_arguments, training_arguments
 from .data import Splits, build_splits
 
@@ -200,7 +200,8 @@ def _save_judge(run: _Run, trainer, result, validation: dict[str, Any], wall: fl
     carry_prompt(run.tokenizer, run.scheme, encoders["train"].length_hint)  # transformers / TRL then read our text
     run.tokenizer.save_pretrained(str(out_dir))
     card = JudgeCard(
-        head=head.name, kind=head.kind, backbone=cfg.backbone, scheme=run.scheme, max_length=cfg.max_length,
+        kind=FINE_TUNED, head=head.name, arity=head.arity, backbone=cfg.backbone, scheme=run.scheme,
+        max_length=cfg.max_length,
         truncation={**encoders["train"].card_entry(),
                     "report": {k: e.report.to_dict() for k, e in encoders.items()}},
         template=getattr(SCHEMES.get(run.scheme), "template", ""),

@@ -25,7 +25,7 @@ class VerdictDataHead(Head):
     """The data side of the verdict judge for the shared split builder: labelled pairs."""
 
     name = "verdict"
-    kind = "pair"
+    arity = "pair"
     num_labels = 0
     problem_type = ""
     scheme_suffix = "verdict"
@@ -33,8 +33,8 @@ class VerdictDataHead(Head):
     position_invariant = True  # both orders are judged where it matters: swap augmentation adds nothing
 
     def _unusable(self, record: Record) -> str | None:
-        if record.kind != "pair":
-            return f"{record.kind} record (a verdict judge is calibrated on pairs)"
+        if record.arity != "pair":
+            return f"{record.arity} record (a verdict judge is calibrated on pairs)"
         return None if record.verdict is not None else "pair without a verdict"
 
 

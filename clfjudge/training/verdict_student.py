@@ -59,7 +59,8 @@ def student_question(options: VerdictOptions, teacher_card: Mapping[str, Any] | 
     from ..judges.verdict import DEFAULT_QUESTION, VERDICT, questions_from
 
     named = options.questions
-    verdict_teacher = teacher_card is not None and teacher_card.get("head") == VERDICT
+    # the card as the labels recorded it: "kind" (its layout since version 3) or "head" (before)
+    verdict_teacher = teacher_card is not None and VERDICT in (teacher_card.get("kind"), teacher_card.get("head"))
     teacher_questions = (teacher_card.get("runtime") or {}).get("questions") if verdict_teacher else None
     spec = named if named else (list(teacher_questions[:1]) if teacher_questions else [DEFAULT_QUESTION])
     questions = questions_from(spec, f"{where} verdict.questions" if named else f"{where} (the teacher's question)")

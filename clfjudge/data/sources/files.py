@@ -254,7 +254,7 @@ def load_rows(source: UserSource, dataset) -> LoadResult:
                 bad.append(f"{file}:{index + 1}: field 'answer_b': {IDENTICAL}")
             continue
         records.append(record)
-    answers = (a for r in records for a in ((r.answer_a, r.answer_b) if r.kind == "pair" else (r.answer,)))
+    answers = (a for r in records for a in ((r.answer_a, r.answer_b) if r.arity == "pair" else (r.answer,)))
     empty = sum(not a.strip() for a in answers)
     notes = ([f"rows are numbered from 1 (a CSV's header row is not counted): {file}"] if bad else []) + bad
     if excluded:
