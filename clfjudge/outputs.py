@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
+import signal
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -174,9 +176,32 @@ def replace_whole(path: PathLike, mode: str = "w", **open_kwargs: Any) -> Iterat
         os.chmod(tmp, permissions)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        with signals_held(), contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (then arrive as usual), so a cleanup they interrupt is not left
+    half done: a user who stops twice, or a supervisor's TERM after an INT, still leaves nothing behind. Where the
+    platform cannot hold signals (Windows) or this is not the main thread, the block runs as it is."""
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def discard(path: PathLike) -> None:
+    """Remove a folder an interrupted write leaves (a hidden temporary output), whole even if stopped again."""
+    with signals_held():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def write_whole(path: PathLike, text: str) -> None:

@@ -63,7 +63,7 @@ def test_every_answer_is_read_once_with_provenance(chat_model, tmp_path, monkeyp
     assert len(labels) == 30 and all(set(r["reward"]) == {"correct", "harmless"} and r["tokens"] > 0 for r in labels)
     provenance = json.loads((out / PROVENANCE).read_text())
     assert provenance["teacher"]["form"] == "pointwise" and provenance["teacher"]["card_hash"]
-    assert provenance["teacher"]["card"]["head"] == "verdict" and provenance["machine"]["cpu"]
+    assert provenance["teacher"]["card"]["kind"] == "verdict" and provenance["machine"]["cpu"]
     assert provenance["rounds"] == [{**provenance["rounds"][0], "selection": "random", "pairs": 24}]
     labelled = LabelSet(out)
     pair = json.loads((tmp_path / "pool.jsonl").read_text().splitlines()[0])

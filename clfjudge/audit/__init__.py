@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..data.formats import ReadOptions
 from ..data.records import LoadResult, PairRecord, exclusion_lines
 from ..options import LoadOptions
-from ..outputs import write_whole
+from ..outputs import discard, write_whole
 from .escalation import escalation_curves
 from .judges import DirectoryJudge, Predictions, build_judge, check_spec, judge_directory, predict_or_reason
 from .suites import SUITES, TEST_SETS, AuditData, TestSet
@@ -265,7 +264,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
             load, progress)
     except BaseException:
         if created and not any(p.is_file() for p in out_dir.rglob("*")):  # nothing cached: leave no empty --out
-            shutil.rmtree(out_dir, ignore_errors=True)
+            discard(out_dir)
         raise
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {

@@ -42,6 +42,7 @@ import numpy as np
 from ..batching import Budget
 from ..card import CARD_NAME, JudgeCard
 from ..data.records import PairRecord
+from ..outputs import discard
 from ..untrusted import inside
 from . import gate, quiet, signature
 from .directory import ExportResult, check_out_dir, hidden_beside
@@ -449,6 +450,6 @@ def export_embedding_judge(judge_dir: Path, out_dir: Path, options: ExportOption
         card.runtime = _runtime(card, judge_dir, reader, files, exported, report, validation)
         signature.finish(tmp, out, card, signature.decoder_reader(card, tmp))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     return ExportResult(out, report["primary"], report)

@@ -22,7 +22,6 @@ backbone, or a reward model without a card: ``judges.foreign``).
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
 from ..judges.foreign import write_card
 from ..judges.model import FineTunedJudge, OnnxBackend, TorchBackend, load_tokenizer
 from ..models.heads import HEADS
+from ..outputs import discard
 from ..prompts.chat_template import carry_prompt
 from . import signature
 from .directory import ExportResult, check_out_dir, hidden_beside
@@ -217,7 +217,7 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
             raise ParityError(parity_message(report), report)
         _write_judge(tmp, out, card, judge_dir, config, tokenizer, reference, files, exported, primary, report)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     write_card(judge_dir, JudgeCard(**{**asdict(card), "runtime": {}}))
     return ExportResult(out, primary, report)

@@ -49,6 +49,7 @@ from ..judges.verdict_onnx import (
 )
 from ..models.heads import RewardHead
 from ..models.onnx_session import gate_key
+from ..outputs import discard
 from . import gate, quantize, quiet, signature, verdict_quant
 from .directory import ExportResult, check_out_dir, hidden_beside
 from .options import ExportOptions
@@ -321,6 +322,6 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
             "exported_from": str(judge_dir.resolve())}}
         signature.finish(tmp, out, card, signature.verdict(card, reader, tmp))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     return ExportResult(out, PRIMARY, report)

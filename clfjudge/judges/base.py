@@ -290,10 +290,10 @@ class Judge:
         if task not in self.tasks:
             can = " / ".join(sorted(self.tasks))
             if TASK_OF_ARITY.get(self.card.arity) == task:  # the card says it can
-                raise ValueError(f"this {self.card.kind} judge cannot {task}: its card's arity is {self.card.arity!r} "
+                raise ValueError(f"this {self.card.name} judge cannot {task}: its card's arity is {self.card.arity!r} "
                                  f"but its head and scheme ({self.card.scheme!r}) {can} only; the card contradicts "
                                  "itself (fix its arity or its scheme)")
-            raise ValueError(f"this {self.card.kind} judge ({self.card.arity}) cannot {task}; it can {can}")
+            raise ValueError(f"this {self.card.name} judge ({self.card.arity}) cannot {task}; it can {can}")
 
     def compare_batch(self, items: Sequence[PairInput], symmetric: bool = False) -> list[Comparison]:
         self.require("compare")
