@@ -184,18 +184,29 @@ def replace_whole(path: PathLike, mode: str = "w", **open_kwargs: Any) -> Iterat
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """Ctrl-C and SIGTERM wait until the block ends (then arrive as usual), so a cleanup they interrupt is not left
-    half done: a user who stops twice, or a supervisor's TERM after an INT, still leaves nothing behind. Where the
-    platform cannot hold signals (Windows) or this is not the main thread, the block runs as it is."""
+    half done: a user who stops twice, or a supervisor's TERM after an INT, still leaves nothing behind. The Python
+    handlers are swapped for one that only notes the signal (a thread's signal mask would not do: the OS hands a
+    process's signal to any thread, torch's included, and Python runs the handler in the main thread at once).
+    Outside the main thread, where no handler can be set, the block runs as it is."""
     import threading
 
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    arrived: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if arrived:
+            handler = previous[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)
+            elif handler == signal.SIG_DFL:  # the default action (SIGTERM: the end), now that the block is done
+                os.kill(os.getpid(), arrived[0])
 
 
 def discard(path: PathLike) -> None:

@@ -18,6 +18,21 @@ from typing import TextIO
 LINE_SECONDS = 30.0
 
 _open: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("clfjudge_meter", default=None)
+_stopped: int | None = None  # the signal a command was stopped by (``stop``), until it ends
+
+
+def stop(signum: int | None) -> None:
+    """A command's signal handler says it was stopped (None: the command is over); every report after it raises the
+    stop again, in case its first exception was swallowed (Python drops one raised inside a finalizer)."""
+    global _stopped
+    _stopped = signum
+
+
+def _raise_if_stopped() -> None:
+    import signal
+
+    if _stopped is not None:
+        raise KeyboardInterrupt if _stopped == signal.SIGINT else SystemExit(128 + _stopped)
 
 
 class Meter:
@@ -93,15 +108,18 @@ def meter(desc: str, enabled: bool = True, stream: TextIO | None = None) -> Iter
 
 def advance(answers: int, tokens: int = 0) -> None:
     """``answers`` more read (with ``tokens`` tokens), on the open meter if there is one."""
+    _raise_if_stopped()
     if (opened := _open.get()) is not None:
         opened.advance(answers, tokens)
 
 
 def note(text: str) -> None:
+    _raise_if_stopped()
     if (opened := _open.get()) is not None:
         opened.note(text)
 
 
 def step(text: str) -> None:
+    _raise_if_stopped()
     if (opened := _open.get()) is not None:
         opened.step(text)

@@ -53,3 +53,51 @@ def test_a_meter_shows_steps_and_nothing_without_one():
     text = stream.getvalue()
     assert text.splitlines()[0] == "export: gate int8"
     assert re.search(r"export: 2 answers read \([\d.]+/s\), 40 tokens", text)
+
+
+def test_a_stop_whose_exception_was_swallowed_is_raised_again_at_the_next_report():
+    import signal
+
+    from clfjudge import progress
+
+    progress.stop(signal.SIGINT)  # as the command's handler records it before raising (a finalizer may drop that)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            progress.advance(1)
+        with pytest.raises(KeyboardInterrupt):
+            progress.step("gate fp32")
+        progress.stop(signal.SIGTERM)
+        with pytest.raises(SystemExit) as stopped:
+            progress.note("1/2")
+        assert stopped.value.code == 128 + signal.SIGTERM
+    finally:
+        progress.stop(None)
+    progress.advance(1)  # the command is over: reports raise nothing
+
+
+def test_a_signal_during_a_held_cleanup_arrives_after_it(tmp_path):
+    import os
+    import signal
+
+    from clfjudge.outputs import discard
+
+    folder = tmp_path / ".onnx.x"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "f").write_text("x")
+    removed = []
+
+    def cleanup_stopped_midway(path, ignore_errors=False):  # a second Ctrl-C lands while the folder is removed
+        os.kill(os.getpid(), signal.SIGINT)
+        removed.append(path)
+        shutil_rmtree(path, ignore_errors=ignore_errors)
+
+    import shutil
+
+    shutil_rmtree = shutil.rmtree
+    shutil.rmtree = cleanup_stopped_midway
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            discard(folder)
+    finally:
+        shutil.rmtree = shutil_rmtree
+    assert removed == [folder] and not folder.exists()

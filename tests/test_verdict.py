@@ -206,7 +206,7 @@ def test_the_quality_profile_trains_a_verdict_judge(chat_model, tmp_path):
     assert done.returncode == 0, done.stderr
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["outputs"]["train"]["recipe"].endswith("quality-verdict.yaml")
-    assert JudgeCard.load(tmp_path / "run" / "judge").head == "verdict"
+    assert JudgeCard.load(tmp_path / "run" / "judge").kind == "verdict"
 
 
 def test_a_stacked_judge_reads_the_verdict_as_a_feature(chat_model, tiny_llama_dir, tmp_path):

@@ -45,19 +45,26 @@ THREADS = int_in(1)
 def stopped_like_ctrl_c() -> Iterator[None]:
     """Inside: SIGTERM (``kill``, a job scheduler stopping the job) ends the command as Ctrl-C does, by an exception,
     so what it cleans up on the way out (an export's hidden temporary folder) is cleaned; the default, an immediate
-    end, would leave it. The previous handler is restored after."""
+    end, would leave it. Either signal is also remembered (``progress.stop``): one whose exception Python swallowed
+    (raised inside a finalizer, which a signal pending through a long native call often lands in) is raised again at
+    the next progress report. The previous handlers are restored after."""
+    from .. import progress
+
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
         yield
         return
 
     def stop(signum, frame):
-        raise SystemExit(128 + signum)
+        progress.stop(signum)
+        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        progress.stop(None)
 
 
 def local_inputs(specs: Sequence[str], role: str) -> list[tuple[str, Path]]:

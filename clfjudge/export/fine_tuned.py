@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import progress
 from ..card import JudgeCard
 from ..judges.base import ONNX_VARIANTS, TORCH_WEIGHTS, open_card
 from ..judges.foreign import write_card
@@ -181,6 +182,7 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
                                     decoder_parameters(torch_backend.model), parity)
     validation.update(n=len(records), **({"budget": budget} if budget else {}))
     chunk = parity.batch_size * GATE_CHUNK_BATCHES
+    progress.step(f"reading the reference (PyTorch) on {len(records)} records")
     with clock("reference"):
         ref_raw = read_in_chunks(reference, records, chunk)
     sample = tokenizer.pad([s for r in records[:2] for s in reference.encode(r)], padding=True, return_tensors="np")
@@ -189,12 +191,14 @@ def export_fine_tuned(judge_dir: Path, out_dir: Path, options: ExportOptions) ->
     tmp = hidden_beside(out)
     try:
         tmp.mkdir(mode=0o700)
+        progress.step("writing the ONNX graphs")
         files, exported = write_variants(tmp, torch_backend.model, sample, clock, options, quant)
         torch_backend.release()  # the reference is read: its weights are not held while the gate runs
         primary = next(ONNX_VARIANTS[k] for k in ("int8", "int4", "optimized", "fp32") if ONNX_VARIANTS[k] in files)
         variants = {}
         for run in gate_runs(files, ONNX_VARIANTS["fp32"], options.providers):
             thresholds = parity.for_precision(run.precision)
+            progress.step(f"gate {run.key} ({run.precision}) on {len(records)} records")
             with clock(f"gate {run.key}"):
                 candidate = FineTunedJudge(card, tokenizer, OnnxBackend(tmp / run.file, run.provider),
                                            parity.batch_size)

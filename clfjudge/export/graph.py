@@ -77,6 +77,8 @@ def export_onnx(model: torch.nn.Module, sample: Mapping[str, np.ndarray], path: 
                               **common)
         info.update(exporter="dynamo", dynamo_error=None)
     except Exception as exc:  # an architecture dynamo cannot capture: record why, use the TorchScript exporter
+        if (stop := _stop_inside(exc)) is not None:
+            raise stop from exc  # a Ctrl-C / SIGTERM dynamo caught and wrapped while tracing: the user stopped it
         log.warning("dynamo export failed (%s: %s); falling back to the legacy exporter", type(exc).__name__, exc)
         for stale in path.parent.glob(path.name + "*"):
             stale.unlink()
@@ -86,6 +88,18 @@ def export_onnx(model: torch.nn.Module, sample: Mapping[str, np.ndarray], path: 
     proto = onnx.load(str(path), load_external_data=False)
     info["opset"] = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     return info
+
+
+def _stop_inside(exc: BaseException) -> BaseException | None:
+    """A KeyboardInterrupt or SystemExit in ``exc``'s causes (dynamo re-raises what interrupted its tracing as one
+    of its own errors, an ``Exception``), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 # -- graph optimization -----------------------------------------------------------------------------------
