@@ -48,6 +48,16 @@ def import_openvino():
     return openvino
 
 
+@functools.cache
+def openvino_core():
+    """The process's one ``openvino.Core``, kept for its lifetime. Each Core's CPU plugin sets an alternate signal
+    stack on the thread that compiles and puts back the one it found when it goes; Cores released out of the order
+    they were made (two gates' sessions, garbage-collected in any order) leave the thread on a freed stack, and the
+    next Ctrl-C or SIGTERM kills the process with a segmentation fault instead of stopping it cleanly. One Core that
+    outlives every other keeps that stack valid."""
+    return import_openvino().Core()
+
+
 @dataclass(frozen=True)
 class Capability:
     runs: bool
@@ -117,7 +127,7 @@ def _probe_openvino() -> tuple[bool, str]:
     if importlib.util.find_spec("openvino") is None:
         return False, "openvino is not installed (pip install 'clfjudge[openvino]')"
 
-    core = import_openvino().Core()
+    core = openvino_core()
     if "CPU" not in core.available_devices:
         return False, f"OpenVINO has no CPU device here (devices: {core.available_devices})"
     return True, ",".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))

@@ -179,3 +179,25 @@ def test_fallback_drops_a_refused_provider_and_serves_what_passed(embedding_judg
     assert Judge.load(result.out_dir).backend_name == "onnx (fp32)"
     with pytest.raises(ValueError, match="has not measured"):
         Judge.load(result.out_dir, provider="openvino-bf16")
+
+
+def test_ctrl_c_after_sessions_released_in_any_order_stops_cleanly(embedding_onnx):
+    # each OpenVINO Core puts back the signal stack it found when it goes; released out of order they left the thread
+    # on a freed stack, and the next Ctrl-C was a segmentation fault instead of a KeyboardInterrupt
+    script = f"""
+import gc, os, signal, time
+from pathlib import Path
+from clfjudge.models.openvino_session import OpenVinoSession
+path = Path({str(embedding_onnx.out_dir / "reader.onnx")!r})
+first, second = OpenVinoSession(path, "f32", threads=1), OpenVinoSession(path, "f32", threads=1)
+del first; gc.collect()
+del second; gc.collect()
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("stopped cleanly")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and "stopped cleanly" in done.stdout, (done.returncode, done.stderr[-2000:])

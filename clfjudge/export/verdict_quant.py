@@ -69,9 +69,9 @@ def _save_ir(model, dst: Path) -> None:
 
 
 def _read(src: Path):
-    from ..machine import import_openvino
+    from ..machine import openvino_core
 
-    return import_openvino().Core().read_model(str(src))
+    return openvino_core().read_model(str(src))
 
 
 def weights_int8(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:

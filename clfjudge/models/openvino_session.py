@@ -2,10 +2,11 @@
 "openvino" and "openvino-bf16"; ``pip install 'clfjudge[openvino]'``).
 
 The file is the one ``clfjudge export`` wrote and gated (no second export, no OpenVINO IR on disk):
-``openvino.Core().compile_model(path, "CPU", config)`` with optimum-intel's latency settings (one stream,
-``PERFORMANCE_HINT`` LATENCY, no model cache) and an explicit ``INFERENCE_PRECISION_HINT``: on a CPU with bf16
-instructions OpenVINO's own default is bf16, so "openvino" asks for f32 to run the function the gate passed, and
-"openvino-bf16" asks for bf16 (refused on a CPU without them rather than silently run in f32).
+``compile_model(path, "CPU", config)`` on the process's one ``openvino.Core`` (``machine.openvino_core``), with
+optimum-intel's latency settings (one stream, ``PERFORMANCE_HINT`` LATENCY, no model cache) and an explicit
+``INFERENCE_PRECISION_HINT``: on a CPU with bf16 instructions OpenVINO's own default is bf16, so "openvino" asks for
+f32 to run the function the gate passed, and "openvino-bf16" asks for bf16 (refused on a CPU without them rather
+than silently run in f32).
 
 OpenVINO is imported through ``import_openvino`` alone: ``import openvino`` starts its telemetry (it reads and
 rewrites ~/intel/openvino_ga_cid and ~/intel/stats and sends events to an analytics host), which the package turns
@@ -35,16 +36,17 @@ class OpenVinoSession:
     its buffers and is not thread-safe; the compiled model is)."""
 
     def __init__(self, path: Path, hint: str, threads: int | None = None) -> None:
+        from ..machine import openvino_core, probe
+
         try:
-            ov = import_openvino()
+            import_openvino()
         except ImportError:
             raise ImportError(f"the OpenVINO providers need the openvino package: {INSTALL}") from None
-        from ..machine import probe
+        core = openvino_core()
 
         if hint == "bf16" and not (bf16 := probe().openvino_bf16()):
             raise ValueError(f"provider 'openvino-bf16' does not run here ({bf16.why}; OpenVINO would run f32 or "
                              "emulate bf16); use provider 'openvino'")
-        core = ov.Core()
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY",
                                   "NUM_STREAMS": 1, "CACHE_DIR": ""}
         if threads:
