@@ -182,8 +182,8 @@ def test_fallback_drops_a_refused_provider_and_serves_what_passed(embedding_judg
 
 
 def test_ctrl_c_after_sessions_released_in_any_order_stops_cleanly(embedding_onnx):
-    # each OpenVINO Core puts back the signal stack it found when it goes; released out of order they left the thread
-    # on a freed stack, and the next Ctrl-C was a segmentation fault instead of a KeyboardInterrupt
+    # each OpenVINO Core puts back the signal stack it found when it goes: Cores released out of order leave the
+    # thread on a freed stack, where a Ctrl-C is a segmentation fault, unless every session shares one Core
     script = f"""
 import gc, os, signal, time
 from pathlib import Path
