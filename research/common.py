@@ -100,9 +100,9 @@ class Variant:
         return (f"{self.encoder} {self.head}{' ' + self.label if self.label else ''} "
                 f"{'+' if self.use_length else '-'}len{' C=auto' if self.auto_c else ''}")
 
-    def judge(self, embedders: Embedders, kind: str) -> EmbeddingModel:
+    def judge(self, embedders: Embedders, arity: str) -> EmbeddingModel:
         embedder = embedders.get(self.encoder)
-        return EmbeddingModel(backbone=embedder.encoder, head=self.head, arity=kind, features=self.features,
+        return EmbeddingModel(backbone=embedder.encoder, head=self.head, arity=arity, features=self.features,
                               use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
                               embedder=embedder)
 

@@ -39,7 +39,7 @@ def test_every_suite_on_fixtures(fixture_data, tiny_pair_judge, tiny_point_judge
     assert {"judgelm-val", "pandalm-test", "autoj-test", "prometheus-ind", "llmbar-natural"} <= set(m["sets"])
     rows = m["suites"]["cross-scheme"]["rows"]
     pair_name, point_name = (n for n in m["judges"] if not n.startswith("baseline"))
-    # each judge is applied to the other kind of set through the study's transforms, and says so
+    # each judge is applied to the sets of the other arity through the study's transforms, and says so
     assert rows[point_name]["pandalm-test"]["transform"].startswith("w/ trans")
     assert rows[pair_name]["prometheus-ind"]["transform"].startswith("w/ trans")
     assert rows[pair_name]["autoj-test"]["headline"] == "agreement"

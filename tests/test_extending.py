@@ -58,7 +58,7 @@ def load_toy(path: Path) -> LoadResult:
     return out.result()
 
 
-TOY = Source(name=TOY_SOURCE, kind="pair", role="train", default_path="toy/pairs.jsonl", loader=load_toy)
+TOY = Source(name=TOY_SOURCE, arity="pair", role="train", default_path="toy/pairs.jsonl", loader=load_toy)
 
 
 def write_toy_data(root: Path) -> Path:
@@ -386,8 +386,8 @@ class AlwaysJudge(AuditJudge):
         self.verdict = Verdict(verdict)
         self.name = f"always {verdict}"
 
-    def predict(self, set_name, kind, records):
-        if kind == "point":
+    def predict(self, set_name, arity, records):
+        if arity == "point":
             raise NotApplicable("no pointwise form")
         same = [self.verdict] * len(records)
         return Predictions(forward=same, reversed=list(same))

@@ -238,10 +238,10 @@ scores = st.none() | st.tuples(numbers, numbers).filter(lambda t: all(isinstance
 
 
 @st.composite
-def records(draw, kind: str):
+def records(draw, arity: str):
     """Records built directly (as a caller of the library may), so their text is not validated."""
     common = dict(id=draw(small_text), question=draw(texts), rubric=draw(optional_text), reference=draw(optional_text))
-    if kind == "pair":
+    if arity == "pair":
         return PairRecord(answer_a=draw(texts), answer_b=draw(texts), scores=draw(scores),
                           verdict=draw(st.none() | st.sampled_from(Verdict)), **common)
     return PointRecord(answer=draw(texts), score=draw(st.none() | st.floats()),
@@ -253,9 +253,9 @@ def records(draw, kind: str):
 @given(data=st.data(), use_reference=st.booleans())
 def test_schemes_render_values_verbatim_or_raise_render_error(name, data, use_reference):
     scheme = SCHEMES.get(name)
-    record, other = data.draw(records(scheme.kind)), data.draw(records("point" if scheme.kind == "pair" else "pair"))
+    record, other = data.draw(records(scheme.arity)), data.draw(records("point" if scheme.arity == "pair" else "pair"))
     with pytest.raises(RenderError):
-        render(other, scheme)  # a record of the other kind
+        render(other, scheme)  # a record of the other arity
     try:
         text = render(record, scheme, use_reference=use_reference)
     except RenderError:
@@ -315,7 +315,7 @@ def test_damaged_templates_files_load_or_raise_record_error(text):
             assert err.file == str(path)
             return
         for s in schemes:
-            assert s.kind in ("pair", "point") and isinstance(s.template, str)
+            assert s.arity in ("pair", "point") and isinstance(s.template, str)
 
 
 @FUZZ
@@ -377,9 +377,9 @@ def bert_tokenizer(tiny_bert_dir):
        head_fraction=st.floats(0.05, 0.95), budget=st.none() | st.integers(1, 64))
 def test_truncate_fits_max_length_or_raises_truncation_error(bert_tokenizer, data, scheme, max_length, head_fraction,
                                                             budget):
-    kind = SCHEMES.get(scheme).kind
-    record = data.draw(records(kind))
-    names = ("question", "rubric", "reference", *(("answer_a", "answer_b") if kind == "pair" else ("answer",)))
+    arity = SCHEMES.get(scheme).arity
+    record = data.draw(records(arity))
+    names = ("question", "rubric", "reference", *(("answer_a", "answer_b") if arity == "pair" else ("answer",)))
     # records are Unicode text (loaders and the runtime refuse anything else)
     record = replace(record, **{f: no_surrogates(getattr(record, f)) for f in names if getattr(record, f) is not None})
     policy = TruncationPolicy(max_length=max_length, budgets={"answer": budget} if budget else {},
@@ -421,7 +421,7 @@ def test_parsers_parse_or_fail_cleanly(name, text, study_fallback):
     assert parsed.raw == text
     if parsed.ok:
         assert not parsed.fallback and parsed.reason is None
-        if parser.kind == "pair":
+        if parser.arity == "pair":
             assert isinstance(parsed.value, Verdict)
         else:
             assert isinstance(parsed.value, float) and math.isfinite(parsed.value)

@@ -68,10 +68,10 @@ STUDY_DEFAULTS = {"judgelm-pair": TIE, "judgelm-point": 5.0, "pandalm-pair": TIE
                   "autoj-pair": TIE, "autoj-point": 0.0, "prometheus-point": 1.0, "prometheus-pair": TIE}
 
 
-def test_registry_holds_every_parser_with_its_kind():
+def test_registry_holds_every_parser_with_its_arity():
     assert set(PARSERS.names()) == set(STUDY_DEFAULTS) | {"prometheus2-pair"}
     for name, parser in PARSERS.items():
-        assert parser.kind == name.rsplit("-", 1)[1]
+        assert parser.arity == name.rsplit("-", 1)[1]
 
 
 @pytest.mark.parametrize("name,text,value,scores", GOOD)

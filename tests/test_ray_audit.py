@@ -42,7 +42,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def judges(tiny_bert_dir, tmp_path_factory) -> list[str]:
     """A pair judge (3-way classifier) and a point judge (regression), random init: each is applied to the sets
-    of the other kind too, through the study's transforms."""
+    of the other arity too, through the study's transforms."""
     root = tmp_path_factory.mktemp("ray-audit-judges")
     return [str(make_judge(tiny_bert_dir, root / "cls3", "cls3")),
             str(make_judge(tiny_bert_dir, root / "regression", "regression"))]

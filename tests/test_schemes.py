@@ -1,4 +1,4 @@
-"""Schemes: every scheme renders its record kind with no leftover slot, golden texts, targets, transforms."""
+"""Schemes: every scheme renders the records of its arity with no leftover slot, golden texts, targets, transforms."""
 from __future__ import annotations
 
 import json
@@ -43,16 +43,16 @@ EXPECTED = {
 }
 
 
-def test_registry_has_the_required_schemes_with_their_kinds():
+def test_registry_has_the_required_schemes_with_their_arities():
     assert SCHEMES.names() == sorted(EXPECTED["pair"] + EXPECTED["point"])
-    for kind, names in EXPECTED.items():
-        assert all(SCHEMES.get(n).kind == kind for n in names)
+    for arity, names in EXPECTED.items():
+        assert all(SCHEMES.get(n).arity == arity for n in names)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED["pair"] + EXPECTED["point"]))
-def test_every_scheme_renders_its_record_kind_without_leftover_slots(name):
+def test_every_scheme_renders_its_records_without_leftover_slots(name):
     scheme = SCHEMES.get(name)
-    base = PAIR if scheme.kind == "pair" else POINT
+    base = PAIR if scheme.arity == "pair" else POINT
     for rec in _variants(base):
         if rec.reference is None and name == "prometheus-v1":
             with pytest.raises(RenderError, match="needs field 'reference'"):
@@ -63,15 +63,15 @@ def test_every_scheme_renders_its_record_kind_without_leftover_slots(name):
         for f in scheme.fields:
             if getattr(rec, f) is not None:
                 assert getattr(rec, f) in text, (name, f)
-        other = POINT if scheme.kind == "pair" else PAIR
-        with pytest.raises(RenderError, match=f"shows {scheme.kind} records"):
+        other = POINT if scheme.arity == "pair" else PAIR
+        with pytest.raises(RenderError, match=f"shows {scheme.arity} records"):
             render(other, name)
 
 
 @pytest.mark.parametrize("name", ["judgelm-point", "pandalm-point", "autoj-point", "prometheus-point",
                                   "encoder-pair", "encoder-point", "decoder-pair", "decoder-point"])
 def test_missing_rubric_falls_back_to_the_default(name):
-    rec = PAIR if SCHEMES.get(name).kind == "pair" else POINT
+    rec = PAIR if SCHEMES.get(name).arity == "pair" else POINT
     assert DEFAULT_RUBRIC in render(rec, name)
     assert DEFAULT_RUBRIC not in render(replace(rec, rubric="Judge brevity."), name)
 
@@ -216,7 +216,7 @@ def test_targets_are_in_the_judges_format_and_parse_back(name, expected):
     if name == "prometheus-pair":
         assert target(replace(PAIR, scores=(4.0, 2.0)), name) == "[RESULT] 4 2"
         return
-    rec = PAIR if SCHEMES.get(name).kind == "pair" else replace(POINT, score=7.0, scale=(1.0, 10.0))
+    rec = PAIR if SCHEMES.get(name).arity == "pair" else replace(POINT, score=7.0, scale=(1.0, 10.0))
     assert target(rec, name) == expected
 
 
@@ -273,22 +273,29 @@ def _write(tmp_path, body: str):
 
 
 @pytest.mark.parametrize("body,field", [
-    ("schemes:\n  s:\n    kind: pair\n    template: '{question} {answer_a} {answer}'\n", "template"),
-    ("schemes:\n  s:\n    kind: pair\n    template: '{question} {answer_a}'\n", "template"),
-    ("schemes:\n  s:\n    kind: trio\n    template: '{question}'\n", "kind"),
-    ("schemes:\n  s:\n    kind: point\n    template: '{question} {answer}'\n    parser: nope\n    target: '{score}'\n",
-     "parser"),
-    ("schemes:\n  s:\n    kind: point\n    template: '{question} {answer}'\n    parser: judgelm-pair\n"
+    ("schemes:\n  s:\n    arity: pair\n    template: '{question} {answer_a} {answer}'\n", "template"),
+    ("schemes:\n  s:\n    arity: pair\n    template: '{question} {answer_a}'\n", "template"),
+    ("schemes:\n  s:\n    arity: trio\n    template: '{question}'\n", "arity"),
+    ("schemes:\n  s:\n    kind: trio\n    template: '{question}'\n", "arity"),
+    ("schemes:\n  s:\n    kind: pair\n    arity: pair\n    template: '{question} {answer_a} {answer_b}'\n", "kind"),
+    ("schemes:\n  s:\n    arity: point\n    template: '{question} {answer}'\n    parser: nope\n"
      "    target: '{score}'\n", "parser"),
-    ("schemes:\n  s:\n    kind: point\n    template: '{question} {answer}'\n    slots:\n      rubric: {}\n",
+    ("schemes:\n  s:\n    arity: point\n    template: '{question} {answer}'\n    parser: judgelm-pair\n"
+     "    target: '{score}'\n", "parser"),
+    ("schemes:\n  s:\n    arity: point\n    template: '{question} {answer}'\n    slots:\n      rubric: {}\n",
      "slots.rubric"),
-    ("schemes:\n  s:\n    kind: point\n    template: '{question} {answer}'\n    colour: red\n", "colour"),
+    ("schemes:\n  s:\n    arity: point\n    template: '{question} {answer}'\n    colour: red\n", "colour"),
 ])
 def test_bad_template_files_name_file_line_and_field(tmp_path, body, field):
     path = _write(tmp_path, "# header\n" + body)
     with pytest.raises(RecordError) as err:
         load_schemes(path)
     assert err.value.file == str(path) and err.value.line == 3 and err.value.field == field
+
+
+def test_a_scheme_file_naming_the_arity_kind_still_loads(tmp_path):
+    path = _write(tmp_path, "schemes:\n  s:\n    kind: point\n    template: '{question} {answer}'\n")
+    assert [(s.name, s.arity) for s in load_schemes(path)] == [("s", "point")]
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
@@ -337,8 +344,8 @@ def test_data_that_holds_every_placeholder_is_read_as_text(name):
     scheme = SCHEMES.get(name)
     every = "".join("{" + p + "}" for p in ("question", "answer_a", "answer_b", "answer", "rubric", "reference",
                                             "sep", "prompt"))
-    fields = ("question", "answer_a", "answer_b") if scheme.kind == "pair" else ("question", "answer")
-    base = replace(PAIR if scheme.kind == "pair" else POINT, **EXTRAS)
+    fields = ("question", "answer_a", "answer_b") if scheme.arity == "pair" else ("question", "answer")
+    base = replace(PAIR if scheme.arity == "pair" else POINT, **EXTRAS)
     marked = replace(base, **{f: f"<<{f}>>" for f in (*fields, "rubric", "reference")})
     hostile = replace(base, **{f: f"{f} says {every}" for f in (*fields, "rubric", "reference")})
     expected = render(marked, name)

@@ -72,7 +72,7 @@ def fixture_root(tmp_path_factory) -> Path:
 def check_conformance(name: str, result: LoadResult) -> None:
     source = SOURCES.get(name)
     assert isinstance(result, LoadResult) and result.records, f"{name}: no records"
-    record_type = {"pair": PairRecord, "point": PointRecord}[source.kind]
+    record_type = {"pair": PairRecord, "point": PointRecord}[source.arity]
     ids = [r.id for r in result.records]
     assert len(set(ids)) == len(ids), f"{name}: duplicate ids"
     for r in result.records:
@@ -443,7 +443,7 @@ def test_cli_stats_table_and_malformed_file(fixture_root, tmp_path, capsys):
 def test_cli_show_renders_records(fixture_root, capsys):
     from clfjudge.prompts.schemes import SCHEMES
 
-    scheme = next(name for name, s in SCHEMES.items() if s.kind == "pair")
+    scheme = next(name for name, s in SCHEMES.items() if s.arity == "pair")
     root = ["--root", str(fixture_root)]
     assert main(["data", "show", "--source", "pandalm-test", "--scheme", scheme, "-n", "2", *root]) == 0
     out = capsys.readouterr().out

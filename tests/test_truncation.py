@@ -58,12 +58,12 @@ def random_text(rng: random.Random, n_words: int) -> str:
     return rng.choice(["\n", " ", "\n\n"]).join(lines)
 
 
-def random_record(rng: random.Random, kind: str):
+def random_record(rng: random.Random, arity: str):
     def text(): return random_text(rng, rng.choice([2, 5, 20, 80, 300, 900]))
 
     extras = {"rubric": text() if rng.random() < 0.4 else None,
               "reference": text() if rng.random() < 0.4 else None}
-    if kind == "pair":
+    if arity == "pair":
         return PairRecord(id="r", question=text(), answer_a=text(), answer_b=text(), verdict=Verdict.A, **extras)
     return PointRecord(id="r", question=text(), answer=text(), score=3.0, **extras)
 
@@ -79,7 +79,7 @@ PROPERTY_SCHEMES = ["encoder-pair", "encoder-point", "encoder-answer", "decoder-
 
 
 def check_truncation(tokenizer, rng: random.Random, scheme: str) -> TruncationInfo:
-    rec = random_record(rng, SCHEMES.get(scheme).kind)
+    rec = random_record(rng, SCHEMES.get(scheme).arity)
     empty = replace(rec, **{f: "" for f in SCHEMES.get(scheme).fields if getattr(rec, f) is not None})
     overhead = n_tokens(tokenizer, render(empty, scheme))
     policy = TruncationPolicy(max_length=overhead + rng.randint(40, 600), head_fraction=rng.choice([0.3, 0.5, 0.8]))

@@ -96,7 +96,7 @@ EMBEDDING = ("backbone: minilm\nhead: embedding\nrandomize_order: true\ndev_frac
              "embedding: {head_params: {C: 1.0}}\n")
 
 
-def _audit_score_serve(tmp_path: Path, judge_dir: Path, spec: str, rows: int, kind: str = "pair",
+def _audit_score_serve(tmp_path: Path, judge_dir: Path, spec: str, rows: int, arity: str = "pair",
                        rejected: int = 0) -> dict:
     """audit --sets the user's file, score it, serve its rows: every row judged, the set on the scoreboard."""
     out = tmp_path / f"audit-{judge_dir.name}"
@@ -108,11 +108,11 @@ def _audit_score_serve(tmp_path: Path, judge_dir: Path, spec: str, rows: int, ki
     if rejected:
         assert len(Path(f"{scored}.rejected.jsonl").read_text().splitlines()) == rejected
     items = [json.loads(line) for line in scored.read_text().splitlines()]
-    assert all(r["score" if kind == "point" else "p_a"] is not None for r in items)
+    assert all(r["score" if arity == "point" else "p_a"] is not None for r in items)
     table = datasets.load_from_disk(spec) if Path(spec).is_dir() else None
     if table is not None:  # serve the rows as they are in the data set
         with TestClient(create_app(Judge.load(judge_dir))) as client:
-            got = client.post("/compare" if kind == "pair" else "/score", json={"items": table.to_list()[:8]})
+            got = client.post("/compare" if arity == "pair" else "/score", json={"items": table.to_list()[:8]})
             assert got.status_code == 200, got.json()
             assert [r["p_a"] for r in got.json()["results"]] == pytest.approx([r["p_a"] for r in items[:8]],
                                                                               abs=1e-5)
@@ -135,7 +135,7 @@ def test_each_pair_format_end_to_end(ultrafeedback, tmp_path, capsys, fmt, write
     bad = sum(not (r.answer_a.strip() and r.answer_b.strip()) for r in sources.load("pandalm-test").records[:N]
               ) if fmt == "pairwise" else 0
     row = _stats(capsys, spec)
-    assert (row["kind"], row["role"], row["records"], row["excluded"]) == ("pair", "user", N - bad, bad)
+    assert (row["arity"], row["role"], row["records"], row["excluded"]) == ("pair", "user", N - bad, bad)
     assert sum(note.count("is missing") for note in row["notes"][1:-1]) == bad
     judge_dir = _train(tmp_path, "judge", EMBEDDING + f"sources: [{spec}]\n")
     card = JudgeCard.load(judge_dir)
@@ -174,11 +174,11 @@ def test_pointwise_ratings_end_to_end(tiny_bert_dir, tmp_path, capsys):
     rows = [{"prompt": p.question, "response": p.answer, "score": p.score} for p in points]
     spec = str(_write_parquet(rows, tmp_path / "ratings.parquet"))
     row = _stats(capsys, spec)
-    assert (row["kind"], row["records"]) == ("point", N)
+    assert (row["arity"], row["records"]) == ("point", N)
     judge_dir = _train(tmp_path, "regression", f"backbone: {tiny_bert_dir}\nhead: regression\nsources: [{spec}]\n"
                                                "max_length: 128\nbatch_size: 8\nmax_steps: 2\n"
                                                "early_stopping_patience: 0\n")
-    metrics = _audit_score_serve(tmp_path, judge_dir, spec, N, kind="point")
+    metrics = _audit_score_serve(tmp_path, judge_dir, spec, N, arity="point")
     assert "ratings.parquet" in json.dumps(metrics["suites"])
     ten = _write_parquet([{**r, "score": r["score"] + 5} for r in rows], tmp_path / "ten.parquet")
     with pytest.raises(RecordError, match=r"ten.parquet.*field 'score': is outside the scale"):
@@ -524,7 +524,7 @@ def test_the_prometheus_grid_recipe_reads_the_feedback_collection_offline(tmp_pa
         cfg = TrainConfig.from_yaml(REPO_ROOT / "train" / "grid" / f"{recipe}.yaml")
         assert cfg.sources == ["hf:prometheus-eval/Feedback-Collection"]
     source = sources.resolve(cfg.sources[0])
-    assert (source.kind, source.format.name) == ("point", "feedback-collection")
+    assert (source.arity, source.format.name) == ("point", "feedback-collection")
     records = source.load().records
     assert calls[0] == ("prometheus-eval/Feedback-Collection", "train")
     assert [(r.question, r.answer, r.reference, r.rubric) for r in records] == \

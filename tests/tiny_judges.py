@@ -59,7 +59,7 @@ def make_generative_judge(backbone_dir: str | Path, out_dir: str | Path, scheme:
     load_causal_lm(info, tokenizer=tokenizer).save_pretrained(out)
     tokenizer.save_pretrained(out)
     policy = TruncationPolicy(max_length=MAX_LENGTH["decoder"] - max_new_tokens)
-    JudgeCard(kind=GENERATIVE, arity=SCHEMES.get(scheme).kind, backbone=str(backbone_dir), scheme=scheme,
+    JudgeCard(kind=GENERATIVE, arity=SCHEMES.get(scheme).arity, backbone=str(backbone_dir), scheme=scheme,
               max_length=MAX_LENGTH["decoder"], truncation={"policy": asdict(policy), "use_reference": False},
               label_map={"parser": SCHEMES.get(scheme).parser},
               runtime={"backend": "generate", "max_new_tokens": max_new_tokens, "decoding": "greedy"}).save(out)

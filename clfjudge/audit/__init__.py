@@ -60,12 +60,12 @@ def user_set(spec: str, options: ReadOptions) -> tuple[TestSet, list, LoadResult
     from ..training.data import randomize_order
 
     source = resolve(spec, options)
-    protocol = "selection" if source.kind == "pair" else "grading"
+    protocol = "selection" if source.arity == "pair" else "grading"
     loaded = source.load()
     records = loaded.records
     if source.fixed_order:  # chosen first (TRL): a seeded half swapped, so the answer order gives nothing away
         records, _ = randomize_order(records, seed=0)
-    return TestSet(set_slug(spec), source.kind, protocol, spec), records, loaded
+    return TestSet(set_slug(spec), source.arity, protocol, spec), records, loaded
 
 
 def set_slug(spec: str) -> str:
@@ -173,7 +173,7 @@ def predict_all(judge_specs: Sequence[str], sets, records, out: Path, progress: 
                     preds[name][s.name] = None  # a place in the sets' order, filled below
                     todo.append(s)
             if directory is None:
-                results = ((s, predict_or_reason(judge, s.name, s.kind, records[s.name])) for s in todo)
+                results = ((s, predict_or_reason(judge, s.name, s.arity, records[s.name])) for s in todo)
             else:
                 results = on_ray.predict(directory, name, todo, records)
             for s, result in results:
@@ -215,7 +215,7 @@ class _OnRay:
             threads=max(1, int(self.options.cpus_per_actor)),
             provider="cuda" if self.options.gpus_per_actor else self.load.provider)}
         for index, result in ray_engine.map_on_actors(DirectoryJudge, load, predict_or_reason,
-                                                      [(s.name, s.kind, records[s.name]) for s in calls],
+                                                      [(s.name, s.arity, records[s.name]) for s in calls],
                                                       self.options, f"audit: {name}"):
             yield calls[index], result
 
@@ -269,7 +269,7 @@ def run_audit(judges: list[str], out_dir: Path, suites: list[str] | None = None,
     data = AuditData(test_sets, records, names, preds, bootstrap)
     metrics = {
         "judges": dict(zip(names, specs)),
-        "sets": {s.name: {"kind": s.kind, "protocol": s.protocol, "n": len(records[s.name]),
+        "sets": {s.name: {"arity": s.arity, "protocol": s.protocol, "n": len(records[s.name]),
                           **({"loaded": accounts[s.name]} if s.name in accounts else {})} for s in test_sets},
         "sets_not_available": missing, "limit": limit, "set_limits": dict(set_limits or {}), "bootstrap": bootstrap,
         "suites": {name: SUITES[name](data) for name in chosen},

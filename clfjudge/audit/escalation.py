@@ -65,7 +65,7 @@ def escalation_curves(fast_specs: Sequence[str], teacher: str, sets, records, ca
 
     from ..judges.base import Judge
 
-    pair_sets = [s for s in sets if s.kind == "pair" and records[s.name]]
+    pair_sets = [s for s in sets if s.arity == "pair" and records[s.name]]
     loaded: dict[str, Any] = {}
 
     def readings(spec: str, set_name: str) -> Readings:

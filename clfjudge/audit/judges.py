@@ -27,7 +27,7 @@ class Predictions:
     Pair sets: ``forward`` verdicts, ``reversed`` verdicts on the swapped pairs (in the swapped order's terms;
     None when the judge was not run that way), ``margin`` = how strongly answer A is preferred (for length
     correlations). Point sets: ``scores``. ``None`` entries are parse failures (counted, never scored).
-    ``transform`` says how a judge of the other kind was applied ("" = native).
+    ``transform`` says how a judge of the other arity was applied ("" = native).
     """
 
     forward: list[Verdict | None] | None = None
@@ -62,11 +62,11 @@ class NotApplicable(Exception):
 
 
 class AuditJudge:
-    """Base: ``name`` for tables; ``predict(set_name, kind, records)`` -> Predictions or NotApplicable."""
+    """Base: ``name`` for tables; ``predict(set_name, arity, records)`` -> Predictions or NotApplicable."""
 
     name: str
 
-    def predict(self, set_name: str, kind: str, records: Sequence[PairRecord | PointRecord]) -> Predictions:
+    def predict(self, set_name: str, arity: str, records: Sequence[PairRecord | PointRecord]) -> Predictions:
         raise NotImplementedError
 
 
@@ -107,8 +107,8 @@ class BaselineJudge(AuditJudge):
                  margin_rule: Callable[[PairRecord], float] | None = None) -> None:
         self.name, self.rule, self.point_rule, self.margin_rule = name, rule, point_rule, margin_rule
 
-    def predict(self, set_name, kind, records):
-        if kind == "point":
+    def predict(self, set_name, arity, records):
+        if arity == "point":
             if self.point_rule is None:
                 raise NotApplicable("no pointwise form")
             return Predictions(scores=[self.point_rule(r) for r in records])
@@ -127,7 +127,7 @@ class ReleasedJudgeFile(AuditJudge):
         self.released = RELEASED.get(name)
         self.name = name
 
-    def predict(self, set_name, kind, records):
+    def predict(self, set_name, arity, records):
         if set_name != self.released.test_source:
             raise NotApplicable(f"its released outputs cover {self.released.test_source} only")
         preds = self.released.load()
@@ -153,10 +153,10 @@ class SemScoreJudge(AuditJudge):
 
         self.semscore = SemScore()
 
-    def predict(self, set_name, kind, records):
+    def predict(self, set_name, arity, records):
         if not all(r.reference for r in records):
             raise NotApplicable("needs a reference answer, this set has none")
-        if kind == "point":
+        if arity == "point":
             return Predictions(scores=[float(s) for s in self.semscore.score_records(records)])
         both = self.semscore.similarity([*(r.answer_a for r in records), *(r.answer_b for r in records)],
                                         [r.reference for r in records] * 2)  # one call: each reference read once
@@ -189,9 +189,9 @@ class RuntimeJudge(AuditJudge):
         encoder = getattr(self.judge, "encoder", None)
         return None if encoder is None else encoder.report.to_dict()
 
-    def predict(self, set_name, kind, records):
+    def predict(self, set_name, arity, records):
         self._truncation_start()
-        if kind == "pair":
+        if arity == "pair":
             preds = self._pairs(records)
         else:
             preds = self._points(records)
@@ -296,7 +296,7 @@ AUDIT_JUDGES.register("semscore", lambda _rest: SemScoreJudge())
 AUDIT_JUDGES.register("gen", _generative)
 
 
-def _kind(spec: str) -> tuple[str, str] | None:
+def _prefixed(spec: str) -> tuple[str, str] | None:
     """(prefix, rest) of a spec that names a registered audit judge (AUDIT_JUDGES); None for a judge directory."""
     prefix, _, rest = spec.partition(":")
     return (prefix, rest) if prefix in AUDIT_JUDGES and (rest or prefix == "semscore") else None
@@ -305,34 +305,34 @@ def _kind(spec: str) -> tuple[str, str] | None:
 def judge_directory(spec: str) -> Path | None:
     """The judge directory a spec names (``DIR``, or the deprecated ``gen:DIR``), or None for the other kinds
     (those ``clfjudge audit --engine ray`` does not send to Ray)."""
-    kind = _kind(spec)
-    if kind is not None:
-        return Path(kind[1]) if kind[0] == "gen" and "@" not in kind[1] else None
+    prefixed = _prefixed(spec)
+    if prefixed is not None:
+        return Path(prefixed[1]) if prefixed[0] == "gen" and "@" not in prefixed[1] else None
     return Path(spec) if Path(spec).is_dir() else None
 
 
 def check_spec(spec: str) -> None:
-    """Refuse, before anything is loaded, a spec that names neither a judge kind, nor a directory, nor a hub id."""
+    """Refuse, before anything is loaded, a spec that names neither an audit judge, nor a directory, nor a hub id."""
     from ..judges.foreign import is_hub_id
 
-    if _kind(spec) is None and not Path(spec).is_dir() and not is_hub_id(spec):
+    if _prefixed(spec) is None and not Path(spec).is_dir() and not is_hub_id(spec):
         raise FileNotFoundError(f"judge {spec!r} is neither a judge directory nor one of "
                                 f"{', '.join(p + ':...' for p in AUDIT_JUDGES.names())}")
 
 
-def predict_or_reason(judge: AuditJudge, set_name: str, kind: str,
+def predict_or_reason(judge: AuditJudge, set_name: str, arity: str,
                       records: Sequence[PairRecord | PointRecord]) -> Predictions | str:
     """A judge's predictions on one test set, or the reason it does not apply (``NotApplicable``)."""
     try:
-        return judge.predict(set_name, kind, records)
+        return judge.predict(set_name, arity, records)
     except NotApplicable as why:
         return str(why)
 
 
 def build_judge(spec: str, load: LoadOptions = LoadOptions()) -> AuditJudge:
     """The audit judge a spec names; a judge directory loaded with ``load``."""
-    kind = _kind(spec)
-    if kind is not None:
-        return AUDIT_JUDGES.get(kind[0])(kind[1])
+    prefixed = _prefixed(spec)
+    if prefixed is not None:
+        return AUDIT_JUDGES.get(prefixed[0])(prefixed[1])
     check_spec(spec)
     return DirectoryJudge(spec, load)

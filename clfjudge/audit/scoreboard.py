@@ -54,7 +54,7 @@ def scoreboard(d) -> dict[str, Any]:
     LLMBar adversarial mean per judge."""
     sets: dict[str, Any] = {}
     for s in d.sets:
-        if s.kind != "pair" or not d.available(LONGER, s.name):
+        if s.arity != "pair" or not d.available(LONGER, s.name):
             continue
         records = d.records[s.name]
         longer = pair_credit(s.protocol, records, d.available(LONGER, s.name))

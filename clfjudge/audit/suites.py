@@ -1,7 +1,7 @@
 """Audit test sets and suites, declared as data, and the functions that turn predictions into their tables.
 
-A ``TestSet`` names a source, its kind and the metric protocol its paper scores it with (``paper``). A suite is
-a function of (sets, judges, predictions) -> a JSON-able table; ``SUITES`` lists them in report order.
+A ``TestSet`` names a source, its arity (pair / point) and the metric protocol its paper scores it with (``paper``).
+A suite is a function of (sets, judges, predictions) -> a JSON-able table; ``SUITES`` lists them in report order.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ GOLD = "gold"
 @dataclass(frozen=True)
 class TestSet:
     name: str  # a source in clfjudge.data.sources
-    kind: str  # "pair" | "point"
+    arity: str  # "pair" | "point"
     protocol: str  # a name in PROTOCOLS: how its paper scores this set
     label: str  # column label in the report
 
@@ -198,7 +198,7 @@ def position_suite(d: AuditData) -> Table:
         rows[judge] = {}
         for s in d.sets:
             p = d.available(judge, s.name)
-            if s.kind != "pair" or p is None or p.reversed is None:
+            if s.arity != "pair" or p is None or p.reversed is None:
                 continue
             c = position_consistency(p.forward, p.reversed, failures="count_wrong")  # a failure is no agreement
             decisive = [v for v in (*p.forward, *p.reversed) if v in (Verdict.A, Verdict.B)]
@@ -216,7 +216,7 @@ def length_suite(d: AuditData) -> Table:
         rows[judge] = {}
         for s in d.sets:
             p = d.available(judge, s.name)
-            if s.kind != "pair" or p is None:
+            if s.arity != "pair" or p is None:
                 continue
             recs = d.records[s.name]
             longer_is_a = [len(r.answer_a) > len(r.answer_b) for r in recs]
@@ -258,7 +258,7 @@ def agreement_suite(d: AuditData) -> Table:
         covering = [j for j in d.judges if d.available(j, s.name)]
         if len(covering) < 2:
             continue
-        if s.kind == "pair":
+        if s.arity == "pair":
             preds = {GOLD: _gold_verdicts(recs), **{j: d.available(j, s.name).forward for j in covering}}
             m = agreement_matrix(preds, "verdict", failures="exclude")
         else:
@@ -276,7 +276,7 @@ def system_level_suite(d: AuditData) -> Table:
     out: dict[str, dict[str, Any]] = {}
     for s in d.sets:
         recs = d.records[s.name]
-        if s.kind != "point" or len({r.model for r in recs}) < 3:
+        if s.arity != "point" or len({r.model for r in recs}) < 3:
             continue
         for judge in d.judges:
             p = d.available(judge, s.name)

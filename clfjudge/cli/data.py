@@ -10,7 +10,7 @@ from pathlib import Path
 from ..data.sources import SOURCES
 from .common import add_data_options, read_options
 
-_STATS_COLUMNS = ("source", "kind", "role", "split", "records", "ties", "excluded", "median_answer_chars",
+_STATS_COLUMNS = ("source", "arity", "role", "split", "records", "ties", "excluded", "median_answer_chars",
                   "available")
 
 

@@ -149,7 +149,7 @@ class Row:
 @dataclass(frozen=True)
 class Format:
     name: str
-    kind: str  # "pair" | "point"
+    arity: str  # "pair" | "point"
     rank: int  # detection order (lower first)
     needs: tuple[str, ...]  # fields that must be columns for the format to be detected
     labels: tuple[str, ...]  # fields of which one must be a column for labelled data (training, audit)
@@ -180,7 +180,7 @@ class Format:
         fields = self.build(Row(values, loc, columns), options, labelled)
         if default_id is not None:
             fields.setdefault("id", default_id)
-        cls = PairRecord if self.kind == "pair" else PointRecord
+        cls = PairRecord if self.arity == "pair" else PointRecord
         return cls.build(loc, source=source, unlabelled=not labelled, allow_empty_answers=True, **fields)
 
 
@@ -362,31 +362,31 @@ def nearest(columns: Sequence[str], options: ReadOptions) -> Format | None:
 OWN_FIELDS = {"pair": ("question", "answer_a", "answer_b"), "point": ("question", "answer")}
 
 
-def is_own_item(item: Mapping[str, Any], kind: str) -> bool:
+def is_own_item(item: Mapping[str, Any], arity: str) -> bool:
     """Whether an item uses clfjudge's own field names (``judges.base.as_pair`` / ``as_point`` read it, and name
     what it lacks) rather than another format's."""
-    return any(name in item for name in OWN_FIELDS[kind])
+    return any(name in item for name in OWN_FIELDS[arity])
 
 
-def item_kind(item: Any, options: ReadOptions = ReadOptions()) -> str | None:
+def item_arity(item: Any, options: ReadOptions = ReadOptions()) -> str | None:
     """What an item asks to judge: "pair" (two answers) or "point" (one answer: clfjudge's fields, TRL's prompt /
     completion or messages); None when it fits no format."""
     if not isinstance(item, Mapping):
         return None
     if options.format is None and not options.columns:
-        for kind in ("pair", "point"):
-            if OWN_FIELDS[kind][-1] in item:
-                return kind
+        for arity in ("pair", "point"):
+            if OWN_FIELDS[arity][-1] in item:
+                return arity
     try:
-        return detect([k for k, v in item.items() if v is not None], options, False, "<item>").kind
+        return detect([k for k, v in item.items() if v is not None], options, False, "<item>").arity
     except RecordError:
         return None
 
 
-def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = ReadOptions(), kind: str | None = None,
+def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = ReadOptions(), arity: str | None = None,
                 source: str = "") -> Record:
     """One item (a JSON object: a line of ``clfjudge score`` input, a request item of ``serve``) in any format ->
-    a record; ``kind`` ("pair" / "point"), when given, is what the caller can judge."""
+    a record; ``arity`` ("pair" / "point"), when given, is what the caller can judge."""
     if not isinstance(item, Mapping):
         raise loc.error(None, f"expected a JSON object, got {type(item).__name__}")
     columns = [k for k, v in item.items() if v is not None]
@@ -397,7 +397,7 @@ def item_record(item: Any, loc: Loc, labelled: bool, options: ReadOptions = Read
         fmt = nearest(columns, options)
         if fmt is None:
             raise loc.error(None, err.message) from None
-    if kind is not None and fmt.kind != kind:
-        raise loc.error(None, f"a {fmt.name} item is a {fmt.kind} to judge; this judge takes {kind}s here "
+    if arity is not None and fmt.arity != arity:
+        raise loc.error(None, f"a {fmt.name} item is a {fmt.arity} to judge; this judge takes {arity}s here "
                               f"(items: {sorted(columns)})")
     return fmt.record(item, loc, fmt.column_map(columns, options), options, labelled, source)

@@ -144,16 +144,16 @@ def as_point(item: PointInput, loc: Loc = Loc()) -> PointRecord:
     return PointRecord.build(loc, **fields, unlabelled=True, allow_empty_answers=True)
 
 
-def read_item(item: Any, loc: Loc, kind: str, options: ReadOptions = ReadOptions()) -> Record:
+def read_item(item: Any, loc: Loc, arity: str, options: ReadOptions = ReadOptions()) -> Record:
     """One item as every interface reads it (the Python API, ``clfjudge score``'s lines, the server's items): a
-    record of ``kind`` ("pair" / "point") as it is; clfjudge's own fields (``as_pair`` / ``as_point``); or another
+    record of ``arity`` ("pair" / "point") as it is; clfjudge's own fields (``as_pair`` / ``as_point``); or another
     of the ecosystem's formats, TRL's prompt / chosen / rejected, prompt / completion and messages among them
     (``data.formats.item_record``), which is also how any item is read when ``options`` force a format or map
     columns. Bad input raises ``RecordError`` naming ``loc`` and the field."""
-    own = as_pair if kind == "pair" else as_point
-    if not isinstance(item, Mapping) or (options.format is None and not options.columns and is_own_item(item, kind)):
+    own = as_pair if arity == "pair" else as_point
+    if not isinstance(item, Mapping) or (options.format is None and not options.columns and is_own_item(item, arity)):
         return own(item, loc)
-    return item_record(item, loc, labelled=False, options=options, kind=kind)
+    return item_record(item, loc, labelled=False, options=options, arity=arity)
 
 
 # -- judges -----------------------------------------------------------------------------------------------

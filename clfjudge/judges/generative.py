@@ -157,7 +157,7 @@ class GenerativeJudge(Judge):
 
     def __init__(self, card: JudgeCard, generator: GenerativeReader,
                  budget: Budget | int = DEFAULT_BATCH_SIZE) -> None:
-        super().__init__(card, ("compare",) if generator.scheme.kind == "pair" else ("score",), budget)
+        super().__init__(card, ("compare",) if generator.scheme.arity == "pair" else ("score",), budget)
         self.generator = generator
         self.generator.batch_size = self.batch_size  # decoding runs rows only: no token budget applies
         self.encoder = generator.prompts  # its truncation report, like FineTunedJudge.encoder's
@@ -169,7 +169,7 @@ class GenerativeJudge(Judge):
 
         gen = GenerativeReader.from_backbone(backbone, scheme, batch_size=batch_size)
         runtime = {"backend": "generate", "max_new_tokens": gen.max_new_tokens, "decoding": "greedy"}
-        card = JudgeCard(kind=GENERATIVE, arity=gen.scheme.kind, backbone=backbone, scheme=scheme,
+        card = JudgeCard(kind=GENERATIVE, arity=gen.scheme.arity, backbone=backbone, scheme=scheme,
                          max_length=gen.prompts.policy.max_length + gen.max_new_tokens,
                          label_map={"parser": gen.parser.name}, runtime=runtime)
         return cls(card, gen, batch_size)

@@ -57,7 +57,7 @@ def text_template(scheme_name: str) -> str:
 
     scheme = SCHEMES.get(scheme_name)
     marks = {name: f"\ue000clfjudge-{name}\ue000" for name in ("question", "answer", "answer_a", "answer_b")}
-    if scheme.kind == "point":
+    if scheme.arity == "point":
         record = PointRecord.build(Loc(), question=marks["question"], answer=marks["answer"], unlabelled=True)
     else:
         record = PairRecord.build(Loc(), question=marks["question"], answer_a=marks["answer_a"],
@@ -90,8 +90,8 @@ def _literal(text: str) -> str:
 def judge_chat_template(scheme_name: str, tokenizer: PreTrainedTokenizerBase, length_hint: bool = False) -> str:
     """The Jinja chat template that renders a conversation as ``scheme_name`` renders (question, answer)."""
     scheme = SCHEMES.get(scheme_name)
-    if scheme.kind != "point":
-        raise ValueError(f"scheme {scheme_name!r} shows {scheme.kind} records (two answers in one input): a chat "
+    if scheme.arity != "point":
+        raise ValueError(f"scheme {scheme_name!r} shows {scheme.arity} records (two answers in one input): a chat "
                          "template renders one conversation, so only one-answer schemes can be written as one")
     if length_hint:
         raise ValueError("a judge trained with length hints prefixes each answer with its length bucket, which a chat "
@@ -111,7 +111,7 @@ def carry_prompt(tokenizer: PreTrainedTokenizerBase, scheme_name: str, length_hi
     """Give a judge's tokenizer its prompt as chat template where one can express it (a one-answer scheme without
     length hints; what the backbone's tokenizer had is replaced: the judge reads its scheme, not the backbone's
     chat format); True when it did. A pairwise judge's tokenizer is left as it is."""
-    if SCHEMES.get(scheme_name).kind != "point" or length_hint:
+    if SCHEMES.get(scheme_name).arity != "point" or length_hint:
         return False
     tokenizer.chat_template = judge_chat_template(scheme_name, tokenizer)
     return True

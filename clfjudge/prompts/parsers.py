@@ -50,7 +50,7 @@ class Parsed:
 @dataclass(frozen=True)
 class OutputParser:
     name: str
-    kind: str  # "pair" (value is a Verdict) | "point" (value is a score)
+    arity: str  # "pair" (value is a Verdict) | "point" (value is a score)
     read: Callable[[str], ReadResult]  # raises ParseFailure
     study_default: ReadResult | None  # what UnlimitedJudge returns on failure (None: it has no default)
     description: str = ""
@@ -73,9 +73,9 @@ def _parsed(result: ReadResult, **kw) -> Parsed:
 PARSERS: Registry[OutputParser] = Registry("parser")
 
 
-def _register(name: str, kind: str, study_default: ReadResult | None, description: str):
+def _register(name: str, arity: str, study_default: ReadResult | None, description: str):
     def add(read: Callable[[str], ReadResult]) -> Callable[[str], ReadResult]:
-        PARSERS.register(name, OutputParser(name, kind, read, study_default, description))
+        PARSERS.register(name, OutputParser(name, arity, read, study_default, description))
         return read
 
     return add

@@ -1,6 +1,6 @@
 """Evaluation schemes as data: prompt templates with named slots, loaded from ``templates/*.yaml``.
 
-A scheme says which kind of record it shows (``pair`` or ``point``), how each field is shown (the template
+A scheme says which records it shows (its arity: ``pair`` or ``point``), how each field is shown (the template
 and per-slot formatting: a slot's text around the value, a default for a missing rubric, a section left out
 when the record has no reference), the chat wrapper a released checkpoint needs, and for generative use the
 parser of the judge's output and how a label is written as target text. ``render`` is the only way a record
@@ -32,7 +32,7 @@ SLOTS = {
 REQUIRED_SLOTS = {"pair": ("question", "answer_a", "answer_b"), "point": ("question", "answer")}
 TARGET_SLOTS = {"pair": ("verdict", "score_a", "score_b"), "point": ("score",)}
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SCHEME_KEYS = {"kind", "description", "template", "slots", "params", "wrap", "parser", "target", "scale"}
+_SCHEME_KEYS = {"arity", "description", "template", "slots", "params", "wrap", "parser", "target", "scale"}
 _SLOT_KEYS = {"format", "default", "optional"}
 
 
@@ -56,7 +56,7 @@ class Target:
 @dataclass(frozen=True)
 class Scheme:
     name: str
-    kind: str  # "pair" | "point"
+    arity: str  # "pair" | "point"
     template: str
     slots: Mapping[str, Slot] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)  # non-record placeholders, e.g. sep
@@ -71,7 +71,7 @@ class Scheme:
     def fields(self) -> tuple[str, ...]:
         """The record fields this scheme shows, in template order."""
         names = _names(self.template)
-        return tuple(n for n in SLOTS[self.kind] if n in names)
+        return tuple(n for n in SLOTS[self.arity] if n in names)
 
     def slot(self, name: str) -> Slot:
         return self.slots.get(name) or Slot("{" + name + "}")
@@ -90,10 +90,10 @@ def _lookup(scheme: str | Scheme) -> Scheme:
     return scheme if isinstance(scheme, Scheme) else SCHEMES.get(scheme)
 
 
-def _check_kind(record: Record, scheme: Scheme) -> None:
-    if record.arity != scheme.kind:
+def _check_arity(record: Record, scheme: Scheme) -> None:
+    if record.arity != scheme.arity:
         hint = " (pair_to_points turns a pair into two point records)" if record.arity == "pair" else ""
-        raise RenderError(f"record {record.id!r}: scheme {scheme.name!r} shows {scheme.kind} records, "
+        raise RenderError(f"record {record.id!r}: scheme {scheme.name!r} shows {scheme.arity} records, "
                           f"got a {record.arity} record{hint}")
 
 
@@ -104,7 +104,7 @@ def render(record: Record, scheme: str | Scheme, *, use_reference: bool = True, 
     scheme's parameters (e.g. ``sep="</s>"`` for an encoder whose separator token is not "[SEP]").
     """
     s = _lookup(scheme)
-    _check_kind(record, s)
+    _check_arity(record, s)
     unknown = set(params) - set(s.params)
     if unknown:
         raise RenderError(f"scheme {s.name!r} has no parameter(s) {sorted(unknown)}; it has {sorted(s.params)}")
@@ -138,7 +138,7 @@ def target(record: Record, scheme: str | Scheme) -> str:
     teach a format the parser would reject (e.g. a 3.5 for Prometheus, a tie for a judge with no tie).
     """
     s = _lookup(scheme)
-    _check_kind(record, s)
+    _check_arity(record, s)
     if s.target is None or s.parser is None:
         raise RenderError(f"scheme {s.name!r} is a classifier input: it has no generative target")
     where = f"record {record.id!r}, scheme {s.name!r}"
@@ -220,22 +220,24 @@ def _parse_scheme(name: str, raw: Any, loc: Loc) -> Scheme:
         raise loc.error(None, f"scheme names are strings, got {name!r}")
     if not isinstance(raw, dict):
         raise loc.error(None, f"scheme {name!r} must be a mapping")
+    if "kind" in raw and "arity" not in raw:  # a scheme file written before the key was named arity
+        raw = {"arity" if key == "kind" else key: value for key, value in raw.items()}
     unknown = sorted(map(str, set(raw) - _SCHEME_KEYS))
     if unknown:
         raise loc.error(unknown[0], f"unknown key in scheme {name!r}; allowed: {sorted(_SCHEME_KEYS)}")
-    kind = raw.get("kind")
-    if not isinstance(kind, str) or kind not in SLOTS:
-        raise loc.error("kind", f"must be 'pair' or 'point', got {kind!r}")
+    arity = raw.get("arity")
+    if not isinstance(arity, str) or arity not in SLOTS:
+        raise loc.error("arity", f"must be 'pair' or 'point', got {arity!r}")
     params = {str(k): _text(loc, f"params.{k}", v) for k, v in _mapping(loc, "params", raw.get("params")).items()}
     template = _text(loc, "template", raw.get("template"))
-    allowed = set(SLOTS[kind]) | set(params)
+    allowed = set(SLOTS[arity]) | set(params)
     used = _names(template)
     for n in used:
         if n not in allowed:
-            raise loc.error("template", f"unknown placeholder {{{n}}} in a {kind} scheme; allowed: {sorted(allowed)}")
-    for n in REQUIRED_SLOTS[kind]:
+            raise loc.error("template", f"unknown placeholder {{{n}}} in a {arity} scheme; allowed: {sorted(allowed)}")
+    for n in REQUIRED_SLOTS[arity]:
         if n not in used:
-            raise loc.error("template", f"a {kind} scheme must show {{{n}}}")
+            raise loc.error("template", f"a {arity} scheme must show {{{n}}}")
     slots: dict[str, Slot] = {}
     for slot_name, spec in _mapping(loc, "slots", raw.get("slots")).items():
         where = f"slots.{slot_name}"
@@ -258,27 +260,27 @@ def _parse_scheme(name: str, raw: Any, loc: Loc) -> Scheme:
     if parser is not None:
         if not isinstance(parser, str) or parser not in PARSERS:
             raise loc.error("parser", f"unknown parser {parser!r}; known: {PARSERS.names()}")
-        if PARSERS.get(parser).kind != kind:
-            raise loc.error("parser", f"{parser!r} reads {PARSERS.get(parser).kind} outputs, the scheme is {kind}")
-        tgt = _parse_target(tgt, kind, loc)
+        if PARSERS.get(parser).arity != arity:
+            raise loc.error("parser", f"{parser!r} reads {PARSERS.get(parser).arity} outputs, the scheme is {arity}")
+        tgt = _parse_target(tgt, arity, loc)
     scale = raw.get("scale")
     if scale is not None:
         if not (isinstance(scale, list) and len(scale) == 2
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scale)):
             raise loc.error("scale", f"must be [low, high], got {scale!r}")
         scale = (float(scale[0]), float(scale[1]))
-    return Scheme(name, kind, template, slots, params, wrap, parser, tgt, scale,
+    return Scheme(name, arity, template, slots, params, wrap, parser, tgt, scale,
                   str(raw.get("description", "")), f"{loc.file}:{loc.line}")
 
 
-def _parse_target(raw: Any, kind: str, loc: Loc) -> Target:
+def _parse_target(raw: Any, arity: str, loc: Loc) -> Target:
     spec = {"template": raw} if isinstance(raw, str) else raw
     if not isinstance(spec, dict) or set(spec) - {"template", "verdicts"}:
         raise loc.error("target", "must be a string or {template, verdicts}")
     tpl = _text(loc, "target.template", spec.get("template"))
     names = set(_names(tpl))
-    if not names or names - set(TARGET_SLOTS[kind]):
-        raise loc.error("target.template", f"placeholders must be among {TARGET_SLOTS[kind]}, got {sorted(names)}")
+    if not names or names - set(TARGET_SLOTS[arity]):
+        raise loc.error("target.template", f"placeholders must be among {TARGET_SLOTS[arity]}, got {sorted(names)}")
     verdicts = spec.get("verdicts")
     if ("verdict" in names) != (verdicts is not None):
         raise loc.error("target.verdicts", "needed exactly when the target shows {verdict}")

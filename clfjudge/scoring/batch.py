@@ -107,11 +107,11 @@ PEEKED_LINES = 100
 
 def pick_task(task: str, judge: Judge, lines: Iterable[tuple[int, str]], options: ReadOptions = ReadOptions()) -> str:
     """``--task auto``: what the judge does; a judge that does both (a reward judge) does what the input's first
-    item asks (``data.formats.item_kind``): pairs compared, single answers (TRL's prompt / completion, messages)
+    item asks (``data.formats.item_arity``): pairs compared, single answers (TRL's prompt / completion, messages)
     scored. Only the first lines are read, up to the first one that is an item."""
     from itertools import islice
 
-    from ..data.formats import item_kind
+    from ..data.formats import item_arity
 
     if task != "auto":
         return task
@@ -120,11 +120,11 @@ def pick_task(task: str, judge: Judge, lines: Iterable[tuple[int, str]], options
         return default
     for _, text in islice(lines, PEEKED_LINES):
         try:
-            kind = item_kind(json.loads(text), options) if isinstance(text, str) and text.strip() else None
+            arity = item_arity(json.loads(text), options) if isinstance(text, str) and text.strip() else None
         except ValueError:
-            kind = None
-        if kind is not None:
-            return TASK_OF_ARITY[kind]
+            arity = None
+        if arity is not None:
+            return TASK_OF_ARITY[arity]
     return default
 
 

@@ -450,9 +450,9 @@ def foreign_item(item: dict[str, Any], where: str, fields: dict[str, bool], limi
     messages; ``data.formats``) as the record it names, checked as clfjudge's own items are; 422 names the field."""
     from ..data.formats import item_record
 
-    kind = "pair" if "answer_a" in fields else "point"
+    arity = "pair" if "answer_a" in fields else "point"
     try:
-        record = item_record(item, Loc(), labelled=False, kind=kind)
+        record = item_record(item, Loc(), labelled=False, arity=arity)
     except RecordError as err:
         raise HTTPError(422, f"{where}: field {err.field!r}: {err.message}" if err.field
                         else f"{where}: {err.message}") from None

@@ -40,7 +40,7 @@ class GenerativeHead(Head):
 
     def __init__(self, scheme: str = DEFAULT_SCHEME) -> None:
         self.scheme = scheme
-        self.arity = SCHEMES.get(scheme).kind  # type: ignore[misc]
+        self.arity = SCHEMES.get(scheme).arity  # type: ignore[misc]
 
     def _unusable(self, record: Record) -> str | None:
         if record.arity != self.arity:
@@ -63,7 +63,7 @@ def evaluate(judge: GenerativeReader, records: Sequence[Record]) -> dict[str, An
     from ..metrics import evaluate_pairs, evaluate_points
 
     before = judge.stats.total(judge.parser.name)
-    if judge.scheme.kind == "pair":
+    if judge.scheme.arity == "pair":
         forward = judge.verdicts(records)
         swapped = judge.verdicts([r.swapped() for r in records])
         out = evaluate_pairs(records, forward, swapped, failures="count_wrong")

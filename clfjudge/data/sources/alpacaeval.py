@@ -74,13 +74,13 @@ def _loader(name: str):
 
 
 SOURCES.register(GPT4, Source(
-    name=GPT4, kind="pair", role="train", default_path="alpaca_eval/results", loader=_loader(GPT4),
+    name=GPT4, arity="pair", role="train", default_path="alpaca_eval/results", loader=_loader(GPT4),
     license="data CC BY-NC 4.0 (tatsu-lab/alpaca_eval); annotations are OpenAI model outputs",
     description="AlpacaEval 1 GPT-4 preferences: 26 models vs text_davinci_003 on 805 instructions",
     tags=("gpt-4",), fixed_order=True,
 ))
 SOURCES.register(GPT4_TURBO, Source(
-    name=GPT4_TURBO, kind="pair", role="train", default_path="alpaca_eval/results", loader=_loader(GPT4_TURBO),
+    name=GPT4_TURBO, arity="pair", role="train", default_path="alpaca_eval/results", loader=_loader(GPT4_TURBO),
     license="data CC BY-NC 4.0 (tatsu-lab/alpaca_eval); annotations are OpenAI model outputs",
     description="AlpacaEval 2 GPT-4-turbo preferences (weighted soft labels + CoT), vs gpt4_1106_preview",
     tags=("gpt-4",), fixed_order=True,

@@ -68,13 +68,13 @@ def load_votes(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load,
+    name=NAME, arity="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load,
     license="not stated (rows from lmsys arena-human-preference-55k)",
     description="Chatbot Arena human votes in 13 bias subsets (position, verbosity, self-preference)",
     tags=("human",),
 ))
 SOURCES.register(VOTES, Source(
-    name=VOTES, kind="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load_votes,
+    name=VOTES, arity="pair", role="train", default_path="arena-55k-unifiedbias/test_data", loader=load_votes,
     license="not stated (rows from lmsys arena-human-preference-55k)",
     description="Chatbot Arena human votes, each vote once (the bias probes' files deduplicated)",
     tags=("human",),

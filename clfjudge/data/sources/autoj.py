@@ -64,12 +64,12 @@ def load_single(path: Path) -> LoadResult:
 
 
 SOURCES.register(TEST, Source(
-    name=TEST, kind="pair", role="test", default_path="auto-j/data/test/testdata_pairwise.jsonl",
+    name=TEST, arity="pair", role="test", default_path="auto-j/data/test/testdata_pairwise.jsonl",
     loader=load_test, license=_LICENSE,
     description="Auto-J pairwise test set: 1392 human-labelled pairs with ties, 58 scenarios", tags=("human",),
 ))
 SOURCES.register(SINGLE, Source(
-    name=SINGLE, kind="point", role="train", default_path="auto-j/data/training/single_traindata.jsonl",
+    name=SINGLE, arity="point", role="train", default_path="auto-j/data/training/single_traindata.jsonl",
     loader=load_single, license=_LICENSE,
     description="Auto-J single-response training data: 960 responses with GPT-4 1-10 ratings", tags=("gpt-4",),
 ))

@@ -1,6 +1,6 @@
 """The source registry: one small loader per official file format.
 
-A ``Source`` names a data set, its kind (pair / point), its role (test / train), the default file(s)
+A ``Source`` names a data set, its arity (pair / point), its role (test / train), the default file(s)
 under the data root, and a loader ``path -> LoadResult``. Adding a source is one module + one
 ``SOURCES.register`` call; ``clfjudge.data.sources.load(name)`` is the only entry point callers need.
 """
@@ -18,7 +18,7 @@ from ..records import LoadResult
 @dataclass(frozen=True)
 class Source:
     name: str
-    kind: str  # "pair" | "point"
+    arity: str  # "pair" | "point"
     role: str  # "test" | "train" | "probe"
     default_path: str  # relative to the data root (file or directory)
     loader: Callable[[Path], LoadResult]

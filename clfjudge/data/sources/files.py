@@ -218,7 +218,7 @@ def resolve_user(text: str, options: ReadOptions = ReadOptions(), labelled: bool
     columns = fmt.column_map(dataset.column_names, options)
     if labelled and fmt.check_table is not None:
         fmt.check_table(dataset, columns, str(spec.path or text))
-    return UserSource(name=text, kind=fmt.kind, role="user", default_path=str(spec.path or text), loader=None,
+    return UserSource(name=text, arity=fmt.arity, role="user", default_path=str(spec.path or text), loader=None,
                       description=f"{fmt.name} rows from {text}", tags=("user",), fixed_order=fmt.chosen_first,
                       spec=spec, options=options, format=fmt, columns=tuple(sorted(columns.items())),
                       labelled=labelled)

@@ -62,7 +62,7 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="train", default_path="hh-rlhf/data", loader=load,
+    name=NAME, arity="pair", role="train", default_path="hh-rlhf/data", loader=load,
     license="MIT (anthropics/hh-rlhf)",
     description="Anthropic HH-RLHF test splits: human chosen/rejected final Assistant turns", tags=("human",),
 ))

@@ -81,7 +81,7 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="test", default_path="judgelm", loader=load,
+    name=NAME, arity="pair", role="test", default_path="judgelm", loader=load,
     license="CC BY-NC 4.0 (BAAI/JudgeLM-100K)",
     description="JudgeLM val 5k: GPT-4 1-10 score pairs; [-1,-1] judgements excluded", tags=("gpt-4",),
 ))

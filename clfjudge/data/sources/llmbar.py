@@ -51,7 +51,7 @@ def _loader(name: str):
 
 for _name, (_directory, _role) in SETS.items():
     SOURCES.register(_name, Source(
-        name=_name, kind="pair", role=_role, default_path=f"llmbar/Dataset/{_directory}/dataset.json",
+        name=_name, arity="pair", role=_role, default_path=f"llmbar/Dataset/{_directory}/dataset.json",
         loader=_loader(_name), license="MIT (princeton-nlp/LLMBar)",
         description=f"LLMBar {_directory}: instruction-following pairs, labels 1/2, no ties", tags=("human",),
     ))

@@ -39,7 +39,8 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="train", default_path="llmeval2/WideDeep/evaluation_data/LLMEval2_benchmark.json.zip",
-    loader=load, license="MIT (AlibabaResearch/DAMO-ConvAI); items from 15 upstream sets with their own licenses",
+    name=NAME, arity="pair", role="train",
+    default_path="llmeval2/WideDeep/evaluation_data/LLMEval2_benchmark.json.zip", loader=load,
+    license="MIT (AlibabaResearch/DAMO-ConvAI); items from 15 upstream sets with their own licenses",
     description="LLMEval^2: 2553 human-labelled pairs (ties) from 15 sources", tags=("human",),
 ))

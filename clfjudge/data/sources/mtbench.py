@@ -83,7 +83,7 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="test", default_path="mt_bench_human_judgments/data", loader=load,
+    name=NAME, arity="pair", role="test", default_path="mt_bench_human_judgments/data", loader=load,
     license="CC BY 4.0 (lmsys/mt_bench_human_judgments)",
     description="MT-Bench human pairwise votes (turn 1 and 2), ties included", tags=("human",),
 ))

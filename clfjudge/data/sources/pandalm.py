@@ -72,7 +72,7 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="test", default_path="pandalm/data/testset-v1.json", loader=load,
+    name=NAME, arity="pair", role="test", default_path="pandalm/data/testset-v1.json", loader=load,
     license="Apache-2.0 (WeOpenML/PandaLM)",
     description="PandaLM test set: 999 pairs, 3 human annotators, ties", tags=("human",),
 ))

@@ -132,7 +132,7 @@ for _name, _file, _what in (
     ("prometheus-vicuna", "vicuna_eval.json", "80 Vicuna-bench questions x 4 models"),
 ):
     SOURCES.register(_name, Source(
-        name=_name, kind="point", role="test", default_path=f"prometheus/eval/benchmark/data/{_file}",
+        name=_name, arity="point", role="test", default_path=f"prometheus/eval/benchmark/data/{_file}",
         loader=_bench_loader(_name), license=_LICENSE,
         description=f"Prometheus absolute grading, {_what}; label = mean of 3 GPT-4 1-5 scores",
         tags=("gpt-4",),
@@ -143,7 +143,7 @@ for _name, _file, _what in (
     ("prometheus-ood", "feedback_collection_ood_test.json", "unseen rubrics"),
 ):
     SOURCES.register(_name, Source(
-        name=_name, kind="point", role="test", default_path=f"prometheus/eval/benchmark/data/{_file}",
+        name=_name, arity="point", role="test", default_path=f"prometheus/eval/benchmark/data/{_file}",
         loader=_feedback_bench_loader(_name), license="see HF prometheus-eval/Feedback-Bench",
         description=f"Feedback Bench ({_what}): 1-5 rubric scores by GPT-4", tags=("gpt-4",),
     ))

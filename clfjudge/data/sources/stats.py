@@ -17,7 +17,7 @@ ALL = "all"  # the split name of a source's total row
 @dataclass
 class StatsRow:
     source: str
-    kind: str
+    arity: str
     role: str
     split: str
     records: int
@@ -44,8 +44,8 @@ def _answer_lengths(records: list[Record]) -> list[int]:
 def _row(source: Source, split: str, records: list[Record], result: LoadResult | None) -> StatsRow:
     lengths = _answer_lengths(records)
     return StatsRow(
-        source=source.name, kind=source.kind, role=source.role, split=split, records=len(records),
-        ties=sum(r.verdict is Verdict.TIE for r in records) if source.kind == "pair" else None,
+        source=source.name, arity=source.arity, role=source.role, split=split, records=len(records),
+        ties=sum(r.verdict is Verdict.TIE for r in records) if source.arity == "pair" else None,
         excluded=result.n_excluded if result is not None and split == ALL else None,
         median_answer_chars=statistics.median(lengths) if lengths else None,
         available=True,
@@ -64,7 +64,7 @@ def source_stats(source: Source, root: Path | None = None, limit: int | None = N
     from . import sample
 
     if not source.available(root):
-        return [StatsRow(source.name, source.kind, source.role, ALL, 0, None, None, None, available=False)]
+        return [StatsRow(source.name, source.arity, source.role, ALL, 0, None, None, None, available=False)]
     result = source.load(source.path(root))
     records = sample(result.records, limit, source.name)
     by_split: dict[str, list[Record]] = defaultdict(list)

@@ -43,7 +43,7 @@ def load(path: Path) -> LoadResult:
 
 
 SOURCES.register(NAME, Source(
-    name=NAME, kind="pair", role="train", default_path="ultrafeedback-sample/data/processed", loader=load,
+    name=NAME, arity="pair", role="train", default_path="ultrafeedback-sample/data/processed", loader=load,
     license="not stated in the sample repo (upstream UltraFeedback / trl-lib cards: MIT, not verified)",
     description="UltraFeedback binarized sample: GPT-4-rated chosen/rejected pairs (train 1000 / eval 200)",
     tags=("gpt-4",),
