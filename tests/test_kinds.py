@@ -140,3 +140,9 @@ def test_loading_branches_on_no_kind_name():
     for module in ("base", "model"):
         text = (Path(model.__file__).parent / f"{module}.py").read_text(encoding="utf-8")
         assert not any(f"card.{field} {op}" in text for field in ("head", "kind") for op in ("==", "in (")), module
+
+
+def test_no_module_branches_on_a_head_name():
+    """What a head does differently (the names of its outputs included: ``Head.from_labels``) is the head's own."""
+    package = Path(model.__file__).parents[1]
+    assert not [str(p) for p in package.rglob("*.py") if "head ==" in p.read_text(encoding="utf-8")]

@@ -184,7 +184,7 @@ def describe(spec: str | os.PathLike, model_input: str | None = None) -> tuple[P
     origin = {**origin, "model_type": config.get("model_type"), "architectures": config.get("architectures"),
               "weights_sha256": weights_sha256(files)}
     labels = {str(k): str(v) for k, v in (config.get("id2label") or {}).items()}
-    reward = HEADS.get(head)(id2label=labels) if head == "reward-binary" else HEADS.get(head)()
+    reward = HEADS.get(head).from_labels(labels)
     policy = TruncationPolicy(max_length=_max_length(config, tokenizer_config))
     card = JudgeCard(kind=FINE_TUNED, head=head, arity=reward.arity, backbone=origin.get("hub_id", origin.get("path")),
                      scheme=model_input, max_length=policy.max_length,

@@ -169,6 +169,12 @@ class Head:
     def from_card(cls, card: JudgeCard) -> Head:
         return cls()
 
+    @classmethod
+    def from_labels(cls, id2label: dict[str, str]) -> Head:
+        """The head reading a model clfjudge did not train (``judges.foreign``), whose config names its outputs
+        ``id2label``; a head whose outputs need no names ignores them."""
+        return cls()
+
 
 def _pair_metrics(outputs: PairOutputs, records: Sequence[Record], swapped: PairOutputs | None) -> dict[str, Any]:
     """The Empirical Study's pairwise metrics; with predictions on the swapped pairs also Auto-J agreement and
@@ -512,6 +518,10 @@ class BinaryRewardHead(RewardHead):
     def reward_expression(cls, card: JudgeCard, columns: list[str]) -> str:
         positive = card.label_map.get("positive", 1)
         return f"logits[:, {positive}] - logits[:, {1 - positive}] (log-odds of {columns[positive]!r})"
+
+    @classmethod
+    def from_labels(cls, id2label: dict[str, str]) -> BinaryRewardHead:
+        return cls(id2label=id2label)
 
     @classmethod
     def from_card(cls, card: JudgeCard) -> BinaryRewardHead:
