@@ -79,7 +79,7 @@ def export(reader: str, layer: int, directory: Path, questions: list[str], answe
     int4 = time.monotonic() - start
     e._tokenizer.save_pretrained(directory)
     before, after = e.template_parts()
-    entry = {"encoder": reader, "depth": e._depth, "hidden_size": e._model.config.hidden_size,
+    entry = {"backbone": reader, "depth": e._depth, "hidden_size": e._model.config.hidden_size,
              "eos_token_id": e._eos, "template": [before, after], "primary": "fp32"}
     (directory / "reader.json").write_text(json.dumps(entry))
     return {"export_s": round(exported, 1), "int8_s": round(quantized, 1), "int4_s": round(int4, 1),

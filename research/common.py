@@ -102,7 +102,7 @@ class Variant:
 
     def judge(self, embedders: Embedders, arity: str) -> EmbeddingModel:
         embedder = embedders.get(self.encoder)
-        return EmbeddingModel(backbone=embedder.encoder, head=self.head, arity=arity, features=self.features,
+        return EmbeddingModel(backbone=embedder.backbone, head=self.head, arity=arity, features=self.features,
                               use_length=self.use_length, head_params={"C": "auto"} if self.auto_c else None,
                               embedder=embedder)
 

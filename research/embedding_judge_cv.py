@@ -206,7 +206,7 @@ def point_rows(encoders: Sequence[str], heads: Sequence[str], embedders: Embedde
     def judge_rows(encoder: str, head: str, use_length: bool, features=None, label=""):
         def fit(train):
             embedder = embedders.get(encoder)
-            return EmbeddingModel(backbone=embedder.encoder, head=head, arity="point", features=features,
+            return EmbeddingModel(backbone=embedder.backbone, head=head, arity="point", features=features,
                                   use_length=use_length, embedder=embedder).fit(train).predict
 
         return f"{encoder} {head}{label} {'+' if use_length else '-'}len", fit

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clfjudge.card import JudgeCard
 from clfjudge.judges.base import Judge
+from clfjudge.judges.embedding import embedder_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cards_v2"
 WRITTEN = json.loads((FIXTURES / "expected.json").read_text())  # the records asked, and the answers then
@@ -52,3 +54,11 @@ def test_an_old_judge_loads_and_judges_the_same(name, root, monkeypatch):
         _same([c.to_dict() for c in judge.compare_batch(WRITTEN["pairs"])], want["compare"])
     if "score" in want:
         _same([s.to_dict() for s in judge.score_batch(WRITTEN["points"])], want["score"])
+
+
+@pytest.mark.parametrize(("name", "embedder"), [("embedding-decoder-pair", "decoder"),
+                                                ("embedding-sentence-point", "sentence")])
+def test_an_old_embedding_card_names_its_embedder_type_kind_and_reads_as_type(name, embedder):
+    card = JudgeCard.load(FIXTURES / name)
+    assert card.runtime["embedder"]["kind"] == embedder
+    assert embedder_config(card)["type"] == embedder and "kind" not in embedder_config(card)

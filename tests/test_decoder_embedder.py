@@ -56,15 +56,15 @@ def test_truncate_middle_keeps_both_ends():
     assert truncate_middle(list(range(10)), 5) == [0, 1, 7, 8, 9]
 
 
-def test_make_embedder_picks_the_kind_from_the_backbone_family(llama_dir, tmp_path):
+def test_make_embedder_picks_the_type_from_the_backbone_family(llama_dir, tmp_path):
     decoder = make_embedder(str(llama_dir))
     assert isinstance(decoder, DecoderEmbedder)
-    assert decoder.config() == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384,
+    assert decoder.config() == {"type": "decoder", "layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384,
                                 "stats": False}
     assert decoder._model is None  # the layer is resolved from config.json, no weights loaded
     assert isinstance(make_embedder("minilm"), TextEmbedder)
-    with pytest.raises(KeyError, match="unknown embedder kind 'bag'"):
-        make_embedder("minilm", kind="bag")
+    with pytest.raises(KeyError, match="unknown embedder type 'bag'"):
+        make_embedder("minilm", type="bag")
     sentence_folder = tmp_path / "sentence-decoder"  # e.g. EmbeddingGemma: a Gemma3 model type, bidirectional
     shutil.copytree(llama_dir, sentence_folder)
     (sentence_folder / "modules.json").write_text("[]")
@@ -124,7 +124,7 @@ def test_decoder_embedding_judge_round_trip(llama_dir, tmp_path):
 
     judge.save(tmp_path / "judge")
     card = JudgeCard.load(tmp_path / "judge")
-    assert card.runtime["embedder"] == {"kind": "decoder", "layer": 1, "max_prompt_tokens": 256,
+    assert card.runtime["embedder"] == {"type": "decoder", "layer": 1, "max_prompt_tokens": 256,
                                         "max_answer_tokens": 384, "stats": False}
     assert "read after their question" in card.truncation["policy"]
     loaded = EmbeddingModel.load(tmp_path / "judge")
@@ -190,7 +190,7 @@ def _log_probs_from_scratch(embedder, prefix, body):
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(embedder.encoder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(embedder.backbone, dtype=torch.float32).eval()
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([prefix + body])).logits[0]
     log_probs = torch.log_softmax(logits[len(prefix) - 1:-1], dim=-1)

@@ -190,14 +190,16 @@ def test_shared_prefix_graphs_read_as_whole(chat_llama_dir, tmp_path, stats):
     assert "past_key_values.0.key" in graphs["continuation_inputs"] and "present.0.value" in graphs["prefix_outputs"]
     embedder._tokenizer.save_pretrained(tmp_path)
     before, after = embedder.template_parts()
-    card = {"encoder": str(chat_llama_dir), "depth": 2, "hidden_size": 32, "eos_token_id": embedder.eos_id,
+    card = {"backbone": str(chat_llama_dir), "depth": 2, "hidden_size": 32, "eos_token_id": embedder.eos_id,
             "template": [before, after], "primary": "fp32"}
     config = {"layer": 1, "max_prompt_tokens": 256, "max_answer_tokens": 384, "stats": stats,
               "stats_tokens": 5 if stats else None}
     three = LoadOptions(provider="cpu", budget=Budget(3))
     shared = OnnxDecoderReader(tmp_path, {**card, "shared_prefix": graphs}, config, three, cache_dir="")
-    old = OnnxDecoderReader(tmp_path, card, config, three, cache_dir="")  # an export without the graphs
-    assert shared.shares_prefixes and not old.shares_prefixes
+    # an export without the graphs, its card as older exports wrote it (the backbone under "encoder")
+    older = {"encoder" if key == "backbone" else key: value for key, value in card.items()}
+    old = OnnxDecoderReader(tmp_path, older, config, three, cache_dir="")
+    assert shared.shares_prefixes and not old.shares_prefixes and old.backbone == shared.backbone
     prefix = shared.prompt_ids("What is an apple, and why do so many people eat one every single day of the year?")
     bodies = [shared.answer_ids(f"Candidate {i}: " + "the apple is a fruit " * (i + 1)) for i in range(7)]
     whole_vec, whole_lp = shared._read([(prefix, b) for b in bodies], stats)

@@ -82,7 +82,7 @@ def _embedding_judge(directory, embedder):
                               answer_a=f"{t} is well known." if i % 2 else "I do not know.",
                               answer_b="I do not know." if i % 2 else f"{t} is well known.",
                               verdict="A" if i % 2 else "B", source="test") for i, t in enumerate(TOPICS * 2)]
-    model = EmbeddingModel(backbone=embedder.encoder, embedder=embedder, head_params={"C": 1.0})
+    model = EmbeddingModel(backbone=embedder.backbone, embedder=embedder, head_params={"C": 1.0})
     return model.fit(pairs).save(directory)
 
 

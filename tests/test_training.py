@@ -431,7 +431,7 @@ def test_embedding_head_trains_on_a_decoder_and_serves(tiny_llama_dir, tmp_path,
     assert main(["train", "--config", str(path)]) == 0
     card = JudgeCard.load(tmp_path / "judge")
     assert card.kind == "embedding" and card.arity == arity
-    assert card.runtime["embedder"]["kind"] == "decoder" and card.runtime["embedder"]["layer"] == 1
+    assert card.runtime["embedder"]["type"] == "decoder" and card.runtime["embedder"]["layer"] == 1
     assert trained_on(card) == {source.split(":")[0]}  # an audit marks the set as seen in training
     split = card.training["split"]
     assert card.training["n_records"] == split["train"] and split["test"] > 0 and split["dev"] > 0

@@ -1,4 +1,4 @@
-"""A frozen causal LM (LLaMA / Gemma family) as the embedding judge's encoder.
+"""A frozen causal LM (LLaMA / Gemma family) as the embedding judge's reader.
 
 Sentence encoders embed an answer on its own and are trained for topical similarity, not quality. A decoder
 reads the answer *after its question*, in the model's chat template, and its middle layers carry how well the
@@ -93,9 +93,9 @@ class DecoderEmbedder(CachedEmbedder):
     ``budget``: rows, padded tokens and padding per forward pass (``batching.Budget``), the judge's caller's, given
     here once. ``memory.max_items`` bounds the vectors kept in memory (``embedders.cache.CachedEmbedder``)."""
 
-    kind = "decoder"
+    type = "decoder"  # the EMBEDDERS entry
 
-    def __init__(self, encoder: str, *, layer: int | None = None,
+    def __init__(self, backbone: str, *, layer: int | None = None,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
                  max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS, stats: bool = False,
                  stats_tokens: int | None = None, precision: str = "fp32", budget: Budget = Budget(),
@@ -104,7 +104,7 @@ class DecoderEmbedder(CachedEmbedder):
             raise ValueError(f"max_prompt_tokens must be >= 2 and max_answer_tokens >= 1, got "
                              f"{max_prompt_tokens}, {max_answer_tokens}")
         super().__init__(cache_dir)
-        self.encoder = encoder
+        self.backbone = backbone
         self.layer = layer
         self.max_prompt_tokens = max_prompt_tokens
         self.max_answer_tokens = max_answer_tokens
@@ -134,7 +134,7 @@ class DecoderEmbedder(CachedEmbedder):
     def config(self) -> dict[str, Any]:
         """What the judge card stores so a loaded judge reads exactly as the trained one did (precision is a
         runtime choice, recorded beside it: bf16 and fp32 readings agree to ~1e-4)."""
-        config = {"kind": self.kind, "layer": self._resolved_layer(), "max_prompt_tokens": self.max_prompt_tokens,
+        config = {"type": self.type, "layer": self._resolved_layer(), "max_prompt_tokens": self.max_prompt_tokens,
                   "max_answer_tokens": self.max_answer_tokens, "stats": self.stats}
         return {**config, "stats_tokens": self.stats_tokens} if self.stats_tokens else config
 
@@ -143,7 +143,7 @@ class DecoderEmbedder(CachedEmbedder):
         # the prompt frame the answer is read in (chat template or the base-model frame) is part of the reading
         frame = hashlib.blake2b("\0".join(self.template_parts()).encode("utf-8", "surrogatepass"),
                                 digest_size=4).hexdigest()
-        return (f"{self.encoder}|layer={self._resolved_layer()}|prompt={self.max_prompt_tokens}"
+        return (f"{self.backbone}|layer={self._resolved_layer()}|prompt={self.max_prompt_tokens}"
                 f"|answer={self.max_answer_tokens}|stats={int(self.stats)}"
                 f"{f'@{self.stats_tokens}' if self.stats_tokens else ''}|frame={frame}|{self.precision}")
 
@@ -159,14 +159,14 @@ class DecoderEmbedder(CachedEmbedder):
 
             from ..models.backbones import resolve_backbone
 
-            info = resolve_backbone(self.encoder)
+            info = resolve_backbone(self.backbone)
             if info.family != "decoder":
-                raise ValueError(f"{self.encoder} is an {info.family} ({info.arch}); DecoderEmbedder needs a "
+                raise ValueError(f"{self.backbone} is an {info.family} ({info.arch}); DecoderEmbedder needs a "
                                  "decoder")
             self._depth = AutoConfig.from_pretrained(info.path_or_id).get_text_config().num_hidden_layers
             self.layer = self._depth // 2 if self.layer is None else self.layer
             if not 1 <= self.layer <= self._depth:
-                raise ValueError(f"layer {self.layer} out of range: {self.encoder} has {self._depth} decoder layers")
+                raise ValueError(f"layer {self.layer} out of range: {self.backbone} has {self._depth} decoder layers")
         return self.layer
 
     @property
@@ -193,7 +193,7 @@ class DecoderEmbedder(CachedEmbedder):
 
         default_ds_accelerator()
         layer = self._resolved_layer()
-        info = resolve_backbone(self.encoder)
+        info = resolve_backbone(self.backbone)
         self._load_tokenizer()
         if self.stats:  # the whole model: the LM head scores every answer token
             lm = AutoModelForCausalLM.from_pretrained(info.path_or_id, dtype=torch.float32)
@@ -210,7 +210,7 @@ class DecoderEmbedder(CachedEmbedder):
         if self._tokenizer is None:
             from ..models.backbones import load_tokenizer, resolve_backbone
 
-            self._tokenizer = load_tokenizer(resolve_backbone(self.encoder))
+            self._tokenizer = load_tokenizer(resolve_backbone(self.backbone))
 
     def _capture(self, module, inputs, output) -> None:
         self._captured = output[0] if isinstance(output, tuple) else output
@@ -241,7 +241,7 @@ class DecoderEmbedder(CachedEmbedder):
         sentinel = "\uE000clfjudge-question\uE000"  # a private-use character no template produces
         before, found, after = self._render(sentinel).partition(sentinel)
         if not found:
-            raise ValueError(f"{self.encoder}: the chat template does not insert the question verbatim")
+            raise ValueError(f"{self.backbone}: the chat template does not insert the question verbatim")
         return before, after
 
     def _template(self, question: str) -> list[int]:
@@ -426,7 +426,7 @@ class DecoderEmbedder(CachedEmbedder):
         enough to wait for (a training pool, an audit set), in a log as well as on a terminal."""
         from tqdm.auto import tqdm
 
-        desc = f"reading with {self.encoder} layer {self.layer} ({self.precision})"
+        desc = f"reading with {self.backbone} layer {self.layer} ({self.precision})"
         return tqdm(total=total, unit="answer", desc=desc,
                     disable=not (self.show_progress or total >= PROGRESS_MIN), mininterval=10)
 

@@ -40,7 +40,8 @@ class OnnxDecoderReader(DecoderEmbedder):
 
     def __init__(self, directory: str | Path, reader: dict[str, Any], config: dict[str, Any],
                  run: LoadOptions = LoadOptions(provider="cpu"), *, cache_dir: str | Path | None = None) -> None:
-        super().__init__(reader["encoder"], layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
+        backbone = reader["backbone"] if "backbone" in reader else reader["encoder"]  # "encoder": its older name
+        super().__init__(backbone, layer=config["layer"], max_prompt_tokens=config["max_prompt_tokens"],
                          max_answer_tokens=config["max_answer_tokens"], stats=config.get("stats", False),
                          stats_tokens=config.get("stats_tokens"), budget=run.budget, cache_dir=cache_dir)
         self._depth = reader["depth"]
@@ -211,7 +212,7 @@ def continuation_feed(past: int, bodies: list[list[int]], pad: int,
     return {**feed, "input_ids": feed["input_ids"][:, 1:], "pool": feed["pool"][:, 1:], "attention_mask": mask}
 
 
-def cache_names(n_layers: int, kind: str) -> list[str]:
-    """Names of a decoder's key/value cache tensors as optimum exports them: ``{kind}.{i}.key`` / ``.value``
+def cache_names(n_layers: int, prefix: str) -> list[str]:
+    """Names of a decoder's key/value cache tensors as optimum exports them: ``{prefix}.{i}.key`` / ``.value``
     (``past_key_values`` as inputs, ``present`` as outputs)."""
-    return [f"{kind}.{i}.{part}" for i in range(n_layers) for part in ("key", "value")]
+    return [f"{prefix}.{i}.{part}" for i in range(n_layers) for part in ("key", "value")]

@@ -33,14 +33,14 @@ class TextEmbedder(CachedEmbedder):
     The memory cache can be saved to / loaded from an ``.npz`` file (keyed by a hash of each text).
     Answers are embedded on their own: ``embed_answers`` ignores the questions."""
 
-    kind = "sentence"
+    type = "sentence"  # the EMBEDDERS entry
 
-    def __init__(self, encoder: str = DEFAULT_ENCODER, *, budget: Budget = Budget(), device: str = "cpu",
+    def __init__(self, backbone: str = DEFAULT_ENCODER, *, budget: Budget = Budget(), device: str = "cpu",
                  show_progress: bool = False, cache_dir: str | Path | None = None, precision: str = "fp32") -> None:
         from .decoder import resolve_precision
 
         super().__init__(cache_dir)
-        self.encoder = encoder
+        self.backbone = backbone
         # sentence-transformers pads each batch itself: of a budget, only its rows apply
         self.batch_size = budget.max_batch_size
         self.device = device
@@ -50,13 +50,13 @@ class TextEmbedder(CachedEmbedder):
         self._model = None
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind}
+        return {"type": self.type}
 
     truncation_policy = "the encoder truncates each text to max_seq_length tokens"
 
     @property
     def cache_id(self) -> str:
-        return self.encoder if self.precision == "fp32" else f"{self.encoder}|{self.precision}"
+        return self.backbone if self.precision == "fp32" else f"{self.backbone}|{self.precision}"
 
     @property
     def model(self):
@@ -66,7 +66,7 @@ class TextEmbedder(CachedEmbedder):
             default_ds_accelerator()
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(resolve_encoder(self.encoder), device=self.device)
+            self._model = SentenceTransformer(resolve_encoder(self.backbone), device=self.device)
         return self._model
 
     @property
@@ -103,4 +103,4 @@ class TextEmbedder(CachedEmbedder):
     stats = False
 
     def answer_stats(self, questions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
-        raise ValueError(f"{self.encoder} is a sentence encoder: token statistics need a decoder backbone")
+        raise ValueError(f"{self.backbone} is a sentence encoder: token statistics need a decoder backbone")

@@ -296,9 +296,9 @@ def lm_head_nodes(path: Path) -> list[str]:
 
 def _check_exportable(judge_dir: Path, card: JudgeCard, config: dict[str, Any]) -> None:
     """Refuse, before any work, a judge this exporter does not cover."""
-    if config["kind"] != "decoder":
+    if config["type"] != "decoder":
         raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers decoder embedders; this judge reads "
-                         f"with a {config['kind']} encoder (serve it with the sklearn backend)")
+                         f"with a {config['type']} embedder (serve it with the sklearn backend)")
     if card.arity != "pair":
         raise ValueError(f"{judge_dir}: ONNX export of embedding judges covers pair judges, not {card.arity}")
     if card.runtime.get("verdict"):
@@ -331,7 +331,7 @@ def _reader_entry(judge_dir: Path, card: JudgeCard, embedder, records: Sequence[
     for r in records:  # the exported reader renders prompts from the template's halves: they must agree
         if embedder._ids(embedder._render(r.question)) != embedder._ids(before + r.question + after):
             raise ValueError(f"{judge_dir}: the chat template changes the question {r.id!r}; cannot export")
-    return {"encoder": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
+    return {"backbone": card.backbone, "depth": embedder._depth, "hidden_size": embedder._model.config.hidden_size,
             "eos_token_id": embedder._eos, "template": [before, after]}
 
 

@@ -20,8 +20,9 @@ from ..card import JudgeCard
 from ..data.conversation import FLATTENING
 
 SIGNATURE_NAME = "signature.json"
-# 1: the judge as "judge" (a kind or a head) and "kind" (pair / point); 2: as the card names it (``_judge``)
-SIGNATURE_VERSION = 2
+# 1: the judge as "judge" (a kind or a head) and "kind" (pair / point); 2: as the card names it (``_judge``);
+# 3: a decoder reader's "embedder" names its type in "type" (before: "kind")
+SIGNATURE_VERSION = 3
 
 _POOLING = {
     "encoder": "the classifier reads the first token's final hidden state ([CLS] / <s>; through the model's pooler "
@@ -175,8 +176,10 @@ def decoder_reader(card: JudgeCard, directory: Path) -> dict[str, Any]:
     """The signature of an embedding judge's decoder-reader export (``export.embedding``): the graphs read answers
     into vectors; the feature groups (formulas below) and the head (its arrays below) turn two answers' readings
     into probabilities; everything a program needs to score the export without clfjudge."""
+    from ..judges.embedding import embedder_config
+
     reader = card.runtime["reader"]
-    embedder = card.runtime.get("embedder") or {}
+    embedder = embedder_config(card)
     names = [*reader["files"], reader["shared_prefix"]["prefix"], reader["shared_prefix"]["continuation"]]
     graphs = {name: graph_io(directory / name) for name in names if (directory / name).is_file()}
     before, after = reader["template"]

@@ -388,8 +388,8 @@ class EmbeddingModel:
             raise ValueError("length_at_prediction scales the length features: it needs use_length=True (or a "
                              "length group such as info_length_diff in features)")
         self.length_at_prediction = float(length_at_prediction)
-        if embedder is not None and embedder.encoder != backbone:
-            raise ValueError(f"embedder uses backbone {embedder.encoder!r}, the judge was given {backbone!r}")
+        if embedder is not None and embedder.backbone != backbone:
+            raise ValueError(f"embedder uses backbone {embedder.backbone!r}, the judge was given {backbone!r}")
         self.backbone = backbone
         if embedder is not None and embedder_options:
             raise ValueError("give either an embedder or embedder_options, not both")
@@ -702,8 +702,9 @@ class EmbeddingModel:
 def embedder_config(card: JudgeCard) -> dict[str, Any]:
     """How a saved embedding judge embeds (cards written before decoder embedders existed: a sentence encoder;
     before token statistics existed: a decoder without them)."""
-    config = dict(card.runtime.get("embedder") or {"kind": "sentence"})
-    return {"stats": False, **config} if config["kind"] == "decoder" else config
+    config = dict(card.runtime.get("embedder") or {"type": "sentence"})
+    config = {"type" if key == "kind" else key: value for key, value in config.items()}  # "kind": its older name
+    return {"stats": False, **config} if config["type"] == "decoder" else config
 
 
 def embedder_for_card(card: JudgeCard, **options):
@@ -711,7 +712,7 @@ def embedder_for_card(card: JudgeCard, **options):
     A decoder reads in the precision the judge was trained with ("auto": bf16 where the CPU has AMX /
     AVX512-BF16), unless ``options`` say otherwise."""
     config = embedder_config(card)
-    if config["kind"] == "decoder" and card.runtime.get("precision") and "precision" not in options:
+    if config["type"] == "decoder" and card.runtime.get("precision") and "precision" not in options:
         options = {**options, "precision": card.runtime["precision"]}
     return make_embedder(card.backbone, **config, **options)
 
