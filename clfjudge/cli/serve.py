@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 
@@ -57,19 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     from ..batching import Budget
     from ..judges.base import JudgeError, load_ready
-    from ..serving.listen import bind, serve
+    from ..serving.listen import bind, is_loopback, serve
     from ..serving.server import Limits, create_app
 
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
@@ -82,14 +72,15 @@ def run(args: argparse.Namespace) -> int:
                     read_timeout_s=args.read_timeout_s, header_timeout_s=args.header_timeout_s,
                     max_connections=args.max_connections, max_items=args.max_items,
                     max_text_chars=args.max_text_chars, max_json_depth=args.max_json_depth)
+    load = load_options(args, budget)
     # the options, then the address (CannotListen: exit 5), then the judge, which takes seconds to minutes to load
     sock = bind(args.host, args.port)
-    if api_key is None and not is_loopback(args.host):
+    if api_key is None and not is_loopback(sock):
         print(f"clfjudge serve: warning: listening on {args.host} without an API key: anyone who can reach this "
               f"port can use the judge (set {API_KEY_ENV} or --api-key)", file=sys.stderr)
     try:
         # a judge that cannot score exits here (JudgeError) and is never reported healthy
-        judge = load_ready(args.model, load_options(args, budget))
+        judge = load_ready(args.model, load)
         app = create_app(judge, limits, api_key=api_key, warm_up=args.warm_up)
         if not serve(app, sock, limits, graceful_s=args.timeout_s):
             raise JudgeError(args.model, app.state.service.startup_error or "it failed at start-up")

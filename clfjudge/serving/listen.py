@@ -13,6 +13,7 @@ never a line (or a traceback) per event.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -46,6 +47,15 @@ def bind(host: str, port: int) -> socket.socket:
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    """Whether the bound socket can be reached from this machine only (its address, as bound, is a loopback one:
+    a host name is judged by what it resolved to)."""
+    try:
+        return ipaddress.ip_address(sock.getsockname()[0]).is_loopback
+    except (ValueError, IndexError):  # an address family without an IP address
+        return False
 
 
 def open_files() -> int:

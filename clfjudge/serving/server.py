@@ -487,6 +487,8 @@ class JudgeService:
         # Each endpoint's runtime check of an item (an empty question, text that is not Unicode), run at validation
         # so that a judge call does not fail on a client's input.
         self.inputs = {"compare": as_pair, "score": as_point}
+        self.key = api_key.encode("utf-8") if api_key else None
+        self.schema = openapi_schema(judge, self.tasks, limits, secured=self.key is not None)
         self.runners = {
             "compare": lambda items, sym: [c.to_dict() for c in judge.compare_batch(items, symmetric=sym)],
             "score": lambda items, _sym: [s.to_dict() for s in judge.score_batch(items)],
@@ -494,8 +496,6 @@ class JudgeService:
         self.batchers: dict[str, Batcher] = {}
         self.startup_error: Exception | None = None
         self.accepting = True
-        self.key = api_key.encode("utf-8") if api_key else None
-        self.schema = openapi_schema(judge, self.tasks, limits, secured=self.key is not None)
         # Parsing, validation and tokenization of bodies (up to max_body_bytes each) run here, off the event loop.
         # One thread: the judge's tokenizer is shared with the judge call running beside it, and more preparers
         # would only queue on the interpreter lock; the loop meanwhile answers /healthz and /metrics.
