@@ -104,12 +104,13 @@ def escalation(args: argparse.Namespace):
 def run_local(args: argparse.Namespace) -> int:
     from ..scoring.local import ScoreJob, score_file
 
+    escalate = escalation(args)
     check_local_options(args)
-    return score_file(ScoreJob(
-        model=args.model, input=args.input, output=args.output, rejected=args.rejected, task=args.task,
-        symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, load=load_options(args),
-        options=read_options(args), format=args.format, columns=args.columns, encoding=args.encoding,
-        escalate=escalation(args)))
+    job = ScoreJob(model=args.model, input=args.input, output=args.output, rejected=args.rejected, task=args.task,
+                   symmetric=args.symmetric, chunk_size=args.chunk_size, resume=args.resume, load=load_options(args),
+                   options=read_options(args), format=args.format, columns=args.columns, encoding=args.encoding,
+                   escalate=escalate)
+    return score_file(job)
 
 
 def run_ray(args: argparse.Namespace) -> int:

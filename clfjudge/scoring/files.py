@@ -261,6 +261,7 @@ def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput
     """What ``--input`` names: a JSONL file (read by lines, in ``encoding``; default UTF-8), else a table that
     datasets reads; "SPEC:N": a seeded sample of N of its non-blank lines (rows), as "name:N" reads N records in
     every command."""
+    codec = check_encoding(encoding or "utf-8")
     path = Path(text)
     name, n = input_sample(text)
     if n is not None:
@@ -268,7 +269,7 @@ def open_input(text: str, encoding: str | None = None) -> LineInput | TableInput
         src.sample = n
         return src
     if path.is_file() and path.suffix.lower() not in TABLE_SUFFIXES:
-        return LineInput(path, check_encoding(encoding or "utf-8"))
+        return LineInput(path, codec)
     if encoding is not None:
         raise ValueError(f"--encoding applies to a JSONL input, not to {text} (read by datasets)")
     if not path.exists() and not text.startswith("hf:"):

@@ -153,6 +153,7 @@ def score_file(job: ScoreJob) -> int:
         raise ValueError("--chunk-size must be positive")
     if job.escalate is not None:
         job.escalate.check()
+    escalate = None if job.escalate is None else job.escalate.settings()
     files = RunFiles.of(job)
     files.check(job)
     src = open_input(job.input, job.encoding)
@@ -162,7 +163,7 @@ def score_file(job: ScoreJob) -> int:
                 "symmetric": job.symmetric, "rejected": str(files.rejected),
                 "backend": job.load.backend, "variant": job.load.variant, "format": job.format, "columns": job.columns,
                 "encoding": getattr(src, "encoding", None), "sample": src.sample,
-                "escalate": None if job.escalate is None else job.escalate.settings()}
+                "escalate": escalate}
     progress = Progress.load(files.progress, settings) if job.resume else Progress(files.progress, settings)
     if not job.resume and files.progress is not None and files.progress.exists():
         print(f"starting over: {files.progress} of an interrupted run is replaced (--resume continues it)",
