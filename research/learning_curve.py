@@ -391,12 +391,14 @@ def fit(args: argparse.Namespace) -> None:
     for name, r in base.items():
         rows[f"{name} wins"] = summary(f"{name} wins", r, sets, default, teacher)
     curves = []
-    by_selection = {"random": [r for r in train if selection[pair_key(r)] == "random"],
-                    "uncertain": [r for r in train if selection[pair_key(r)] == "uncertain"]}
-    for sel, pool in by_selection.items():
-        pool = pool[:]
+    by_selection = {sel: [r for r in train if selection[pair_key(r)] == sel] for sel in ("random", "uncertain")}
+    for pool in by_selection.values():
         random.Random(0).shuffle(pool)  # nested samples: each size holds the smaller ones
-        sizes = [n for n in SIZES if n < len(pool)] + ([len(pool)] if pool else [])
+    # every random label, then the uncertain ones: what the actively chosen labels add on top of a random sample
+    by_selection["random, then uncertain"] = by_selection["random"] + by_selection["uncertain"]
+    for sel, pool in by_selection.items():
+        first = len(by_selection["random"]) if sel == "random, then uncertain" else 0
+        sizes = [n for n in SIZES if first < n < len(pool)] + ([len(pool)] if len(pool) > first else [])
         for student in args.students:
             if student == "c" and sel != "random":
                 continue  # hours a point: the random labels only
