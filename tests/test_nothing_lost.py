@@ -481,8 +481,8 @@ def test_a_stopped_export_leaves_no_temporary_folder(request, tmp_path, judge, s
             except subprocess.TimeoutExpired:
                 pass
         err = proc.communicate(timeout=120)[1].decode(errors="replace")
-        if proc.returncode != 0:
-            assert list(out.iterdir()) == [], err[-2000:]
+        if proc.returncode != 0:  # 143 / 130: stopped by its own exception; -15: ended by the signal, no cleanup ran
+            assert list(out.iterdir()) == [], f"exit status {proc.returncode}: {err[-2000:]}"
             return
         assert [p.name for p in out.iterdir()] == ["onnx"], err[-2000:]
     raise AssertionError(f"three exports ran to the end through {signum}: {err[-2000:]}")
