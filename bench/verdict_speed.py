@@ -18,8 +18,9 @@ one call, as ``best_of_n`` and a GRPO group read them). The paths:
   prompt at a time and in batches of 8 (left padding), on the judge's token ids;
 - ``onnx fp32`` / ``onnx int4``: the export's graph (and its MatMulNBits copy) on onnxruntime;
 - ``openvino bf16`` (the fp32 graph compiled in bf16), ``openvino int8`` / ``openvino int4`` (NNCF int8 / int4
-  weights) and ``openvino int8 static`` (int8 weights and activations): the export's OpenVINO variants
-  (``export.verdict_quant``), on the OpenVINO provider this machine's probe picks.
+  weights), ``openvino int8 static`` (int8 weights and activations) and ``openvino int8 static mixed`` (the same,
+  the MLPs' down projections left unquantized): the export's OpenVINO variants (``export.verdict_quant``), on the
+  OpenVINO provider this machine's probe picks.
 
 Each path runs in its own process pinned to ``--threads`` cores, cold (the judge's memory emptied before each read),
 median of ``--repeats`` reads. Reported per path and workload: answers/s, prompt tokens/s, the tokens each path
@@ -57,7 +58,7 @@ TRANSFORMERS = {"transformers b1": 1, "transformers batched": 8}
 # path -> (export variant, provider: None = the OpenVINO provider the probe picks for an IR variant)
 EXPORTED = {"onnx fp32": ("fp32", "cpu"), "onnx int4": ("int4", "cpu"), "openvino bf16": ("fp32", "openvino-bf16"),
             "openvino int8": ("ov-int8-weights", None), "openvino int4": ("ov-int4-weights", None),
-            "openvino int8 static": ("ov-int8", None)}
+            "openvino int8 static": ("ov-int8", None), "openvino int8 static mixed": ("ov-int8-mixed", None)}
 PATHS = ("pytorch fp32", "pytorch bf16", *TRANSFORMERS, *EXPORTED)
 POOL = ("alpacaeval-gpt4:2000", "arena-votes:500", "hh-rlhf:500", "llmeval2:500")
 CALIBRATION_PAIRS = 8
@@ -103,7 +104,9 @@ def export(model: str, question: str, directory: Path, paths: list[str], pool: l
     files, info = export_graphs(reader, directory, [reader.prompt_ids(reader.questions[0], points[0])],
                                 int4="onnx int4" in paths)
     seconds = {"fp32": round(time.monotonic() - start, 1)}
-    wanted = [EXPORTED[p][0] for p in paths if p in EXPORTED and EXPORTED[p][0] in verdict_quant.OPENVINO_VARIANTS]
+    wanted = [EXPORTED[p][0] for p in paths
+              if p in EXPORTED and EXPORTED[p][0] in verdict_quant.VARIANTS and
+              verdict_quant.VARIANTS.get(EXPORTED[p][0]).runtime == "openvino"]
     inputs = verdict_quant.QuantInputs(
         head_nodes(directory / files["fp32"][0]), verdict_quant.group_size(reader.modules[0].decoder.config),
         verdict_quant.calibration_feeds([reader.prompt_ids(reader.questions[0], p) for p in points]))
@@ -235,8 +238,8 @@ def prompts(reader, call) -> list[list[int]]:
 
 def arithmetic(path: str, precision: str, bf16: bool) -> str:
     """The matmul peak a path is held against: what its products compute in."""
-    if path in ("onnx int4", "openvino int8 static"):
-        return "int8"  # MatMulNBits at accuracy level 4, int8 activations
+    if path in ("onnx int4", "openvino int8 static", "openvino int8 static mixed"):
+        return "int8"  # MatMulNBits at accuracy level 4, int8 activations (mixed: most of its products)
     if path.startswith("openvino"):
         return "bf16" if bf16 else "fp32"  # weights decompressed to the activations' precision
     return "bf16" if "bf16" in precision else "fp32"

@@ -173,3 +173,25 @@ def test_dynamic_int8_is_made_and_gated_with_int8(judge_dir, tmp_path):
     assert result.report["variants"]["int8"]["precision"] == "int8"
     int8 = Judge.load(result.out_dir, variant="int8", provider="cpu")
     assert int8.reader.precision == "onnx-int8" and np.isfinite(_scores(int8)).all()
+
+
+def _quantized_inputs(path: Path) -> dict[str, bool]:
+    """Per MatMul of an IR file: whether its activation input comes through a FakeQuantize (int8 activations)."""
+    model = machine.openvino_core().read_model(str(path))
+    return {op.get_friendly_name(): op.input_value(0).get_node().get_type_name() == "FakeQuantize"
+            for op in model.get_ops() if op.get_type_name() == "MatMul"}
+
+
+def test_the_mixed_int8_variant_leaves_the_down_projections_unquantized(judge_dir, tmp_path):
+    parity = ParityConfig.load(overrides=["int8-static.min_agreement=0", "int8-static.max_metric_delta=1"])
+    result = export_verdict_judge(judge_dir, tmp_path / "onnx", ExportOptions(
+        n_records=4, int4=False, openvino=("ov-int8", "ov-int8-mixed"), parity=parity))
+    files = JudgeCard.load(result.out_dir).runtime["onnx"]["files"]
+    static, mixed = (_quantized_inputs(result.out_dir / files[name][0]) for name in ("ov-int8", "ov-int8-mixed"))
+    down = [name for name in static if "/mlp/down_proj/" in name]
+    assert down and all(static[name] for name in down) and not any(mixed[name] for name in down)
+    others = [name for name in static if "/mlp/up_proj/" in name or "/self_attn/q_proj/" in name]
+    assert others and all(static[name] and mixed[name] for name in others)
+    made = result.report["export"]["quantized"]["ov-int8-mixed"]
+    assert made["not_quantized"] == {"patterns": list(verdict_quant.MIXED_KEEP), "matmuls": len(down)}
+    assert made["calibration_prompts"] == result.report["export"]["quantized"]["ov-int8"]["calibration_prompts"] > 0

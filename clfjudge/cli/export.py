@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="override a parity threshold, e.g. --threshold int8.min_agreement=0.98 (repeatable)")
     p.add_argument("--openvino", action="append", default=None, metavar="VARIANT",
                    help="a verdict judge's OpenVINO IR variant to make and gate where this machine can (repeatable): "
-                        "ov-int8-weights, ov-int4-weights, ov-int8 (int8 weights and activations); none for none "
-                        "(default: all three)")
+                        "ov-int8-weights, ov-int4-weights, ov-int8 (int8 weights and activations), ov-int8-mixed "
+                        "(ov-int8 with the MLPs' down projections left unquantized); none for none "
+                        "(default: the first three)")
     p.add_argument("--obvious", default=None, metavar="SOURCE",
                    help="a verdict judge's obvious pairs (a source name or a data file): every lossy run must decide "
                         "each of them as fp32 does")

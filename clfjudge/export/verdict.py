@@ -229,8 +229,8 @@ def _obvious_records(reference: VerdictJudge, spec: str | None):
 
 def _calibration_prompts(card: JudgeCard, reader: VerdictReader, parity: ParityConfig,
                          options: ExportOptions) -> list[list[list[int]]]:
-    """Per question, the prompts that set ov-int8's activation ranges: ``CALIBRATION_PAIRS`` pairs of the gate's
-    source drawn with another seed than the gate's slice."""
+    """Per question, the prompts that set the int8 activation ranges of a calibrated variant (ov-int8,
+    ov-int8-mixed): ``CALIBRATION_PAIRS`` pairs of the gate's source drawn with another seed than the gate's slice."""
     pairs, _ = gate.validation_records(card, RewardHead(), replace(parity, seed=parity.seed + 1),
                                        options.with_(n_records=verdict_quant.CALIBRATION_PAIRS), arity="pair")
     points = pairs if reader.questions[0].pairwise else [p for r in pairs for p in VerdictJudge._points(r)]
@@ -272,7 +272,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     obvious_set = _obvious_records(reference, options.obvious)
     reader = reference.reader
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
-    calibration = _calibration_prompts(card, reader, parity, options) if "ov-int8" in quantized else None
+    calibrated = any(verdict_quant.VARIANTS.get(name).calibrated for name in quantized)
+    calibration = _calibration_prompts(card, reader, parity, options) if calibrated else None
     settings = (quantize.int8_settings(options.isa, options.int8_config or quantize.INT8_CONFIG)
                 if options.int8 else None)
     int4 = options.int4 is not False

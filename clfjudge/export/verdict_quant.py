@@ -8,6 +8,9 @@ a handful of columns that carry the decision.
   rest (and the input embeddings) int8, NNCF's data-free mixed precision.
 - ``ov-int8``: int8 weights and activations (``nncf.quantize``, SmoothQuant for transformers), the activations'
   ranges measured on a few real prompts that are not the gate's.
+- ``ov-int8-mixed``: ``ov-int8`` with the MLPs' down projections left out (``MIXED_KEEP``), run at the provider's
+  precision: their inputs (after the gated activation) hold the outliers that one int8 scale per tensor cannot
+  cover, as in LLM.int8() and SmoothQuant.
 - ``int8``: onnxruntime's dynamic int8 (``export.quantize.quantize_onnx`` with this CPU's settings, clfjudge/configs/
   int8.yaml), asked for with ``--int8``.
 
@@ -19,6 +22,7 @@ quantizer error) is left out, and the parity report says why.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +37,7 @@ from . import quantize, quiet
 INT4_RATIO = 0.8  # NNCF's share of int4 matrices: the rest stay int8, picked by its data-free sensitivity
 GROUP_SIZES = (128, 64, 32)  # int4 groups: the largest that divides the decoder's widths (else per channel)
 CALIBRATION_PAIRS = 8  # the pairs whose prompts set ov-int8's activation ranges (their answers: twice as many)
+MIXED_KEEP = (r".*/mlp/down_proj/MatMul",)  # ov-int8-mixed: node-name patterns of the graphs export.verdict writes
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,13 @@ class QuantVariant:
     make: Callable[[Path, Path, QuantInputs], dict[str, Any]]
     precision: str
     runtime: str = "openvino"
+    calibrated: bool = False  # it needs ``QuantInputs.calibration``
 
 
-def _ignored(names: Sequence[str]):
+def _ignored(names: Sequence[str], patterns: Sequence[str] = ()):
     import nncf
 
-    return nncf.IgnoredScope(names=list(names), validate=False)
+    return nncf.IgnoredScope(names=list(names), patterns=list(patterns), validate=False)
 
 
 def _save_ir(model, dst: Path) -> None:
@@ -96,18 +102,32 @@ def weights_int4(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
             "group_size": inputs.group_size, "backup": "int8_asym", "fp32_nodes": len(inputs.keep_fp32)}
 
 
-def int8_static(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
+def _static(src: Path, dst: Path, inputs: QuantInputs, keep_patterns: Sequence[str] = ()) -> dict[str, Any]:
     import nncf
 
     if not inputs.calibration:
         raise ValueError("no calibration prompts")
+    model = _read(src)
+    kept = [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"
+            and any(re.fullmatch(p, op.get_friendly_name()) for p in keep_patterns)]
+    if keep_patterns and not kept:
+        raise ValueError(f"no MatMul matches {list(keep_patterns)}")
     with quiet.nncf():
-        model = nncf.quantize(_read(src), nncf.Dataset(list(inputs.calibration)),
+        model = nncf.quantize(model, nncf.Dataset(list(inputs.calibration)),
                               model_type=nncf.ModelType.TRANSFORMER, subset_size=len(inputs.calibration),
-                              ignored_scope=_ignored(inputs.keep_fp32))
+                              ignored_scope=_ignored([*inputs.keep_fp32, *kept]))
     _save_ir(model, dst)
     return {"quantization": "NNCF post-training int8 (weights and activations)", "model_type": "transformer",
-            "calibration_prompts": len(inputs.calibration), "fp32_nodes": len(inputs.keep_fp32)}
+            "calibration_prompts": len(inputs.calibration), "fp32_nodes": len(inputs.keep_fp32),
+            **({"not_quantized": {"patterns": list(keep_patterns), "matmuls": len(kept)}} if keep_patterns else {})}
+
+
+def int8_static(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
+    return _static(src, dst, inputs)
+
+
+def int8_static_mixed(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
+    return _static(src, dst, inputs, MIXED_KEEP)
 
 
 def dynamic_int8(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
@@ -117,7 +137,8 @@ def dynamic_int8(src: Path, dst: Path, inputs: QuantInputs) -> dict[str, Any]:
 VARIANTS: Registry[QuantVariant] = Registry("verdict quantized variant")
 VARIANTS.register("ov-int8-weights", QuantVariant(weights_int8, "int8-weights"))
 VARIANTS.register("ov-int4-weights", QuantVariant(weights_int4, "int4-weights"))
-VARIANTS.register("ov-int8", QuantVariant(int8_static, "int8-static"))
+VARIANTS.register("ov-int8", QuantVariant(int8_static, "int8-static", calibrated=True))
+VARIANTS.register("ov-int8-mixed", QuantVariant(int8_static_mixed, "int8-static", calibrated=True))
 VARIANTS.register("int8", QuantVariant(dynamic_int8, "int8", runtime="onnxruntime"))
 OPENVINO_VARIANTS = ("ov-int8-weights", "ov-int4-weights", "ov-int8")  # made by default where they can be
 

@@ -4,10 +4,10 @@ graph (``verdict.verdict_module`` as ONNX: token ids + attention mask -> log-odd
 prompts, truncation, batches and memory (``verdict.VerdictReader``), so both paths read the same token ids.
 
 The card's ``runtime.onnx.files`` maps each variant (``fp32``; the lossy ones the parity gate passed: ``int4``,
-``int8``, and the OpenVINO IR files ``ov-int8-weights``, ``ov-int4-weights``, ``ov-int8`` of ``export.verdict_quant``)
-to one file per question, in the order of ``runtime.questions``. An IR file runs on OpenVINO alone: its provider is
-chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO run bf16 and the export
-gated that run, else f32), never from the machine that exported it.
+``int8``, and the OpenVINO IR files ``ov-int8-weights``, ``ov-int4-weights``, ``ov-int8``, ``ov-int8-mixed`` of
+``export.verdict_quant``) to one file per question, in the order of ``runtime.questions``. An IR file runs on OpenVINO
+alone: its provider is chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO
+run bf16 and the export gated that run, else f32), never from the machine that exported it.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ from .verdict import (
 BACKEND = "verdict-onnx"  # the exported card's runtime.backend (clfjudge/kinds.py)
 GRAPH_INPUTS, GRAPH_OUTPUT = ("input_ids", "attention_mask"), "log_odds"
 VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "ov-int8-weights": "_ov_int8w.xml",
-                  "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml"}
+                  "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml",
+                  "ov-int8-mixed": "_ov_int8m.xml"}
 IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
 
 
