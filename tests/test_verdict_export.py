@@ -160,6 +160,21 @@ def test_fp32_failing_the_gate_writes_nothing(judge_dir, tmp_path):
                      parity=ParityConfig.load(overrides=["fp32.max_abs_diff=-1"]))
 
 
+def test_fp32_runs_read_the_budgeted_head_of_the_slice_and_lossy_runs_all_of_it(judge_dir, tmp_path):
+    from dataclasses import replace
+
+    parity = replace(ParityConfig.load(overrides=LENIENT_INT4), budget_tflop=1e-12, min_records=2)
+    result = export_judge(judge_dir, tmp_path / "onnx", n_records=6, openvino=(), parity=parity,
+                          providers=["openvino"])
+    variants, budget = result.report["variants"], result.report["validation"]["fp32_budget"]
+    assert budget["kept"] == 2 and budget["of"] == 6 and budget["budget_tflop"] == 1e-12
+    assert variants["fp32"]["pairs"] == 2 and variants["int4"]["pairs"] == 6
+    assert all(v["pairs"] == 2 for key, v in variants.items() if v["precision"] == "fp32")
+    whole = export_judge(judge_dir, tmp_path / "whole", n_records=6, openvino=(), int4=False,
+                         parity=replace(parity, budget_tflop=None))
+    assert whole.report["variants"]["fp32"]["pairs"] == 6 and "fp32_budget" not in whole.report["validation"]
+
+
 def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):
     with pytest.raises(ValueError, match="exported verdict judge already"):
         export_judge(exported.out_dir, tmp_path / "again")

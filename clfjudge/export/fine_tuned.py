@@ -48,6 +48,7 @@ from .gate import (
     ParityError,
     batch_tolerances,
     compare_to_reference,
+    decoder_parameters,
     drop_refused,
     gate_entry,
     gate_runs,
@@ -85,13 +86,6 @@ class Stopwatch:
         finally:
             self.seconds[step] = round(time.perf_counter() - began, 2)
             self.seconds["total"] = round(time.perf_counter() - self._started, 2)
-
-
-def decoder_parameters(model: torch.nn.Module) -> int:
-    """Parameters a token's reading multiplies through: all but the input embeddings (a lookup)."""
-    embeddings = model.get_input_embeddings()
-    skip = {id(p) for p in embeddings.parameters()} if embeddings is not None else set()
-    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
 def head_products(path: Path) -> list[str]:

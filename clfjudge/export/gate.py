@@ -2,8 +2,8 @@
 PyTorch judge and by every exported run (a file on a provider), compared against the thresholds of the run's
 precision (clfjudge/configs/parity.yaml).
 
-``export.parity``'s ``ParityConfig`` / ``Thresholds``: the thresholds and the slice's size;
-``validation_records`` (and ``within_budget``): the slice; ``compare_to_reference``: the numbers of one run against
+``export.parity``'s ``ParityConfig`` / ``Thresholds``: the thresholds and the slice's size; ``validation_records``
+(and ``within_budget``, ``decoder_parameters``): the slice; ``compare_to_reference``: the numbers of one run against
 the reference (max |logit diff|, decision agreement, the metric delta: accuracy for pair judges, Pearson for point
 judges), for any judge with ``raw_outputs`` / ``pair_outputs`` / ``point_scores``; ``gate_runs`` / ``gate_entry``:
 the runs of an export and their report entries; ``drop_refused``: ``fallback``'s rule (lossy runs that fail are left
@@ -103,6 +103,14 @@ def validation_records(card: JudgeCard, head: Head, config: ParityConfig, option
         return sample, info
     raise ValueError(f"no validation records for the parity gate: tried {candidates or '(no sources)'}"
                      f"{': ' + str(skipped) if skipped else ''}; pass --source NAME")
+
+
+def decoder_parameters(model: Any) -> int:
+    """Parameters a token's reading multiplies through: all but the input embeddings (a lookup) of ``model``, a
+    transformers model."""
+    embeddings = model.get_input_embeddings()
+    skip = {id(p) for p in embeddings.parameters()} if embeddings is not None else set()
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
 def within_budget(records: Sequence[Record], lengths: Sequence[Sequence[int]], parameters: int,

@@ -15,7 +15,9 @@ dynamic int8.
 The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources,
 else the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds
 diff| and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``ExportOptions.obvious``
-names a set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A run of an
+names a set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A lossy run
+reads the whole sample (its agreement needs the pairs); an fp32 run, the same function up to float rounding, reads
+the head of it that fits the config's compute budget (``gate.within_budget``: a few dozen pairs of a 1.5B). A run of an
 IR variant uses the OpenVINO provider this machine's probe picks (bf16 activations where it runs them). An fp32 run
 that fails refuses the export (nothing is written); a lossy variant that fails is left out and the report's
 ``refused`` says by how much it missed (a bf16 ``--provider`` too, with ``fallback``).
@@ -163,17 +165,18 @@ def _obvious_check(reference: VerdictJudge, candidate: VerdictJudge, obvious) ->
 
 
 def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]],
-          precisions: dict[str, str], records, parity: ParityConfig, options: ExportOptions,
+          precisions: dict[str, str], records, fp32_n: int, parity: ParityConfig, options: ExportOptions,
           obvious_pairs=None) -> dict[str, Any]:
-    """Every run (``_runs``, fp32 on each of ``options.providers`` too) against the PyTorch readings; a lossy run
-    stops as soon as it fails whatever the rest gives; each lossy run must also decide ``obvious_pairs`` (the pairs and
-    the reference's decisions) as the reference does."""
+    """Every run (``_runs``, fp32 on each of ``options.providers`` too) against the PyTorch readings: a lossy run on
+    every record, stopping as soon as it fails whatever the rest gives, an fp32 run on the first ``fp32_n``; each
+    lossy run must also decide ``obvious_pairs`` (the pairs and the reference's decisions) as the reference does."""
     variants = {}
     reader = reference.reader
     for run in _runs(files, precisions, options.providers):
-        progress.step(f"gate {run.key} ({run.precision}) on {len(records)} pairs")
         thresholds = parity.for_precision(run.precision)
         lossy = run.precision != "fp32"
+        run_records = records if lossy else records[:fp32_n]
+        progress.step(f"gate {run.key} ({run.precision}) on {len(run_records)} pairs")
         try:
             onnx_reader = OnnxVerdictReader([directory / f for f in files[run.file]], reader.tokenizer,
                                             reader.questions, run.options(parity.batch_size),
@@ -187,10 +190,11 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
             continue
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
         measured = gate.compare_to_reference(
-            reference, candidate, records, ref_raw, thresholds.boundary_eps,
+            reference, candidate, run_records, ref_raw[:len(run_records)], thresholds.boundary_eps,
             **({"chunk": parity.batch_size * gate.GATE_CHUNK_BATCHES, "stop": thresholds} if lossy else {}))
-        read = records[:(measured.get("stopped_early") or {}).get("read", len(records))]
+        read = run_records[:(measured.get("stopped_early") or {}).get("read", len(run_records))]
         measured["log_odds_diff"] = log_odds_diff(reference, ref_raw, candidate.raw_outputs(read))  # remembered
+        measured["pairs"] = len(read)
         entry = gate.gate_entry(run, measured, thresholds)
         if obvious_pairs is not None and lossy:
             entry["obvious"] = _obvious_check(reference, candidate, obvious_pairs)
@@ -237,6 +241,16 @@ def _calibration_prompts(card: JudgeCard, reader: VerdictReader, parity: ParityC
     return [[reader.prompt_ids(q, r) for r in points] for q in reader.questions]
 
 
+def _fp32_share(reference: VerdictJudge, records, parity: ParityConfig) -> tuple[int, dict[str, Any]]:
+    """How many of ``records`` an fp32 run reads (``gate.within_budget`` on each record's prompt tokens, every
+    question's), and the budget's numbers (empty: all of them, no budget)."""
+    reader = reference.reader
+    lengths = [[len(reader.prompt_ids(q, x)) for q in reader.questions
+                for x in ([r] if q.pairwise else VerdictJudge._points(r))] for r in records]
+    kept, info = gate.within_budget(records, lengths, gate.decoder_parameters(reader.modules[0].decoder), parity)
+    return len(kept), info
+
+
 def _variants(options: ExportOptions) -> list[str]:
     """The lossy variants of ``verdict_quant`` to make besides int4: ``options.openvino`` (None: every OpenVINO
     variant), and dynamic int8 with ``options.int8``. An unknown name is refused before any work."""
@@ -269,6 +283,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
                              parity.batch_size)
     progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
     ref_raw = reference.raw_outputs(records)  # read once, for every run
+    fp32_n, fp32_budget = _fp32_share(reference, records, parity)
     obvious_set = _obvious_records(reference, options.obvious)
     reader = reference.reader
     first = records[0] if reference.pairwise else reference._points(records[0])[0]
@@ -297,10 +312,11 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         exported["quantized"] = {**made_info, **{name: {"skipped": why} for name, why in not_made.items()}}
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size,
+                                 **({"fp32_budget": fp32_budget} if fp32_budget else {}),
                                  **({"obvious": {"source": options.obvious, "n": len(obvious_set[0])}}
                                     if obvious_set else {})},
                   "export": exported, "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, precisions, records, parity, options,
+                  "variants": _gate(reference, ref_raw, tmp, files, precisions, records, fp32_n, parity, options,
                                     obvious_set)}
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, options.fallback)
