@@ -175,6 +175,16 @@ def test_fp32_runs_read_the_budgeted_head_of_the_slice_and_lossy_runs_all_of_it(
     assert whole.report["variants"]["fp32"]["pairs"] == 6 and "fp32_budget" not in whole.report["validation"]
 
 
+
+def test_no_int4_leaves_the_int4_copy_out(judge_dir, tmp_path):
+    from clfjudge.cli import main
+
+    assert main(["export", str(judge_dir), "--out", str(tmp_path / "onnx"), "--n", "2", "--openvino", "none",
+                 "--no-int4"]) == 0
+    assert JudgeCard.load(tmp_path / "onnx").runtime["onnx"]["files"] == {"fp32": ["verdict-0.onnx", "verdict-1.onnx"]}
+    assert not list((tmp_path / "onnx").glob("*int4*"))
+
+
 def test_a_pairwise_judge_exports_and_compares_as_pytorch(judge_dir, exported, tmp_path):
     with pytest.raises(ValueError, match="exported verdict judge already"):
         export_judge(exported.out_dir, tmp_path / "again")

@@ -20,10 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also write a dynamic int8 copy (model_quantized.onnx; an embedding judge's "
                         "reader_quantized.onnx; a verdict judge's beside its OpenVINO variants), the primary where "
                         "the gate passes it")
-    p.add_argument("--int4", action="store_true", default=None,
+    p.add_argument("--int4", action=argparse.BooleanOptionalAction, default=None,
                    help="also write a weight-only int4 copy (MatMulNBits: model_int4.onnx; an embedding judge's "
                         "reader_int4.onnx), the primary where the gate passes it (after int8); a verdict judge "
-                        "writes one always")
+                        "writes one unless --no-int4")
     p.add_argument("--fallback", "--int8-fallback", dest="fallback", action="store_true",
                    help="if the gate refuses only lossy runs (int8, int4, a bf16 --provider) but passes fp32, write "
                         "what passed and say by how much the others missed (as make main)")
