@@ -187,6 +187,7 @@ def test_ctrl_c_after_sessions_released_in_any_order_stops_cleanly(embedding_onn
     script = f"""
 import gc, os, signal, time
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # not inherited ignored (a shell's background job)
 from clfjudge.models.openvino_session import OpenVinoSession
 path = Path({str(embedding_onnx.out_dir / "reader.onnx")!r})
 first, second = OpenVinoSession(path, "f32", threads=1), OpenVinoSession(path, "f32", threads=1)

@@ -95,9 +95,12 @@ def test_a_signal_during_a_held_cleanup_arrives_after_it(tmp_path):
 
     shutil_rmtree = shutil.rmtree
     shutil.rmtree = cleanup_stopped_midway
+    # a run started in the background by a shell without job control inherits SIGINT ignored: Ctrl-C as a terminal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             discard(folder)
     finally:
         shutil.rmtree = shutil_rmtree
+        signal.signal(signal.SIGINT, previous)
     assert removed == [folder] and not folder.exists()
