@@ -12,12 +12,12 @@ Beside them, where this machine makes them, the OpenVINO IR variants of ``export
 weights, int8 weights and activations: ``ExportOptions.openvino`` says which) and, with ``--int8``, onnxruntime's
 dynamic int8.
 
-The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources,
-else the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds
-diff| and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``ExportOptions.obvious``
-names a set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A lossy run
-reads the whole sample (its agreement needs the pairs); an fp32 run, the same function up to float rounding, reads
-the head of it that fits the config's compute budget (``gate.within_budget``: a few dozen pairs of a 1.5B). A run of an
+The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources, else
+the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds diff|
+and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``ExportOptions.obvious`` names a
+set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A lossy run reads the
+whole sample (its agreement needs the pairs); an fp32 run, the same function up to float rounding, reads the head of
+it that fits the config's compute budget (``gate.within_budget``: for a 1.5B, the config's min_records). A run of an
 IR variant uses the OpenVINO provider this machine's probe picks (bf16 activations where it runs them). An fp32 run
 that fails refuses the export (nothing is written); a lossy variant that fails is left out and the report's
 ``refused`` says by how much it missed (a bf16 ``--provider`` too, with ``fallback``).
