@@ -42,6 +42,11 @@ class Profile:
     parity_records: int | None = None
     parity_overrides: tuple[str, ...] = ()  # clfjudge/configs/parity.yaml thresholds changed for this profile
     providers: tuple[str, ...] = ("openvino-bf16",)  # gated beside onnxruntime where this machine has them
+    # the export step's other ExportOptions (beside fallback, the gate's records and thresholds, and providers)
+    export: tuple[tuple[str, Any], ...] = (("int8", True),)
+    # the audit reads the trained judge instead of its export where the export serves only an fp32 run and the
+    # trained judge reads in a lower precision here (a decoder in bf16 beats every fp32 run of it)
+    audit_faster_trained: bool = False
     recipe: str | None = None  # the profile's own recipe (package data, configs/recipes/); None: the main job's
     steps: tuple[str, ...] = ("data", "train", "export", "audit")  # what a run of this profile does by default
 
@@ -66,9 +71,13 @@ PROFILES.register("quick", Profile(
 # A chat model's own verdict (Qwen2.5-Coder-1.5B-Instruct asked whether each answer is correct and helpful; a
 # verdict judge, judges/verdict.py): right on obvious pairs where the default judge counts words, at about one
 # answer a second on 2 cores, so its audit reads 100 pairs of each set (several hours with the released judges'
-# files: about 1.5 h for the judge's own reading) and its export (7 GB in fp32) is left to `clfjudge export`.
-PROFILES.register("quality", Profile(recipe="recipes/quality-verdict.yaml", steps=("data", "train", "audit"),
-                                     audit_limit=100, bootstrap=1000))
+# files). Its export makes the one int8 variant that kept a 1.5B's decisions (int8 but for the MLPs' down
+# projections, docs/speed.md) and gates it and OpenVINO bf16 against PyTorch fp32; the audit reads the fastest run
+# that passed, or the trained judge in bf16 where only fp32 passed. The int4 copy (slower than fp32 on a CPU) and
+# the other variants (their quantization alone takes minutes on a 1.5B, and they flipped its decisions) are not made.
+PROFILES.register("quality", Profile(recipe="recipes/quality-verdict.yaml", audit_limit=100, bootstrap=1000,
+                                     export=(("openvino", ("ov-int8-mixed",)), ("int4", False)),
+                                     audit_faster_trained=True))
 
 
 @dataclass
@@ -134,7 +143,7 @@ def export(state: RunState) -> dict[str, Any]:
     from .export.gate import ParityConfig, served
     from .export.onnx import export_judge
     from .export.options import ExportOptions
-    from .models.onnx_session import runnable_providers
+    from .models.onnx_session import gate_key, runnable_providers
 
     def summary(report: dict[str, Any]) -> dict[str, Any]:
         keys = ("max_abs_diff", "agreement", "metric_delta", "on_boundary", "records_per_s", "passed")
@@ -145,14 +154,16 @@ def export(state: RunState) -> dict[str, Any]:
     # Lossy runs (int8, a bf16 provider that runs on this machine) are gated beside fp32; those whose decisions
     # differ are dropped and run.json says why (one export, one gate read); the fastest run that passed is served.
     providers, not_run = runnable_providers(state.profile.providers)
-    options = ExportOptions(int8=True, fallback=True, providers=tuple(providers),
-                            n_records=state.profile.parity_records, parity=parity)
+    options = ExportOptions(fallback=True, providers=tuple(providers), n_records=state.profile.parity_records,
+                            parity=parity, **dict(state.profile.export))
     result = export_judge(judge_dir, state.path("judge-onnx"), options)
     refused = result.report.get("refused")
     if refused:
         _log.warning("%s", refused["reason"])
         refused = {"reason": refused["reason"], "parity": summary({"variants": refused["variants"]})}
-    return {"onnx_dir": str(result.out_dir), "primary": result.primary, "served": served(result.report),
+    runs = served(result.report)
+    runs["precision"] = result.report["variants"][gate_key(runs["file"], runs["provider"])]["precision"]
+    return {"onnx_dir": str(result.out_dir), "primary": result.primary, "served": runs,
             "parity": summary(result.report), "refused": refused,
             "providers": {"gated": providers, "not_run_here": not_run}}
 
@@ -161,14 +172,37 @@ def export(state: RunState) -> dict[str, Any]:
 def audit(state: RunState) -> dict[str, Any]:
     from .audit import run_audit
 
-    # the export where the run has one (the profile's steps), else the trained judge itself
-    exported = "export" in (state.config.steps or state.profile.steps) or "export" in state.outputs
-    judges = [_needs(state, "export", "onnx_dir") if exported else _needs(state, "train", "judge_dir"),
-              *state.config.judges]
+    judge, why = audited_judge(state)
+    judges = [judge, *state.config.judges]
     metrics = run_audit(judges, state.path("audit"), limit=state.profile.audit_limit,
                         set_limits=dict(state.profile.audit_set_limits), bootstrap=state.profile.bootstrap)
     return {"report": str(state.path("audit", "report.md")), "metrics": str(state.path("audit", "metrics.json")),
-            "judges": judges, "suites": sorted(metrics.get("suites", {}))}
+            "judges": judges, "reads": {"judge": judge, "why": why}, "suites": sorted(metrics.get("suites", {}))}
+
+
+def audited_judge(state: RunState) -> tuple[str, str]:
+    """The judge the audit reads, and why: the export where the run has one (the profile's steps), run as it
+    serves (the fastest run its gate passed); else the trained judge. With ``audit_faster_trained``, the trained
+    judge where the export serves an fp32 run and the trained judge reads in a lower precision on this machine."""
+    from .card import JudgeCard
+    from .machine import decoder_precision
+
+    if not ("export" in (state.config.steps or state.profile.steps) or "export" in state.outputs):
+        return _needs(state, "train", "judge_dir"), "the run has no export"
+    onnx_dir, served = _needs(state, "export", "onnx_dir"), state.outputs["export"].get("served") or {}
+    exported = ("the export, as it serves" + (f": {served['file']} on {served['provider']} ({served['precision']})"
+                                              if "precision" in served else ""))
+    if not state.profile.audit_faster_trained or served.get("precision") != "fp32":
+        return onnx_dir, exported
+    judge_dir = _needs(state, "train", "judge_dir")
+    asked = JudgeCard.load(judge_dir).runtime.get("precision")
+    if asked is None:
+        return onnx_dir, exported
+    precision, why = decoder_precision(asked)
+    if precision == "fp32":
+        return onnx_dir, f"{exported}; the trained judge would read in fp32 too ({why})"
+    return judge_dir, (f"the trained judge in {precision} ({why}): the export's gate passed only fp32 runs "
+                       f"(served: {served['file']} on {served['provider']})")
 
 
 def _needs(state: RunState, step: str, key: str) -> Any:

@@ -142,7 +142,7 @@ def test_the_main_jobs_export_gates_what_runs_here(simulated, tmp_path, monkeypa
         calls.append(list(options.providers))
         gate = {"max_abs_diff": 0.0, "agreement": 1.0, "metric_delta": 0.0, "on_boundary": 0, "records_per_s": 3.0}
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx",
-                               report={"variants": {"model.onnx": {**gate, "passed": True}}})
+                               report={"variants": {"model.onnx": {"precision": "fp32", **gate, "passed": True}}})
 
     monkeypatch.setattr(export, "export_judge", fake_export)
     state = RunState(RunConfig(out=tmp_path), PROFILES.get("full"),

@@ -52,9 +52,9 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
     def fake_export(judge_dir, out_dir, options):
         calls.append((options.int8, options.fallback, list(options.providers)))
         gate = {"max_abs_diff": 0.1, "agreement": 0.9, "metric_delta": 0.0, "on_boundary": 0, "records_per_s": 3.0}
-        report = {"variants": {"model.onnx": {**gate, "passed": True}},
+        report = {"variants": {"model.onnx": {"precision": "fp32", **gate, "passed": True}},
                   "refused": {"reason": "refused by the parity gate: decision agreement 90.00% < 99.00%",
-                              "variants": {"model_quantized.onnx": {**gate, "passed": False}}}}
+                              "variants": {"model_quantized.onnx": {"precision": "int8", **gate, "passed": False}}}}
         return SimpleNamespace(out_dir=out_dir, primary="model.onnx", report=report)
 
     monkeypatch.setattr(export, "export_judge", fake_export)
@@ -64,7 +64,7 @@ def test_export_falls_back_to_fp32_when_the_gate_refuses_int8(tmp_path, monkeypa
     # openvino-bf16 is gated too where the openvino extra is installed
     has_openvino = PROVIDERS.get("openvino-bf16").available()
     assert calls == [(True, True, ["openvino-bf16"] if has_openvino else [])] and out["primary"] == "model.onnx"
-    assert out["served"] == {"file": "model.onnx", "provider": "cpu", "records_per_s": 3.0}
+    assert out["served"] == {"file": "model.onnx", "provider": "cpu", "records_per_s": 3.0, "precision": "fp32"}
     assert "90.00%" in out["refused"]["reason"]
     assert out["refused"]["parity"]["model_quantized.onnx"]["passed"] is False
     assert list(out["parity"]) == ["model.onnx"]

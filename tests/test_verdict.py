@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,7 +81,6 @@ def test_shipped_questions_load_and_bad_ones_are_refused():
 
 def test_the_readme_says_what_the_reward_is():
     """log of P summed over the shipped question's spellings per side (``reference_log_odds`` below computes it)."""
-    from pathlib import Path
 
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
     correct = presets()["correct"]
@@ -108,6 +108,17 @@ def test_pairwise_reads_both_orders(pair_dir, chat_model):
     both = judge.compare(QUESTION, "7", "9", symmetric=True)
     assert both.margin == pytest.approx((ab - ba) / 2, abs=1e-5)
     assert both.p_a == pytest.approx(1 - judge.compare(QUESTION, "9", "7", symmetric=True).p_a, abs=1e-6)
+
+
+def test_a_released_reader_answers_what_it_read_and_refuses_the_rest(point_dir):
+    """The export frees the PyTorch weights once its graphs are written: the readings taken stay, a new one fails."""
+    judge = Judge.load(point_dir)
+    before = judge.score(QUESTION, "7").value
+    judge.reader.release()
+    assert all(p.device.type == "meta" for m in judge.reader.modules for p in m.parameters())
+    assert judge.score(QUESTION, "7").value == before
+    with pytest.raises(RuntimeError, match="released"):
+        judge.score(QUESTION, "9")
 
 
 def test_the_card_holds_the_prompt(chat_model, tmp_path):
@@ -197,7 +208,7 @@ def test_the_quality_profile_trains_a_verdict_judge(chat_model, tmp_path):
     from clfjudge.pipeline import PROFILES, RunConfig, recipe_of
 
     assert recipe_of(RunConfig(out=tmp_path, profile="quality")).name == "quality-verdict.yaml"
-    assert "export" not in PROFILES.get("quality").steps
+    assert PROFILES.get("quality").steps == ("data", "train", "export", "audit")
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
     done = clfjudge("run", "--out", str(tmp_path / "run"), "--profile", "quality", "--steps", "train",
@@ -207,6 +218,40 @@ def test_the_quality_profile_trains_a_verdict_judge(chat_model, tmp_path):
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["outputs"]["train"]["recipe"].endswith("quality-verdict.yaml")
     assert JudgeCard.load(tmp_path / "run" / "judge").kind == "verdict"
+
+
+def test_the_quality_profile_exports_its_int8_variant_and_audits_the_fastest_gated_run(chat_model, tmp_path,
+                                                                                       monkeypatch):
+    """The quality profile's export makes only the mixed int8 variant (no int4, no dynamic int8) and gates it; the
+    audit reads the export as it serves, or the trained judge where the export serves fp32 and the judge reads bf16."""
+    from clfjudge import machine, pipeline
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    config = pipeline.RunConfig(out=tmp_path / "run", profile="quality", steps=["train", "export"],
+                                overrides=[f"backbone={chat_model}", f"sources=[{data}]", "dev_fraction=0.0",
+                                           "verdict.precision=bf16"])
+    record = pipeline.run(config, log=lambda _: None)
+    exported = record["outputs"]["export"]
+    onnx = JudgeCard.load(exported["onnx_dir"]).runtime["onnx"]
+    assert set(onnx["quantized"]) == {"ov-int8-mixed"}  # made, or skipped with why where OpenVINO / NNCF are not
+    assert set(onnx["files"]) <= {"fp32", "ov-int8-mixed"}
+    report = json.loads((Path(exported["onnx_dir"]) / "parity_report.json").read_text())
+    assert exported["served"]["precision"] == next(v["precision"] for k, v in report["variants"].items()
+                                                   if k.split(" @ ")[0] == exported["served"]["file"])
+    assert all(s["wall_time_s"] >= 0 for s in record["steps"].values())
+
+    state = pipeline.RunState(config, pipeline.PROFILES.get("quality"), record["outputs"])
+    judge_dir = record["outputs"]["train"]["judge_dir"]
+    for served, reads, want in (("int8", "bf16", exported["onnx_dir"]), ("fp32", "bf16", judge_dir),
+                                ("fp32", "fp32", exported["onnx_dir"])):
+        monkeypatch.setattr(machine, "decoder_precision", lambda asked, device="cpu", r=reads: (r, "test"))
+        state.outputs["export"]["served"]["precision"] = served
+        judge, why = pipeline.audited_judge(state)
+        assert judge == want, (served, reads, why)
+    # the main job audits what it serves, whatever the trained judge would read in
+    assert pipeline.audited_judge(pipeline.RunState(config, pipeline.PROFILES.get("full"),
+                                                    record["outputs"]))[0] == exported["onnx_dir"]
 
 
 def test_a_stacked_judge_reads_the_verdict_as_a_feature(chat_model, tiny_llama_dir, tmp_path):

@@ -297,6 +297,9 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         tmp.mkdir(mode=0o700)
         progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
         files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        # the gate compares with the readings taken above; weights converted on loading (bf16 on disk, fp32 here)
+        # are the process's own memory, which the quantizers need more
+        reader.release()
         precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
         keep = head_nodes(tmp / files[PRIMARY][0])
         width = verdict_quant.group_size(reader.modules[0].decoder.config)

@@ -273,9 +273,20 @@ class VerdictReader:
                 module.decoder.to(torch.bfloat16)
         self.memory = MemoryCache()
         self.truncated = 0  # texts cut to their budget so far
+        self.released = False  # ``release``: the weights are freed
         self.share_prefix = share_prefix
         self.max_prompt_tokens = _context(model)
         self._split = f"\x00{uuid.uuid4().hex}\x00"  # marks the shared text's end; data cannot name it
+
+    def release(self) -> None:
+        """Free the model's weights: from now on the reader prompts and tokenizes, and answers only what it has read
+        already (the export, once its graphs are written, holds a quantizer's copies of them instead)."""
+        import gc
+
+        for module in self.modules:
+            module.to("meta")
+        self.released = True
+        gc.collect()
 
     def _modules(self, model) -> list:
         """One ``(input_ids, attention_mask) -> log-odds`` runner per question (an exported judge runs graphs)."""
@@ -327,6 +338,9 @@ class VerdictReader:
             # this call's readings are held here: a memory smaller than the call forgets some before they are used
             known = self.memory.known(keys)
             todo = [key for key in dict.fromkeys(keys) if key not in known]
+            if todo and self.released:
+                raise RuntimeError(f"the verdict reader's weights were released; {len(todo)} prompt(s) not read "
+                                   "before cannot be read")
             where = {key: keys.index(key) for key in todo}
             for key, value in zip(todo, self._run(module, [prompts[where[key]] for key in todo])):
                 known[key] = self.memory[key] = value
