@@ -11,6 +11,7 @@ has to span) and its largest channels. Results: ``research/results/verdict_int8_
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -60,8 +61,9 @@ def main() -> None:
     card, parity = JudgeCard.load(args.judge_dir), ParityConfig.load()
     records, validation = gate.validation_records(card, RewardHead(), parity,
                                                   ExportOptions(n_records=args.n, source=args.source), arity="pair")
-    result: dict[str, Any] = {"machine": machine(), "judge_dir": str(args.judge_dir), "source": validation["source"],
-                              "n": len(records), "readings": {}}
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()
+    result: dict[str, Any] = {"machine": machine(threads), "judge_dir": str(args.judge_dir),
+                              "source": validation["source"], "n": len(records), "readings": {}}
     raw, stats = {}, {}
     for precision in ("fp32", "bf16"):
         c = replace(card, runtime={**card.runtime, "precision": precision})
