@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", choices=PROFILES.names(), default="full",
                    help="full: the README's main job; quick: the same path on a small real slice (CI); quality: a "
                         "chat model's own verdict (Qwen2.5-Coder-1.5B, about one answer a second on 2 cores: "
-                        "hours; exported with its int8 variant behind the gate, audited on the fastest run that "
+                        "hours; exported behind the parity gate, audited on the fastest run that "
                         "passed; docs/training.md)")
     p.add_argument("--steps", nargs="+", choices=ORDER, help="run only these steps (later ones reuse run.json)")
     p.add_argument("--judges", nargs="+", default=list(REFERENCE_JUDGES),

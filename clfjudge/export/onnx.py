@@ -36,6 +36,11 @@ def export_judge(judge_dir: str | Path, out_dir: str | Path, options: ExportOpti
     kept, skipped = runnable_providers(options.providers)
     for name, why in skipped.items():
         log.warning("provider %s is not gated: it does not run on this machine (%s)", name, why)
+    # the native modules load before any exporter makes its temporary folder: a stop that lands inside their
+    # import aborts the process (the exception cannot cross their C++ frames), so it must find no folder to leave
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
     result = EXPORTERS.get(kind)(judge_dir, Path(out_dir), options.with_(providers=tuple(kept)))
     card = JudgeCard.load(result.out_dir)
     here = machine.probe()  # looked up now: tests simulate other machines
