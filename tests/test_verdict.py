@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -114,8 +115,10 @@ def test_a_released_reader_answers_what_it_read_and_refuses_the_rest(point_dir):
     """The export frees the PyTorch weights once its graphs are written: the readings taken stay, a new one fails."""
     judge = Judge.load(point_dir)
     before = judge.score(QUESTION, "7").value
+    embeddings = weakref.ref(judge.reader.modules[0].decoder.get_input_embeddings().weight)
     judge.reader.release()
     assert all(p.device.type == "meta" for m in judge.reader.modules for p in m.parameters())
+    assert embeddings() is None  # nothing holds the weights (a tied output layer would keep a mmapped file mapped)
     assert judge.score(QUESTION, "7").value == before
     with pytest.raises(RuntimeError, match="released"):
         judge.score(QUESTION, "9")

@@ -133,6 +133,22 @@ def test_a_planted_failing_int4_is_refused_with_its_gap(judge_dir, tmp_path, mon
     assert on_disk["refused"]["variants"]["int4"]["agreement"] == gap["agreement"]
 
 
+def test_the_reference_reads_only_as_far_as_the_runs_get(judge_dir, tmp_path, monkeypatch):
+    """A lossy run refused on its first chunk costs the PyTorch reference that chunk alone (a 1.5B's fp32 reading of
+    the whole slice took most of an export)."""
+    from dataclasses import replace
+
+    from clfjudge.export import quantize
+
+    monkeypatch.setattr(quantize, "quantize_int4", _negated_int4)
+    parity = replace(ParityConfig.load(), budget_tflop=1e-12, min_records=2, batch_size=2)  # chunks of 4 pairs
+    result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS, openvino=(), parity=parity)
+    gap = result.report["refused"]["variants"]["int4"]
+    assert gap["stopped_early"]["read"] == 4 and gap["pairs"] == 4
+    assert result.report["variants"]["fp32"]["pairs"] == 2
+    assert result.report["validation"]["reference_read"] == 4 < N_RECORDS
+
+
 def test_only_a_verdict_judge_takes_the_verdict_options():
     from clfjudge.export import embedding, fine_tuned, verdict
 
@@ -169,6 +185,7 @@ def test_fp32_runs_read_the_budgeted_head_of_the_slice_and_lossy_runs_all_of_it(
     variants, budget = result.report["variants"], result.report["validation"]["fp32_budget"]
     assert budget["kept"] == 2 and budget["of"] == 6 and budget["budget_tflop"] == 1e-12
     assert variants["fp32"]["pairs"] == 2 and variants["int4"]["pairs"] == 6
+    assert result.report["validation"]["reference_read"] == 6  # as far as the int4 run read
     assert all(v["pairs"] == 2 for key, v in variants.items() if v["precision"] == "fp32")
     whole = export_judge(judge_dir, tmp_path / "whole", n_records=6, openvino=(), int4=False,
                          parity=replace(parity, budget_tflop=None))

@@ -5,10 +5,10 @@ precision (clfjudge/configs/parity.yaml).
 ``export.parity``'s ``ParityConfig`` / ``Thresholds``: the thresholds and the slice's size; ``validation_records``
 (and ``within_budget``, ``decoder_parameters``): the slice; ``compare_to_reference``: the numbers of one run against
 the reference (max |logit diff|, decision agreement, the metric delta: accuracy for pair judges, Pearson for point
-judges), for any judge with ``raw_outputs`` / ``pair_outputs`` / ``point_scores``; ``gate_runs`` / ``gate_entry``:
-the runs of an export and their report entries; ``drop_refused``: ``fallback``'s rule (lossy runs that fail are left
-out when every fp32 run passed); ``gated`` / ``served``: what the card records. A failing gate raises
-``ParityError`` naming the threshold and the numbers.
+judges; ``ReferenceReadings``: the reference read only as far as the runs get), for any judge with ``raw_outputs`` /
+``pair_outputs`` / ``point_scores``; ``gate_runs`` / ``gate_entry``: the runs of an export and their report entries;
+``drop_refused``: ``fallback``'s rule (lossy runs that fail are left out when every fp32 run passed); ``gated`` /
+``served``: what the card records. A failing gate raises ``ParityError`` naming the threshold and the numbers.
 """
 from __future__ import annotations
 
@@ -134,6 +134,31 @@ def read_in_chunks(judge: Judge, records: Sequence[Record], size: int) -> np.nda
     return np.concatenate([judge.raw_outputs(records[i:i + size]) for i in range(0, len(records), size)])
 
 
+class ReferenceReadings:
+    """The reference's raw outputs on a slice, read in chunks of ``chunk`` records only as far as the runs compared
+    with it get (``first``): where every lossy run fails on its first chunks, a slow reference (a decoder in fp32)
+    reads those alone. ``raw``: readings taken already."""
+
+    def __init__(self, judge: Judge, records: Sequence[Record], chunk: int | None = None,
+                 raw: np.ndarray | None = None) -> None:
+        self.judge, self.records = judge, records
+        self.chunk = max(1, chunk or len(records))
+        self._raw = None if raw is None else np.asarray(raw)
+
+    @property
+    def read(self) -> int:
+        """How many records the reference has read."""
+        return 0 if self._raw is None else len(self._raw)
+
+    def first(self, n: int) -> np.ndarray:
+        """The readings of the first ``n`` records, reading the chunks not read yet."""
+        n = min(n, len(self.records))
+        while self.read < n:
+            part = self.judge.raw_outputs(self.records[self.read:self.read + self.chunk])
+            self._raw = part if self._raw is None else np.concatenate([self._raw, part])
+        return self._raw[:n]
+
+
 def _certain_failure(ref_raw: np.ndarray, raw: np.ndarray, agree: np.ndarray, kept_total: int,
                      thresholds: Thresholds) -> str | None:
     """Why a run already fails whatever the records it has not read give (None: it may still pass)."""
@@ -179,23 +204,24 @@ def decision_slack(judge: Judge, raw: np.ndarray) -> np.ndarray:
 
 
 def compare_to_reference(reference: Judge, candidate: Judge, records: Sequence[Record],
-                         ref_raw: np.ndarray | None = None, boundary_eps: float | None = None, *,
+                         ref_raw: np.ndarray | ReferenceReadings | None = None, boundary_eps: float | None = None, *,
                          chunk: int | None = None, stop: Thresholds | None = None) -> dict[str, Any]:
     """Parity numbers of ``candidate`` against ``reference`` on the same records and the same batches.
 
-    With ``boundary_eps``, records whose reference decision is within that slack of flipping are left out of
-    the agreement and the metric (and counted): an fp32 graph computes the same function up to float rounding,
-    which can tip a decision that sits on a boundary (an undertrained judge puts many there).
+    ``ref_raw``: the reference's readings (an array, or ``ReferenceReadings`` read as far as the candidate gets;
+    None: read here). With ``boundary_eps``, records whose reference decision is within that slack of flipping are
+    left out of the agreement and the metric (and counted): an fp32 graph computes the same function up to float
+    rounding, which can tip a decision that sits on a boundary (an undertrained judge puts many there); that needs
+    every reference reading first.
     With ``chunk``, the candidate reads ``chunk`` records at a time (``read_in_chunks``: read the reference alike);
     with ``stop`` as well, it stops as soon as it fails those thresholds whatever the rest gives, and the numbers
     are those of the records read (``stopped_early`` says how many and why)."""
-    ref_raw = reference.raw_outputs(records) if ref_raw is None else ref_raw
+    ref = ref_raw if isinstance(ref_raw, ReferenceReadings) else ReferenceReadings(reference, records, chunk, ref_raw)
     keep = np.ones(len(records), dtype=bool)
     if boundary_eps:
-        keep = decision_slack(reference, ref_raw) > boundary_eps
+        keep = decision_slack(reference, ref.first(len(records))) > boundary_eps
     if not keep.any():  # everything on a boundary: compare everything rather than nothing
         keep[:] = True
-    ref_decisions = decisions(reference, ref_raw)
     size = chunk or len(records)
     parts, seconds, stopped = [], 0.0, None
     for start in range(0, len(records), size):
@@ -204,15 +230,15 @@ def compare_to_reference(reference: Judge, candidate: Judge, records: Sequence[R
         seconds += time.perf_counter() - began
         read = start + len(parts[-1])
         if stop is not None and read < len(records):
-            raw = np.concatenate(parts)
-            agree = np.array([a == b for a, b in zip(ref_decisions[:read], decisions(candidate, raw))])[keep[:read]]
-            why = _certain_failure(ref_raw[:read], raw, agree, int(keep.sum()), stop)
+            raw, ref_read = np.concatenate(parts), ref.first(read)
+            agree = np.array([a == b for a, b in zip(decisions(reference, ref_read), decisions(candidate, raw))])
+            why = _certain_failure(ref_read, raw, agree[keep[:read]], int(keep.sum()), stop)
             if why:
                 stopped = {"read": read, "of": len(records), "why": why}
                 break
     raw = np.concatenate(parts)
     n = len(raw)
-    ref_raw, keep, records = ref_raw[:n], keep[:n], records[:n]
+    ref_raw, keep, records = ref.first(n), keep[:n], records[:n]
     diff = np.abs(raw - ref_raw)
     idx = np.flatnonzero(keep) if keep.any() else np.arange(n)
     kept = [records[i] for i in idx]

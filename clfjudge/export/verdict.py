@@ -13,7 +13,8 @@ weights, int8 weights and activations: ``ExportOptions.openvino`` says which) an
 dynamic int8.
 
 The parity gate (clfjudge/configs/parity.yaml) reads a seeded sample of real labelled pairs (the card's sources, else
-the parity config's pair sources) through the PyTorch judge in fp32 once, then through every run: max |log-odds diff|
+the parity config's pair sources) through every run and, beside them, through the PyTorch judge in fp32 (read once,
+in the runs' chunks, only as far as the runs get; its weights are freed while the quantizers run): max |log-odds diff|
 and its quantiles, pairwise decision agreement and the accuracy delta, and, where ``ExportOptions.obvious`` names a
 set of pairs no judge should get wrong, that every lossy run decides each of them as fp32 does. A lossy run reads the
 whole sample (its agreement needs the pairs); an fp32 run, the same function up to float rounding, reads the head of
@@ -148,10 +149,11 @@ def _runs(files: dict[str, list[str]], precisions: dict[str, str], providers: Se
 
 
 def log_odds_diff(reference: VerdictJudge, ref_raw, raw) -> dict[str, float]:
-    """|Δ log-odds| of a run against the reference: p50, p95 and max over the answers read (pairwise: the margins)."""
+    """|Δ log-odds| of a run against the reference's readings of the same answers: p50, p95 and max (pairwise: the
+    margins)."""
     import numpy as np
 
-    diff = np.abs(np.asarray(raw) - np.asarray(ref_raw)[:len(raw)])
+    diff = np.abs(np.asarray(raw) - np.asarray(ref_raw))
     diff = 2 * diff[:, 0] if reference.pairwise else diff.ravel()
     return {q: float(np.quantile(diff, level)) for q, level in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))}
 
@@ -164,15 +166,17 @@ def _obvious_check(reference: VerdictJudge, candidate: VerdictJudge, obvious) ->
     return {"n": len(records), "changed": len(changed), "changed_ids": changed[:20]}
 
 
-def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, list[str]],
+def _gate(reference: VerdictJudge, readings: gate.ReferenceReadings, directory: Path, files: dict[str, list[str]],
           precisions: dict[str, str], records, fp32_n: int, parity: ParityConfig, options: ExportOptions,
           obvious_pairs=None) -> dict[str, Any]:
-    """Every run (``_runs``, fp32 on each of ``options.providers`` too) against the PyTorch readings: a lossy run on
-    every record, stopping as soon as it fails whatever the rest gives, an fp32 run on the first ``fp32_n``; each
-    lossy run must also decide ``obvious_pairs`` (the pairs and the reference's decisions) as the reference does."""
+    """Every run (``_runs``, fp32 on each of ``options.providers`` too) against the PyTorch readings of ``records``
+    (``readings``: read as far as the runs get): a lossy run on every record, stopping as soon as it fails whatever
+    the rest gives, an fp32 run on the first ``fp32_n``; each lossy run must also decide ``obvious_pairs`` (the pairs
+    and the reference's decisions) as the reference does."""
     variants = {}
     reader = reference.reader
     for run in _runs(files, precisions, options.providers):
+        onnx_reader = candidate = None  # the last run's session is freed before the next one loads
         thresholds = parity.for_precision(run.precision)
         lossy = run.precision != "fp32"
         run_records = records if lossy else records[:fp32_n]
@@ -190,10 +194,11 @@ def _gate(reference: VerdictJudge, ref_raw, directory: Path, files: dict[str, li
             continue
         candidate = VerdictJudge(reference.card, onnx_reader, parity.batch_size)
         measured = gate.compare_to_reference(
-            reference, candidate, run_records, ref_raw[:len(run_records)], thresholds.boundary_eps,
-            **({"chunk": parity.batch_size * gate.GATE_CHUNK_BATCHES, "stop": thresholds} if lossy else {}))
+            reference, candidate, run_records, readings, thresholds.boundary_eps,
+            **({"chunk": readings.chunk, "stop": thresholds} if lossy else {}))
         read = run_records[:(measured.get("stopped_early") or {}).get("read", len(run_records))]
-        measured["log_odds_diff"] = log_odds_diff(reference, ref_raw, candidate.raw_outputs(read))  # remembered
+        measured["log_odds_diff"] = log_odds_diff(reference, readings.first(len(read)),
+                                                  candidate.raw_outputs(read))  # remembered
         measured["pairs"] = len(read)
         entry = gate.gate_entry(run, measured, thresholds)
         if obvious_pairs is not None and lossy:
@@ -279,10 +284,12 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     # the judge compares pairs whatever its questions ask, so the gate reads pairs with a verdict
     records, validation = gate.validation_records(card, RewardHead(), parity, options, arity="pair")
     fp32_card = replace(card, runtime={**card.runtime, "precision": "fp32"})
-    reference = VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, budget=Budget(parity.batch_size)),
-                             parity.batch_size)
-    progress.step(f"reading the reference (PyTorch fp32) on {len(records)} pairs of {validation['source']}")
-    ref_raw = reference.raw_outputs(records)  # read once, for every run
+
+    def open_reference() -> VerdictJudge:
+        return VerdictJudge(fp32_card, open_reader(fp32_card, judge_dir, budget=Budget(parity.batch_size)),
+                            parity.batch_size)
+
+    reference = open_reference()
     fp32_n, fp32_budget = _fp32_share(reference, records, parity)
     obvious_set = _obvious_records(reference, options.obvious)
     reader = reference.reader
@@ -297,8 +304,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         tmp.mkdir(mode=0o700)
         progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
         files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
-        # the gate compares with the readings taken above; weights converted on loading (bf16 on disk, fp32 here)
-        # are the process's own memory, which the quantizers need more
+        # the quantizers need the memory more (a mmapped checkpoint's pages too); the gate loads the weights again
         reader.release()
         precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
         keep = head_nodes(tmp / files[PRIMARY][0])
@@ -313,14 +319,20 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
         files |= made
         precisions |= {name: made_info[name]["precision"] for name in made}
         exported["quantized"] = {**made_info, **{name: {"skipped": why} for name, why in not_made.items()}}
+        progress.step(f"loading the reference (PyTorch fp32) for the gate on {len(records)} pairs of "
+                      f"{validation['source']}")
+        reference = open_reference()
+        # read beside the runs, as far as they get: a lossy run that fails stops after its first chunks
+        readings = gate.ReferenceReadings(reference, records, parity.batch_size * gate.GATE_CHUNK_BATCHES)
         report = {"judge_dir": str(judge_dir), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "validation": {**validation, "batch_size": parity.batch_size,
                                  **({"fp32_budget": fp32_budget} if fp32_budget else {}),
                                  **({"obvious": {"source": options.obvious, "n": len(obvious_set[0])}}
                                     if obvious_set else {})},
                   "export": exported, "primary": PRIMARY,
-                  "variants": _gate(reference, ref_raw, tmp, files, precisions, records, fp32_n, parity, options,
+                  "variants": _gate(reference, readings, tmp, files, precisions, records, fp32_n, parity, options,
                                     obvious_set)}
+        report["validation"]["reference_read"] = readings.read
         report["passed"] = all(v["passed"] for v in report["variants"].values())
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:

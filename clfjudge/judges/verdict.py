@@ -171,7 +171,9 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
     import torch
 
     class VerdictLogOdds(torch.nn.Module):
-        def __init__(self) -> None:
+        # ``model`` is an argument, not a closure: ``VerdictReader.release`` frees the weights only if nothing else
+        # holds the model (its output layer shares the input embeddings' weights, and a mmapped file is freed whole)
+        def __init__(self, model) -> None:
             super().__init__()
             self.decoder = model.get_decoder()
             head = model.get_output_embeddings()
@@ -231,7 +233,7 @@ def verdict_module(model, yes: Sequence[int], no: Sequence[int]):
                                   position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
             return self._log_odds(states, attention_mask)
 
-    return VerdictLogOdds().eval()
+    return VerdictLogOdds(model).eval()
 
 
 def _context(model) -> int | None:
