@@ -45,6 +45,7 @@ class Meter:
         self.answers = self.tokens = 0
         self.text = ""
         self.started = self._shown = time.monotonic()
+        self._since = (self.started, 0, 0)  # the rates count from the last step: (time, answers, tokens)
         self._bar = None
         if getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm
@@ -66,6 +67,7 @@ class Meter:
             self._bar.set_postfix_str(self._postfix())
 
     def step(self, text: str) -> None:
+        self._since = (time.monotonic(), self.answers, self.tokens)
         line = f"{self.desc}: {text}"
         if self._bar is not None:
             self._bar.write(line, file=self.stream)
@@ -83,11 +85,13 @@ class Meter:
         return ", ".join(parts + ([self.text] if self.text else []))
 
     def _line(self) -> None:
-        took = max(time.monotonic() - self.started, 1e-9)
-        tokens = f", {self.tokens:,} tokens ({self.tokens / took:,.0f}/s)" if self.tokens else ""
+        now = time.monotonic()
+        since, answers, tokens = self._since
+        step = max(now - since, 1e-9)  # an export's steps read at their own speeds (a quantizer reads nothing)
+        rate = f", {self.tokens:,} tokens ({(self.tokens - tokens) / step:,.0f}/s)" if self.tokens else ""
         note = f", {self.text}" if self.text else ""
-        print(f"{self.desc}: {self.answers:,} answers read ({self.answers / took:.2f}/s){tokens}{note}, "
-              f"{took:.0f} s", file=self.stream, flush=True)
+        print(f"{self.desc}: {self.answers:,} answers read ({(self.answers - answers) / step:.2f}/s){rate}{note}, "
+              f"{now - self.started:.0f} s", file=self.stream, flush=True)
         self._shown = time.monotonic()
 
 

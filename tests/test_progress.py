@@ -55,6 +55,19 @@ def test_a_meter_shows_steps_and_nothing_without_one():
     assert re.search(r"export: 2 answers read \([\d.]+/s\), 40 tokens", text)
 
 
+def test_the_rates_count_from_the_last_step(monkeypatch):
+    """An export quantizes for minutes before its gate reads: the gate's answers/s are its own, not over the export."""
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    stream = io.StringIO()
+    meter = progress.Meter("export", stream, every=0)
+    now[0] = 100.0
+    meter.step("gate fp32 (fp32) on 16 pairs")
+    now[0] = 110.0
+    meter.advance(20, 2000)
+    assert stream.getvalue().splitlines()[-1] == "export: 20 answers read (2.00/s), 2,000 tokens (200/s), 110 s"
+
+
 def test_a_stop_whose_exception_was_swallowed_is_raised_again_at_the_next_report():
     import signal
 
