@@ -131,7 +131,7 @@ def within_budget(records: Sequence[Record], lengths: Sequence[Sequence[int]], p
 
 def read_in_chunks(judge: Judge, records: Sequence[Record], size: int) -> np.ndarray:
     """``judge.raw_outputs`` over consecutive chunks of ``size`` records: the batches every gate run reads alike."""
-    return np.concatenate([judge.raw_outputs(records[i:i + size]) for i in range(0, len(records), size)])
+    return ReferenceReadings(judge, records, size).first(len(records))
 
 
 class ReferenceReadings:
