@@ -165,6 +165,24 @@ def test_the_provider_of_an_ir_variant_follows_the_machine(monkeypatch, kind, wa
         assert choose_run(ungated, LoadOptions(variant="ov-int8"))[:2] == ("ov-int8", "openvino")
 
 
+@pytest.mark.parametrize(("kind", "want"), [
+    # bf16 where it runs, and a weights-only variant on f32 activations too (int8 products of its weights)
+    ("amx", ["ov-int8-weights @ openvino-bf16", "ov-int8-weights @ openvino", "ov-int8 @ openvino-bf16"]),
+    ("avx512-vnni", ["ov-int8-weights @ openvino", "ov-int8 @ openvino"]),
+])
+def test_a_weights_only_variant_is_gated_on_f32_activations_too(monkeypatch, kind, want):
+    from clfjudge.export.verdict import _runs
+
+    monkeypatch.setattr(machine, "probe", lambda: testing.simulated_machine(kind))
+    files = {"fp32": ["verdict-0.onnx"], "ov-int8-weights": ["verdict-0_ov_int8w.xml"],
+             "ov-int8": ["verdict-0_ov_int8.xml"]}
+    runs = _runs(files, {"fp32": "fp32", "ov-int8-weights": "int8-weights", "ov-int8": "int8-static"}, ())
+    assert [r.key for r in runs] == ["fp32", *want]
+    # the export serves the faster of the two; a machine with bf16 runs the served one as it was gated
+    both = {**RUNTIME, "files": files, "gated": want, "served": {"file": "ov-int8-weights", "provider": "openvino"}}
+    assert choose_run(both, LoadOptions())[:2] == ("ov-int8-weights", "openvino")
+
+
 def test_dynamic_int8_is_made_and_gated_with_int8(judge_dir, tmp_path):
     parity = ParityConfig.load(overrides=["int8.min_agreement=0", "int8.max_metric_delta=1"])  # kept whatever it does
     result = export_verdict_judge(judge_dir, tmp_path / "onnx", ExportOptions(
@@ -195,3 +213,27 @@ def test_the_mixed_int8_variant_leaves_the_down_projections_unquantized(judge_di
     made = result.report["export"]["quantized"]["ov-int8-mixed"]
     assert made["not_quantized"] == {"patterns": list(verdict_quant.MIXED_KEEP), "matmuls": len(down)}
     assert made["calibration_prompts"] == result.report["export"]["quantized"]["ov-int8"]["calibration_prompts"] > 0
+
+
+def test_the_dynamic_quantization_bench_runs_and_compares(judge_dir, tmp_path):
+    """bench/ov_dynamic_quant.py on the tiny judge: the reference, int8 weights unquantized and in groups of 32, and
+    bf16 where it runs; each run a process of its own."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "ov_dynamic_quant.py"), "--model",
+                           str(judge_dir.parent / "model"), "--pool", "pandalm-test", "--pairs", "2", "--repeats", "1",
+                           "--threads", "1", "--group-sizes", "0", "32", "--results", str(tmp_path)],
+                          capture_output=True, text=True, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(next(tmp_path.glob("ov_dynamic_quant_model_*.json")).read_text())
+    rows = result["rows"]
+    assert {"fp32 graph, f32", "int8 weights, f32, not quantized", "int8 weights, f32, group 32"} <= set(rows)
+    reference = rows["fp32 graph, f32"]
+    assert reference["max_abs_diff"] == 0 and reference["pairs_agree"] == reference["pairs"] == 2
+    for row in rows.values():
+        assert row["answers"] == 4 and row["answers_per_s"] > 0 and "p50_abs_diff" in row
+    assert rows["int8 weights, f32, group 32"]["group_size"] == 32
+    assert rows["int8 weights, f32, not quantized"]["max_abs_diff"] > 0  # the int8 weights are read
+    assert "| int8 weights, f32, group 32 |" in next(tmp_path.glob("ov_dynamic_quant_*.md")).read_text()

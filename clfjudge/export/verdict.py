@@ -136,13 +136,15 @@ def _bytes(directory: Path, names: Sequence[str]) -> int:
 
 
 def _runs(files: dict[str, list[str]], precisions: dict[str, str], providers: Sequence[str]) -> list[gate.GateRun]:
-    """Every file on onnxruntime's CPU, an IR variant on the OpenVINO provider this machine picks for it, then fp32
-    on each of ``providers``."""
+    """Every file on onnxruntime's CPU, an IR variant on the OpenVINO provider this machine picks for it (a
+    weights-only one on f32 activations too), then fp32 on each of ``providers``."""
     runs = []
     for name, graphs in files.items():
         if is_ir(graphs):
-            provider = ir_provider(name, bf16_gated=True)[0]
-            runs.append(gate.GateRun(gate_key(name, provider), name, provider, precisions[name]))
+            picked = ir_provider(name, bf16_gated=True)[0]
+            on = [picked, "openvino"] if verdict_quant.VARIANTS.get(name).weights_only else [picked]
+            runs += [gate.GateRun(gate_key(name, provider), name, provider, precisions[name])
+                     for provider in dict.fromkeys(on)]
         else:
             runs.append(gate.GateRun(name, name, "cpu", precisions[name]))
     return runs + gate.gate_runs({PRIMARY: {"precision": "fp32"}}, PRIMARY, providers)[1:]

@@ -74,15 +74,18 @@ def _ir_provider(onnx_runtime: dict[str, Any], variant: str) -> tuple[str, str]:
 def choose_run(onnx_runtime: dict[str, Any], options: LoadOptions) -> tuple[str, str, str]:
     """(variant, provider, why) of an exported verdict judge on this machine, of the caller's ``options``:
     ``resolve_provider``'s choice, except that an IR variant (named, or served by the export where OpenVINO runs
-    here) runs on the OpenVINO provider this machine's probe picks."""
+    here) runs on the OpenVINO provider this machine's probe picks, or with f32 activations where those were served."""
     from .. import machine
 
     provider, variant = options.provider, options.variant
     files = onnx_runtime.get("files") or {}
-    served = (onnx_runtime.get("served") or {}).get("file")
+    served_run = onnx_runtime.get("served") or {}
+    served = served_run.get("file")
     if (provider == AUTO and variant is None and served in files and is_ir(files[served])
             and machine.probe().openvino()):  # else the primary file, on onnxruntime
-        return (served, *_ir_provider(onnx_runtime, served))
+        if served_run.get("provider") == "openvino":
+            return served, "openvino", "the export's served run: f32 activations (the fastest run its gate passed)"
+        return (served, *ir_provider(served, bf16_gated=True))  # bf16 where it runs here, as served; else f32
     chosen, provider, why = resolve_provider(options, onnx_runtime)
     chosen = chosen or onnx_runtime["primary"]
     if is_ir(files.get(chosen, ())) and provider not in IR_PROVIDERS:
