@@ -18,9 +18,10 @@ one call, as ``best_of_n`` and a GRPO group read them). The paths:
   prompt at a time and in batches of 8 (left padding), on the judge's token ids;
 - ``onnx fp32`` / ``onnx int4``: the export's graph (and its MatMulNBits copy) on onnxruntime;
 - ``openvino bf16`` (the fp32 graph compiled in bf16), ``openvino int8`` / ``openvino int4`` (NNCF int8 / int4
-  weights), ``openvino int8 static`` (int8 weights and activations) and ``openvino int8 static mixed`` (the same,
-  the MLPs' down projections left unquantized): the export's OpenVINO variants (``export.verdict_quant``), on the
-  OpenVINO provider this machine's probe picks.
+  weights, on the provider the probe picks), ``openvino int8 f32`` (the int8 weights with f32 activations, which
+  OpenVINO quantizes as it reads them), ``openvino int8 static`` (int8 weights and activations) and
+  ``openvino int8 static mixed`` (the same, the MLPs' down projections left unquantized): the export's OpenVINO
+  variants (``export.verdict_quant``), on the OpenVINO provider this machine's probe picks but where named.
 
 Each path runs in its own process pinned to ``--threads`` cores, cold (the judge's memory emptied before each read),
 median of ``--repeats`` reads. Reported per path and workload: answers/s, prompt tokens/s, the tokens each path
@@ -57,7 +58,8 @@ REFERENCE = "pytorch fp32"
 TRANSFORMERS = {"transformers b1": 1, "transformers batched": 8}
 # path -> (export variant, provider: None = the OpenVINO provider the probe picks for an IR variant)
 EXPORTED = {"onnx fp32": ("fp32", "cpu"), "onnx int4": ("int4", "cpu"), "openvino bf16": ("fp32", "openvino-bf16"),
-            "openvino int8": ("ov-int8-weights", None), "openvino int4": ("ov-int4-weights", None),
+            "openvino int8": ("ov-int8-weights", None), "openvino int8 f32": ("ov-int8-weights", "openvino"),
+            "openvino int4": ("ov-int4-weights", None),
             "openvino int8 static": ("ov-int8", None), "openvino int8 static mixed": ("ov-int8-mixed", None)}
 PATHS = ("pytorch fp32", "pytorch bf16", *TRANSFORMERS, *EXPORTED)
 POOL = ("alpacaeval-gpt4:2000", "arena-votes:500", "hh-rlhf:500", "llmeval2:500")
@@ -238,8 +240,8 @@ def prompts(reader, call) -> list[list[int]]:
 
 def arithmetic(path: str, precision: str, bf16: bool) -> str:
     """The matmul peak a path is held against: what its products compute in."""
-    if path in ("onnx int4", "openvino int8 static", "openvino int8 static mixed"):
-        return "int8"  # MatMulNBits at accuracy level 4, int8 activations (mixed: most of its products)
+    if path in ("onnx int4", "openvino int8 static", "openvino int8 static mixed", "openvino int8 f32"):
+        return "int8"  # MatMulNBits at accuracy level 4, int8 activations (mixed: most; f32: quantized as read)
     if path.startswith("openvino"):
         return "bf16" if bf16 else "fp32"  # weights decompressed to the activations' precision
     return "bf16" if "bf16" in precision else "fp32"
