@@ -34,6 +34,20 @@ def write(name: str, data: dict[str, Any], markdown: str, results: Path = RESULT
     return path
 
 
+def machine_line(m: dict[str, Any], isa_cap: str | None) -> str:
+    """The machine a run measured, as its result file's first line says it."""
+    cap = f"; oneDNN capped at {isa_cap}" if isa_cap else ""
+    return (f"{m['cpu']} ({', '.join(m['matmul_flags'])}), {m['threads']} threads (pinned){cap}; commit "
+            f"{m['commit']}; load at start {m['loadavg_at_start'][0]:.2f}.")
+
+
+def write_run(stem: str, model: str, isa_cap: str | None, data: dict[str, Any], markdown: str,
+              results: Path | None = None) -> Path:
+    """``write`` under ``STEM_MODEL[_ISA CAP]``: a model's run, named by the oneDNN cap it ran under if any."""
+    name = f"{stem}_{Path(model).name}" + (f"_{isa_cap.lower()}" if isa_cap else "")
+    return write(name, data, markdown, results or RESULTS)
+
+
 def path_rows(rows: dict[str, dict[str, Any]], base: float | None, columns: int, cells) -> list[str]:
     """Markdown rows of a per-path speed table: the path, answers/s, the ratio to ``base`` and ``cells(row)`` (the
     path's own columns, already joined); a path that did not run says why across ``columns`` columns."""

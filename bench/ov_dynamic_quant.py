@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write  # noqa: E402
+from common import machine, machine_line, write_run  # noqa: E402
 from verdict_speed import POOL, export, workloads  # noqa: E402
 
 REFERENCE = "fp32 graph, f32"
@@ -84,11 +84,9 @@ def compare(rows: dict[str, Any], directory: Path) -> None:
 
 
 def markdown(d: dict[str, Any]) -> str:
-    m = d["machine"]
-    cap = f"; oneDNN capped at {d['onednn_max_cpu_isa']}" if d["onednn_max_cpu_isa"] else ""
-    lines = [f"# OpenVINO dynamic quantization of a verdict judge's int8 weights: {d['model']} ({m['date'][:10]})", "",
-             f"{m['cpu']} ({', '.join(m['matmul_flags'])}), {d['threads']} threads (pinned){cap}; commit "
-             f"{m['commit']}; load at start {m['loadavg_at_start'][0]:.2f}. {d['pairs']} pool pairs "
+    title = f"# OpenVINO dynamic quantization of a verdict judge's int8 weights: {d['model']}"
+    lines = [f"{title} ({d['machine']['date'][:10]})", "",
+             f"{machine_line(d['machine'], d['onednn_max_cpu_isa'])} {d['pairs']} pool pairs "
              f"({' '.join(d['pool'])}, seed {d['seed']}), question {d['question']!r}; each run in its own process, "
              f"warm, median of {d['repeats']} reads. Reference: the fp32 graph on OpenVINO f32.", "",
              "| run | answers/s | x reference | \\|Δ log-odds\\| p50 | max | pairs as the reference |",
@@ -150,11 +148,9 @@ def main() -> int:
               "onednn_max_cpu_isa": args.onednn_max_cpu_isa, "export": exported, "rows": rows,
               "wall_time_s": round(time.monotonic() - started, 1)}
     shutil.rmtree(tmp)
-    name = f"ov_dynamic_quant_{Path(args.model).name}"
-    if args.onednn_max_cpu_isa:
-        name += f"_{args.onednn_max_cpu_isa.lower()}"
-    extra = {"results": args.results} if args.results else {}
-    print(f"wrote {write(name, result, markdown(result), **extra)}")
+    written = write_run("ov_dynamic_quant", args.model, args.onednn_max_cpu_isa, result, markdown(result),
+                        args.results)
+    print(f"wrote {written}")
     return 0
 
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write  # noqa: E402
+from common import machine, write_run  # noqa: E402
 from decoder_speed import matmul_peak  # noqa: E402
 from reader_speed import peak_rss_mb  # noqa: E402
 from verdict_share import best_of_n_groups  # noqa: E402
@@ -363,11 +363,8 @@ def main() -> int:
               "matmul_peak_gflops": {k: v / 1e9 for k, v in peaks.items()}, "export": exported, "rows": rows,
               "wall_time_s": round(time.monotonic() - started, 1)}
     shutil.rmtree(tmp)
-    name = f"verdict_speed_{Path(args.model).name}"
-    if args.onednn_max_cpu_isa:
-        name += f"_{args.onednn_max_cpu_isa.lower()}"
-    extra = {"results": args.results} if args.results else {}
-    print(f"wrote {write(name, result, markdown(result), **extra)}")
+    written = write_run("verdict_speed", args.model, args.onednn_max_cpu_isa, result, markdown(result), args.results)
+    print(f"wrote {written}")
     return 0
 
 
