@@ -95,9 +95,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", help="run only the cases whose name holds this text")
+    parser.add_argument("--provider", default="auto",
+                        help="an exported judge's provider (cpu, openvino, openvino-bf16; default: as it loads)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    judge = Judge.load(args.judge, batch_size=8)
+    judge = Judge.load(args.judge, batch_size=8, provider=args.provider, threads=args.threads)
     reader = judge.reader
     pool, _ = load_pool(args.pool, args.seed)
     groups = best_of_n_groups(pool, args.groups, args.n, args.seed)
@@ -122,7 +124,9 @@ def main() -> int:
         lines.append(f"| {name} | {r['answers']} | {r['prompt_tokens']} | {r['shared_s']:.1f} | {r['whole_s']:.1f} | "
                      f"{r['speedup']:.2f}x | {r['shared_answers_per_s']:.2f} | {r['whole_answers_per_s']:.2f} | "
                      f"{r['max_abs_diff']:.3f} |")
-    print(common.write(f"verdict_share_{Path(str(judge.card.backbone)).name}", data, "\n".join(lines) + "\n"))
+    exported = "" if reader.precision in ("fp32", "bf16") else f"_{reader.precision}"
+    print(common.write(f"verdict_share_{Path(str(judge.card.backbone)).name}{exported}", data,
+                       "\n".join(lines) + "\n"))
     print("\n".join(lines))
     return 0
 

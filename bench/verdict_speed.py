@@ -103,8 +103,8 @@ def export(model: str, question: str, directory: Path, paths: list[str], pool: l
     reader = open_reader(judge_card)
     points = calibration(pool, seed)
     start = time.monotonic()
-    files, info = export_graphs(reader, directory, [reader.prompt_ids(reader.questions[0], points[0])],
-                                int4="onnx int4" in paths)
+    ids, shared = reader.prompt(reader.questions[0], points[0])
+    files, info = export_graphs(reader, directory, [ids], int4="onnx int4" in paths, shared=[shared])
     seconds = {"fp32": round(time.monotonic() - start, 1)}
     wanted = [EXPORTED[p][0] for p in paths
               if p in EXPORTED and EXPORTED[p][0] in verdict_quant.VARIANTS and
@@ -121,7 +121,8 @@ def export(model: str, question: str, directory: Path, paths: list[str], pool: l
         seconds[name] = round(time.monotonic() - start, 1)
     reader.tokenizer.save_pretrained(directory)
     replace(judge_card, runtime={**judge_card.runtime, "backend": BACKEND,
-                                 "onnx": {"primary": "fp32", "files": files}}).save(directory)
+                                 "onnx": {"primary": "fp32", "files": files,
+                                          "shared_prefix": info["shared_prefix"]}}).save(directory)
     return {"seconds": seconds, "variants": info, "files": list(files),
             "bytes": {name: sum(p.stat().st_size for g in graphs for p in verdict_quant.graph_paths(directory, g))
                       for name, graphs in files.items()}}

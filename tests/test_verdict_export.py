@@ -103,6 +103,80 @@ def test_the_export_serves(exported):
         assert got.json()["score"] == pytest.approx(judge.score(question, answer).value, abs=1e-6)
 
 
+LONG_QUESTION = ("Explain in two sentences why the sky is blue, for a child, and name the physical effect that causes "
+                 "it so that the child can look it up later.")
+
+
+def _group() -> list[PointRecord]:
+    """Five answers to a long question and two to another: two groups whose question each is read once."""
+    answers = ["Because of Rayleigh scattering.", "7", "The sky reflects the ocean.", "{answer} {question}",
+               "Blue light scatters more than red light in air."]
+    return ([PointRecord(id=f"a{i}", question=LONG_QUESTION, answer=a, score=None) for i, a in enumerate(answers)]
+            + [PointRecord(id=f"b{i}", question="Is this another question, asked twice, with its own words?",
+                           answer=a, score=None) for i, a in enumerate(["Yes.", "No."])])
+
+
+@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+def test_the_export_reads_a_shared_question_once_as_it_reads_it_whole(judge_dir, exported, provider, monkeypatch):
+    from clfjudge.judges import verdict_onnx
+    from clfjudge.machine import probe
+
+    check = exported.report["shared_prefix"]
+    assert check["made"] and check["passed"] and check["pairs"] > 0 and check["max_abs_diff"] <= 1e-4
+    entry = JudgeCard.load(exported.out_dir).runtime["onnx"]["shared_prefix"]
+    assert entry["variants"] == ["fp32"] and [sorted(f.values()) for f in entry["files"]] == [
+        sorted(verdict_onnx.shared_graph_files(k).values()) for k in range(2)]
+    assert "shared_prefix" in json.loads((exported.out_dir / "signature.json").read_text())
+    if provider == "openvino" and not (runs := probe().openvino()):
+        pytest.skip(f"OpenVINO does not run here: {runs.why}")
+    shared = Judge.load(exported.out_dir, provider=provider).reader
+    whole = Judge.load(exported.out_dir, provider=provider).reader
+    whole.share_prefix = False
+    prefixes = []
+    original = verdict_onnx._Graph.prefix
+    monkeypatch.setattr(verdict_onnx._Graph, "prefix", lambda self, ids: prefixes.append(len(ids)) or
+                        original(self, ids))
+    got, want = shared.log_odds(_group()), whole.log_odds(_group())
+    # a prefix per question asked and group whose sharing pays for itself (as the PyTorch reader decides)
+    groups = [len(shared.share_groups([shared.prompt(q, r) for r in _group()])[0]) for q in shared.questions]
+    assert len(prefixes) == sum(groups) >= 3 and min(prefixes) >= 16
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(got, Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)
+
+
+def test_shared_graphs_that_read_otherwise_are_left_out(judge_dir, tmp_path, monkeypatch):
+    """A planted continuation graph that adds 1 to every log-odds: the check fails, its graphs are deleted and the
+    judge reads whole prompts; the export itself stands."""
+    from clfjudge.export import verdict
+
+    real = verdict.continuation_graph
+
+    def planted(module):
+        import torch
+
+        inner = real(module)
+
+        class Off(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *args):
+                return self.inner(*args) + 1
+
+        return Off().eval()
+
+    monkeypatch.setattr(verdict, "continuation_graph", planted)
+    result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS, openvino=(), int4=False)
+    check = result.report["shared_prefix"]
+    assert not check["passed"] and check["max_abs_diff"] == pytest.approx(1, abs=1e-4)
+    assert "shared_prefix" not in JudgeCard.load(result.out_dir).runtime["onnx"]
+    assert not list(result.out_dir.glob("*prefix*")) and not list(result.out_dir.glob("*continuation*"))
+    reader = Judge.load(result.out_dir, provider="cpu").reader
+    assert reader.shared is None
+    np.testing.assert_allclose(reader.log_odds(_group()), Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)
+
+
 def _negated_int4(src: Path, dst: Path, **_) -> dict:
     """A planted int4 that answers the other way: the fp32 graph with its log-odds negated."""
     import onnx
@@ -289,3 +363,17 @@ def test_the_speed_bench_runs_its_paths_and_compares_their_decisions(judge_dir, 
     user = rows["transformers b1"]["workloads"]["pairs"]
     assert user["max_abs_diff"] < 1e-4 and user["tokens_read"] == fp32["pairs"]["prompt_tokens"]
     assert "| onnx fp32 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
+
+
+def test_where_memory_cannot_hold_the_shared_graphs_prompts_are_read_whole(judge_dir, exported, monkeypatch, caplog):
+    import psutil
+
+    from clfjudge.judges import verdict_onnx
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 1})())
+    reader = Judge.load(exported.out_dir, provider="cpu").reader
+    with caplog.at_level("WARNING", logger=verdict_onnx.__name__):
+        got = reader.log_odds(_group())
+    assert all(m.shared is None and set(m.sessions) == {"whole"} for m in reader.modules)
+    assert "reads whole prompts" in caplog.text
+    np.testing.assert_allclose(got, Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)

@@ -244,6 +244,7 @@ def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
                           "positive": list(question.positive), "negative": list(question.negative),
                           "positive_token_ids": yes, "negative_token_ids": no})
     primary = runtime["files"][runtime["primary"]]
+    shared = runtime.get("shared_prefix") or {}
     # an OpenVINO IR variant (.xml, its weights in the .bin of its name) has the inputs and outputs of its fp32 graph
     graphs = {name: graph_io(directory / name) if not name.endswith(".xml") else
               {**graph_io(directory / primary[k]), "format": "openvino-ir", "weights": name[:-len(".xml")] + ".bin"}
@@ -254,6 +255,16 @@ def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
         "signature_version": SIGNATURE_VERSION, "task": "verdict", **_judge(card),
         "primary": runtime["primary"], "variants": runtime["files"], "graphs": graphs,
         "shared_weights": runtime.get("shared_weights"), "questions": questions,
+        **({"shared_prefix": {
+            "variants": shared["variants"], "files": shared["files"],
+            "graphs": {name: graph_io(directory / name) for pair in shared["files"] for name in pair.values()},
+            "how": "answers to one question share their prompt's first tokens (the messages up to the paragraph of "
+                   "the first answer placeholder, tokenized with the whole prompt: the prompt's ids as long as they "
+                   "agree with that text's ids alone). The question's prefix graph reads those ids (batch 1) into "
+                   "its key/value cache (present.{i}.key / .value); its continuation graph reads every answer's own "
+                   "ids after it, right-padded (past_key_values.{i}.* from the prefix; attention_mask 1 over the "
+                   "cache and each row's tokens), and gives each row's log_odds as the whole prompt's graph does"}}
+           if shared else {}),
         "pooling": "each graph reads the decoder's final state at each row's last real token (index "
                    "attention_mask.sum(1) - 1: right padding) through the output layer's rows of the question's "
                    "verdict tokens only: log_odds = logsumexp(logits[positive_token_ids]) - "

@@ -6,7 +6,11 @@ written by the TorchScript exporter with eager attention as the decoder reader's
 opset 18: ``OPSET``). Beside each, the same graph with weight-only int4 matrices (``quantize.quantize_int4``; the
 verdict tokens' rows of the output layer stay fp32). The questions' graphs hold the same decoder, so the weights of
 every graph kept are written once (``shared_weights``: ``weights.data``; a model past protobuf's 2 GB is read from
-side files by the same route).
+side files by the same route). Beside each fp32 graph, its shared-prefix pair (``prefix_graph``: a question's first
+tokens -> their key/value cache; ``continuation_graph``: answers read after that cache -> their log-odds), so that
+answers to one question read it once, as the PyTorch reader does; the pair is checked against the whole graph on the
+gate's fp32 pairs (max |Δ log-odds| within fp32's ``max_abs_diff``; ``shared_prefix`` in the report) and left out
+where it reads otherwise. The lossy variants read whole prompts.
 
 Beside them, where this machine makes them, the OpenVINO IR variants of ``export.verdict_quant`` (NNCF int8 and int4
 weights, int8 weights and activations: ``ExportOptions.openvino`` says which) and, with ``--int8``, onnxruntime's
@@ -49,9 +53,11 @@ from ..judges.verdict_onnx import (
     graph_file,
     ir_provider,
     is_ir,
+    shared_graph_files,
 )
 from ..models.heads import RewardHead
 from ..models.onnx_session import gate_key
+from ..options import LoadOptions
 from ..outputs import discard
 from . import gate, quantize, quiet, signature, verdict_quant
 from .directory import ExportResult, check_out_dir, hidden_beside
@@ -62,6 +68,7 @@ from .shared_weights import share_weights
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
+SHARED_CHECK_PAIRS = 4  # pairs the shared-prefix graphs are checked on: fp32 against fp32, float rounding or a bug
 # the lossy files: one that fails the gate is left out (bf16 providers are left out with ``fallback`` only)
 LOSSY = frozenset({"int4", "int8", *(v.precision for _, v in verdict_quant.VARIANTS.items())})
 # what a verdict judge's export cannot do, and why (``ExportOptions.refuse``)
@@ -102,6 +109,84 @@ def export_graph(module, path: Path, prompt: list[int]) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def prefix_graph(module):
+    """``module`` (a ``verdict_module``) as the shared prefix's graph: one prompt's first tokens (batch 1) -> every
+    layer's key/value cache (``present.{i}.key`` / ``.value``, (1, heads, length, head size))."""
+    import torch
+
+    class Prefix(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.decoder = module.decoder
+
+        def forward(self, input_ids):
+            out = self.decoder(input_ids=input_ids, use_cache=True)
+            return tuple(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values))
+
+    return Prefix().eval()
+
+
+def continuation_graph(module):
+    """``module`` as the graph reading answers after one shared prefix: their own tokens (right padded), the mask of
+    prefix and tokens (batch, prefix + sequence) and the prefix's cache (batch 1, broadcast to the batch in the
+    graph; positions go on from the prefix's length) -> each row's log-odds, as ``module`` reads the whole prompt."""
+    import torch
+    from transformers import DynamicCache
+
+    class Continuation(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = module
+
+        def forward(self, input_ids, attention_mask, *past):
+            batch = input_ids.shape[0]
+            layers = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in zip(past[0::2],
+                                                                                                  past[1::2])]
+            cache = DynamicCache(layers, config=self.module.decoder.config)
+            states = self.module.decoder(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                                         use_cache=True).last_hidden_state
+            return self.module._log_odds(states, attention_mask[:, past[0].shape[2]:])
+
+    return Continuation().eval()
+
+
+def export_shared_graphs(module, directory: Path, index: int, prompt: list[int], shared: int) -> dict[str, str]:
+    """Write question ``index``'s shared-prefix graphs (``prefix_graph``, ``continuation_graph``; fp32, eager
+    attention, each with its tensors in a side file until ``share_weights``), traced on ``prompt`` split after its
+    first ``shared`` tokens. Returns their files."""
+    import onnx
+    import torch
+
+    from ..embedders.onnx_reader import cache_names
+
+    names = shared_graph_files(index)
+    n_layers = module.decoder.config.num_hidden_layers
+    present, past = cache_names(n_layers, "present"), cache_names(n_layers, "past_key_values")
+    head, tail = torch.tensor([prompt[:shared]]), prompt[shared:]
+    scratch = Path(tempfile.mkdtemp(prefix=f".verdict-{index}-shared.", dir=directory))
+    try:
+        with torch.inference_mode(), quiet.torch_onnx_export():
+            cache = prefix_graph(module)(head)
+            torch.onnx.export(prefix_graph(module), (head,), str(scratch / names["prefix"]),
+                              input_names=["input_ids"], output_names=present,
+                              dynamic_axes={"input_ids": {1: "past_sequence"},
+                                            **{k: {2: "past_sequence"} for k in present}},
+                              dynamo=False, opset_version=OPSET)
+            ids, own = _trace_inputs(tail if len(tail) > 1 else tail * 2)
+            mask = torch.cat([torch.ones((ids.shape[0], head.shape[1]), dtype=own.dtype), own], dim=1)
+            axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
+                    **{k: {2: "past_sequence"} for k in past}, GRAPH_OUTPUT: {0: "batch"}}
+            torch.onnx.export(continuation_graph(module), (ids, mask, *cache),
+                              str(scratch / names["continuation"]), input_names=["input_ids", "attention_mask", *past],
+                              output_names=[GRAPH_OUTPUT], dynamic_axes=axes, dynamo=False, opset_version=OPSET)
+        for name in names.values():
+            onnx.save(onnx.load(str(scratch / name)), str(directory / name), save_as_external_data=True,
+                      all_tensors_to_one_file=True, location=name + ".data")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return names
+
+
 def head_nodes(path: Path) -> list[str]:
     """The graph's products outside the decoder (the verdict rows of the output layer): kept fp32 by int4."""
     import onnx
@@ -110,11 +195,13 @@ def head_nodes(path: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "MatMul" and not n.name.startswith("/decoder/")]
 
 
-def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list[int]], int4: bool = True
-                  ) -> tuple[dict[str, list[str]], dict[str, Any]]:
-    """Every question's graph of ``reader`` in ``directory`` (``prompts``: one prompt per question, to trace), and
-    with ``int4`` each one's weight-only int4 copy. Returns the files per variant (one per question, in order) and
-    what was done; each file keeps its tensors in a side file until ``share_weights``."""
+def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list[int]], int4: bool = True,
+                  shared: Sequence[int] | None = None) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """Every question's graph of ``reader`` in ``directory`` (``prompts``: one prompt per question, to trace), with
+    ``int4`` each one's weight-only int4 copy, and with ``shared`` (per prompt, where its shared first tokens end)
+    each one's shared-prefix graphs (``export_shared_graphs``; ``info["shared_prefix"]["files"]``). Returns the
+    files per variant (one per question, in order) and what was done; each file keeps its tensors in a side file
+    until ``share_weights``."""
     files: dict[str, list[str]] = {PRIMARY: [], **({"int4": []} if int4 else {})}
     info: dict[str, Any] = {"exporter": "legacy", "opset": OPSET, "inputs": list(GRAPH_INPUTS),
                             "output": GRAPH_OUTPUT}
@@ -128,6 +215,10 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
             info["int4"] = quantize.quantize_int4(fp32, directory / graph_file("int4", k),
                                                   nodes_to_exclude=head_nodes(fp32))
             files["int4"].append(graph_file("int4", k))
+    if shared is not None:
+        info["shared_prefix"] = {"variants": [PRIMARY], "files": [
+            export_shared_graphs(module, directory, k, prompt, max(1, min(n, len(prompt) - 1)))
+            for k, (module, prompt, n) in enumerate(zip(reader.modules, prompts, shared))]}
     return files, info
 
 
@@ -226,6 +317,44 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
                 verdict_quant.remove_graph(directory, graph)
 
 
+def _shared_check(reference: VerdictJudge, directory: Path, primary: list[str], exported: dict[str, Any], records,
+                  parity: ParityConfig) -> dict[str, Any]:
+    """The shared-prefix graphs against the fp32 graphs on onnxruntime: each of the first ``SHARED_CHECK_PAIRS`` of
+    ``records`` read by both, its answers sharing their question's first tokens (every group shared, however little it saves), max |Δ log-odds|
+    within fp32's ``max_abs_diff``. Graphs that fail are deleted and left out of ``exported``."""
+    import numpy as np
+
+    entry = exported.get("shared_prefix")
+    if not entry:
+        return {"made": False}
+    reader = reference.reader
+    records = records[:SHARED_CHECK_PAIRS]
+    progress.step(f"checking the shared-prefix graphs against the whole graphs on {len(records)} pairs")
+    opened = {}
+    # one graph's weights in memory at a time where it can: the whole graph's reader is gone before the shared
+    # graphs open, and those read every group shared, so the whole graph is never opened beside them
+    for shared in (None, [{part: directory / f for part, f in pair.items()} for pair in entry["files"]]):
+        onnx_reader = OnnxVerdictReader([directory / f for f in primary], reader.tokenizer, reader.questions,
+                                        LoadOptions(provider="cpu", variant=PRIMARY,
+                                                    budget=Budget(parity.batch_size)),
+                                        shared, eager=False, max_question_tokens=reader.budgets["question"],
+                                        max_answer_tokens=reader.budgets["answer"])
+        onnx_reader.min_saved = 0.0
+        calls = [[r] if reference.pairwise else VerdictJudge._points(r) for r in records]
+        opened["shared" if shared else "whole"] = np.concatenate([onnx_reader.log_odds(c) for c in calls])
+        del onnx_reader
+    diff = float(np.abs(opened["shared"] - opened["whole"]).max()) if len(records) else 0.0
+    limit = parity.for_precision(PRIMARY).max_abs_diff
+    passed = limit is None or diff <= limit
+    check = {"made": True, "pairs": len(records), "max_abs_diff": diff, "threshold": limit, "passed": passed}
+    if not passed:
+        for pair in exported.pop("shared_prefix")["files"]:
+            for name in pair.values():
+                for path in (directory / name, directory / f"{name}.data"):
+                    path.unlink(missing_ok=True)
+    return check
+
+
 def _obvious_records(reference: VerdictJudge, spec: str | None):
     """The pairs of ``spec`` (a source or data file) with the reference's decisions, which must be right on each."""
     if spec is None:
@@ -305,7 +434,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
     try:
         tmp.mkdir(mode=0o700)
         progress.step("writing the fp32 graphs" + (" and their int4 copies" if int4 else ""))
-        files, exported = export_graphs(reader, tmp, [reader.prompt_ids(q, first) for q in reader.questions], int4)
+        traced = [reader.prompt(q, first) for q in reader.questions]
+        files, exported = export_graphs(reader, tmp, [ids for ids, _ in traced], int4, [n for _, n in traced])
         # the quantizers need the memory more (a mmapped checkpoint's pages too); the gate loads the weights again
         reader.release()
         precisions = {PRIMARY: "fp32", **({"int4": "int4"} if int4 else {})}
@@ -336,12 +466,15 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
                                     obvious_set)}
         report["validation"]["reference_read"] = readings.read
         report["passed"] = all(v["passed"] for v in report["variants"].values())
+        reference.reader.release()  # the gate is read; the shared-prefix check opens graphs of the same weights
+        report["shared_prefix"] = _shared_check(reference, tmp, files[PRIMARY], exported, records[:fp32_n], parity)
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:
             raise gate.ParityError(gate.parity_message(report), report)
         progress.step("writing the judge")
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
-        shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs])
+        shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs]
+                               + [f for pair in exported.get("shared_prefix", {}).get("files", ()) for f in pair.values()])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         reader.tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {

@@ -277,6 +277,7 @@ class VerdictReader:
         self.truncated = 0  # texts cut to their budget so far
         self.released = False  # ``release``: the weights are freed
         self.share_prefix = share_prefix
+        self.min_saved = MIN_SAVED
         self.max_prompt_tokens = _context(model)
         self._split = f"\x00{uuid.uuid4().hex}\x00"  # marks the shared text's end; data cannot name it
 
@@ -359,15 +360,7 @@ class VerdictReader:
         from ..embedders.decoder import autocast
 
         values = [math.nan] * len(prompts)
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, (ids, shared) in enumerate(prompts):
-            groups.setdefault(tuple(ids[:shared]) if shared >= MIN_SHARED_TOKENS else (), []).append(i)
-        def worth(head: tuple[int, ...], members: list[int]) -> bool:  # the tokens not read pay for the detour
-            read = sum(len(prompts[i][0]) for i in members)
-            return self.share_prefix and bool(head) and (len(members) - 1) * len(head) >= MIN_SAVED * read
-
-        shared = [(list(head), members) for head, members in groups.items() if worth(head, members)]
-        whole = [i for head, members in groups.items() if not worth(head, members) for i in members]
+        shared, whole = self.share_groups(prompts)
         with torch.inference_mode(), autocast(self.precision, self.device):
             for i, value in zip(whole, self._read(module, [prompts[i][0] for i in whole])):
                 values[i] = value
@@ -378,6 +371,22 @@ class VerdictReader:
                 for r, value in zip(rows, self._read(module, tails, [caches[g] for g, _ in rows])):
                     values[r[1]] = value
         return values
+
+    def share_groups(self, prompts: list[tuple[list[int], int]]) -> tuple[list[tuple[list[int], list[int]]],
+                                                                          list[int]]:
+        """``(shared, whole)``: the groups of ``prompts`` read shared (their common first tokens and the indices of
+        the prompts that begin with them), where ``share_prefix`` is on and the tokens not read pay for the detour
+        (``MIN_SAVED``), and the indices of the prompts read whole."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (ids, shared) in enumerate(prompts):
+            groups.setdefault(tuple(ids[:shared]) if shared >= MIN_SHARED_TOKENS else (), []).append(i)
+
+        def worth(head: tuple[int, ...], members: list[int]) -> bool:
+            read = sum(len(prompts[i][0]) for i in members)
+            return self.share_prefix and bool(head) and (len(members) - 1) * len(head) >= self.min_saved * read
+
+        return ([(list(head), members) for head, members in groups.items() if worth(head, members)],
+                [i for head, members in groups.items() if not worth(head, members) for i in members])
 
     def _waves(self, groups: list) -> list[list]:
         """Groups in waves whose shared parts hold at most eight budgets of tokens: their caches are held at once."""

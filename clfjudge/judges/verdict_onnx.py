@@ -7,10 +7,13 @@ The card's ``runtime.onnx.files`` maps each variant (``fp32``; the lossy ones th
 ``int8``, and the OpenVINO IR files ``ov-int8-weights``, ``ov-int4-weights``, ``ov-int8``, ``ov-int8-mixed`` of
 ``export.verdict_quant``) to one file per question, in the order of ``runtime.questions``. An IR file runs on OpenVINO
 alone: its provider is chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO
-run bf16 and the export gated that run, else f32), never from the machine that exported it.
+run bf16 and the export gated that run, else f32), never from the machine that exported it. Where the card lists the fp32 graphs' shared-prefix pair
+(``runtime.onnx.shared_prefix``), a run of the fp32 files reads answers to one question after their question's
+key/value cache, as the PyTorch reader does; those sessions open when a group first shares its question.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,17 +36,27 @@ from .verdict import (
     questions_from,
 )
 
+log = logging.getLogger(__name__)
+
 BACKEND = "verdict-onnx"  # the exported card's runtime.backend (clfjudge/kinds.py)
 GRAPH_INPUTS, GRAPH_OUTPUT = ("input_ids", "attention_mask"), "log_odds"
 VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "ov-int8-weights": "_ov_int8w.xml",
                   "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml",
                   "ov-int8-mixed": "_ov_int8m.xml"}
+SHARED_PARTS = ("prefix", "continuation")
+SHARED_MEMORY_MARGIN = 1.25  # the shared-prefix sessions open only where this times their weights is available
 IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
 
 
 def graph_file(variant: str, index: int) -> str:
     """The file of question ``index``'s graph in ``variant``."""
     return f"verdict-{index}{VARIANT_SUFFIX[variant]}"
+
+
+def shared_graph_files(index: int) -> dict[str, str]:
+    """The files of question ``index``'s shared-prefix graphs (fp32): ``prefix`` (a prompt's first tokens -> their
+    key/value cache) and ``continuation`` (answers read after that cache -> their log-odds)."""
+    return {part: f"verdict-{index}-{part}.onnx" for part in SHARED_PARTS}
 
 
 def is_ir(files: Sequence[str]) -> bool:
@@ -106,38 +119,109 @@ def load_tokenizer(directory: Path):
 
 
 class _Graph:
-    """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,)."""
+    """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,); with ``shared`` (its
+    shared-prefix graphs: part -> path) also ``prefix`` and ``after``, their sessions opened when first read."""
 
-    def __init__(self, path: Path, run: LoadOptions) -> None:
-        self.session = inference_session(path, run.provider, run.threads)
+    def __init__(self, path: Path, run: LoadOptions, shared: dict[str, Path] | None = None) -> None:
+        self.run, self.shared, self.sessions = run, shared, {}
+        self.paths = {"whole": path, **(shared or {})}
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return self.session.run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask})[0]
+        return self._part("whole").run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask})[0]
+
+    def _part(self, part: str):
+        if part not in self.sessions:
+            self.sessions[part] = inference_session(self.paths[part], self.run.provider, self.run.threads)
+        return self.sessions[part]
+
+    @property
+    def session(self):
+        """The whole prompt's graph's session."""
+        return self._part("whole")
+
+    def shares(self) -> bool:
+        """Whether answers to one question may be read after its shared prefix here: the graphs exist and, before
+        their sessions first open, the machine's available memory holds them (onnxruntime and OpenVINO keep the
+        weights once per session, so the two graphs take twice the weights again; else prompts are read whole,
+        said once)."""
+        if not self.shared or self.sessions.keys() >= set(SHARED_PARTS):
+            return bool(self.shared)
+        import psutil
+
+        need = sum(_weight_bytes(self.paths[part]) for part in SHARED_PARTS if part not in self.sessions)
+        available = psutil.virtual_memory().available
+        if available < SHARED_MEMORY_MARGIN * need:
+            log.warning("note: the exported verdict judge reads whole prompts: its shared-prefix graphs need %.1f GB "
+                        "more and %.1f GB are available", need / 1e9, available / 1e9)
+            self.shared = None
+        return bool(self.shared)
+
+
+    def prefix(self, ids: list[int]) -> list[np.ndarray]:
+        """The key/value cache of one prompt's first tokens: per layer its keys and values, (1, heads, length, head
+        size), in the continuation graph's input order."""
+        return self._part("prefix").run(None, {"input_ids": np.asarray([ids], dtype=np.int64)})
+
+    def after(self, past: list[np.ndarray], ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The log-odds of right-padded rows read after ``past`` (``prefix``'s cache; ``mask`` covers prefix and
+        rows)."""
+        session = self._part("continuation")
+        names = [p.name for p in session.get_inputs()][2:]
+        return session.run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask, **dict(zip(names, past))})[0]
+
+
+def _weight_bytes(path: Path) -> int:
+    """An ONNX graph's bytes: the file and the external data it reads."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return path.stat().st_size + sum(int(e.value) for t in graph.initializer for e in t.external_data
+                                     if e.key == "length")
 
 
 class OnnxVerdictReader(VerdictReader):
     """A ``VerdictReader`` whose forward pass is ``files`` (one exported graph per question, of ``run.variant``) run
     as ``run`` says: the caller's load options with the provider and variant resolved (``choose_run``), whose
-    provider and threads open each graph's session and whose budget cuts the reader's batches."""
+    provider and threads open each graph's session and whose budget cuts the reader's batches. With ``shared`` (per
+    question, its shared-prefix graphs: ``shared_graph_files``' parts -> paths) answers to one question read their
+    shared first tokens once, as the PyTorch reader does (``share_groups``). ``eager``: each question's graph is
+    opened as the reader is (else when first read; the shared-prefix graphs always are)."""
 
     def __init__(self, files: Sequence[Path], tokenizer, questions: Sequence[VerdictQuestion],
-                 run: LoadOptions = LoadOptions(provider="cpu", variant="fp32"), **kw: Any) -> None:
-        if len(files) != len(questions):
-            raise ValueError(f"{len(files)} graph files for {len(questions)} verdict questions")
+                 run: LoadOptions = LoadOptions(provider="cpu", variant="fp32"),
+                 shared: Sequence[dict[str, Path]] | None = None, eager: bool = True, **kw: Any) -> None:
+        if len(files) != len(questions) or (shared is not None and len(shared) != len(questions)):
+            raise ValueError(f"{len(files)} graph files and {len(shared or ())} shared-prefix graph pairs for "
+                             f"{len(questions)} verdict questions")
         variant, provider = run.variant, run.provider
-        self.run = run
+        self.run, self.shared = run, shared
         super().__init__(list(files), tokenizer, questions, precision="fp32", budget=run.budget, **kw)
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self.precision_why = f"the {variant} graphs run by {provider} ({arithmetic})"
+        for module in self.modules if eager else ():  # a file its runtime cannot read is refused as it loads
+            module.session
 
     def _modules(self, files: list[Path]) -> list[_Graph]:
-        return [_Graph(path, self.run) for path in files]
+        return [_Graph(path, self.run, self.shared[k] if self.shared else None) for k, path in enumerate(files)]
 
     def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
-        return self._read(module, [ids for ids, _ in prompts])  # the graphs take whole prompts: no shared cache
+        shared, whole = self.share_groups(prompts)
+        if shared and not module.shares():
+            shared, whole = [], list(range(len(prompts)))
+        values = [math.nan] * len(prompts)
+        for i, value in zip(whole, self._read(module, [prompts[i][0] for i in whole])):
+            values[i] = value
+        for head, members in shared:
+            past = module.prefix(head)
+            progress.advance(0, len(head))
+            for i, value in zip(members, self._read(module, [prompts[i][0][len(head):] for i in members], past)):
+                values[i] = value
+        return values
 
-    def _read(self, module, prompts: list[list[int]], prefix: None = None) -> list[float]:
+    def _read(self, module, prompts: list[list[int]], past: list[np.ndarray] | None = None) -> list[float]:
+        """Right-padded token-budget batches of ``prompts`` (each after ``past``, one shared prefix's cache, where
+        given)."""
         values = [math.nan] * len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         for chunk in self.budget.batches([len(p) for p in prompts]):
@@ -147,7 +231,12 @@ class OnnxVerdictReader(VerdictReader):
             for row, i in enumerate(chunk):
                 ids[row, :len(prompts[i])] = prompts[i]
                 mask[row, :len(prompts[i])] = 1
-            for i, value in zip(chunk, module(ids, mask).tolist()):
+            if past is None:
+                read = module(ids, mask)
+            else:
+                mask = np.concatenate([np.ones((len(chunk), past[0].shape[2]), dtype=np.int64), mask], axis=1)
+                read = module.after(past, ids, mask)
+            for i, value in zip(chunk, read.tolist()):
                 values[i] = float(value)
             progress.advance(len(chunk), sum(len(prompts[i]) for i in chunk))
         return values
@@ -162,7 +251,13 @@ def open_onnx_reader(directory: Path, card: JudgeCard, run: LoadOptions) -> Onnx
     where = f"{directory / 'judge_card.json'} field 'runtime.onnx.files.{run.variant}'"
     paths = [inside(directory, name, where) for name in files[run.variant]]
     questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], str(directory))
-    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, run,
+    entry = (card.runtime.get("onnx") or {}).get("shared_prefix") or {}
+    shared = None
+    if run.variant in entry.get("variants", ()):  # the fp32 graphs' weights, whatever runs them
+        where = f"{directory / 'judge_card.json'} field 'runtime.onnx.shared_prefix.files'"
+        shared = [{part: inside(directory, (pair if isinstance(pair, dict) else {}).get(part), where)
+                   for part in SHARED_PARTS} for pair in entry.get("files") or ()]
+    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, run, shared,
                              max_question_tokens=int(card.truncation.get("max_question_tokens",
                                                                          DEFAULT_MAX_QUESTION_TOKENS)),
                              max_answer_tokens=int(card.truncation.get("max_answer_tokens",
