@@ -174,7 +174,8 @@ def export_shared_graphs(module, directory: Path, index: int, prompt: list[int],
                               dynamo=False, opset_version=OPSET)
             ids, own = _trace_inputs(tail if len(tail) > 1 else tail * 2)
             mask = torch.cat([torch.ones((ids.shape[0], head.shape[1]), dtype=own.dtype), own], dim=1)
-            axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
+            axes = {"input_ids": {0: "batch", 1: "sequence"},
+                    "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
                     **{k: {2: "past_sequence"} for k in past}, GRAPH_OUTPUT: {0: "batch"}}
             torch.onnx.export(continuation_graph(module), (ids, mask, *cache),
                               str(scratch / names["continuation"]), input_names=["input_ids", "attention_mask", *past],
@@ -320,8 +321,9 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
 def _shared_check(reference: VerdictJudge, directory: Path, primary: list[str], exported: dict[str, Any], records,
                   parity: ParityConfig) -> dict[str, Any]:
     """The shared-prefix graphs against the fp32 graphs on onnxruntime: each of the first ``SHARED_CHECK_PAIRS`` of
-    ``records`` read by both, its answers sharing their question's first tokens (every group shared, however little it saves), max |Δ log-odds|
-    within fp32's ``max_abs_diff``. Graphs that fail are deleted and left out of ``exported``."""
+    ``records`` read by both, its answers sharing their question's first tokens (every group shared, however
+    little it saves), max |Δ log-odds| within fp32's ``max_abs_diff``. Graphs that fail are deleted and left out
+    of ``exported``."""
     import numpy as np
 
     entry = exported.get("shared_prefix")
@@ -473,8 +475,9 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
             raise gate.ParityError(gate.parity_message(report), report)
         progress.step("writing the judge")
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
+        pairs = exported.get("shared_prefix", {}).get("files", ())
         shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs]
-                               + [f for pair in exported.get("shared_prefix", {}).get("files", ()) for f in pair.values()])
+                               + [name for pair in pairs for name in pair.values()])
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         reader.tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {

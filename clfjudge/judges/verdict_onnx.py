@@ -7,9 +7,11 @@ The card's ``runtime.onnx.files`` maps each variant (``fp32``; the lossy ones th
 ``int8``, and the OpenVINO IR files ``ov-int8-weights``, ``ov-int4-weights``, ``ov-int8``, ``ov-int8-mixed`` of
 ``export.verdict_quant``) to one file per question, in the order of ``runtime.questions``. An IR file runs on OpenVINO
 alone: its provider is chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO
-run bf16 and the export gated that run, else f32), never from the machine that exported it. Where the card lists the fp32 graphs' shared-prefix pair
-(``runtime.onnx.shared_prefix``), a run of the fp32 files reads answers to one question after their question's
-key/value cache, as the PyTorch reader does; those sessions open when a group first shares its question.
+run bf16 and the export gated that run, else f32), never from the machine that exported it.
+
+Where the card lists the fp32 graphs' shared-prefix pair (``runtime.onnx.shared_prefix``), a run of the fp32 files
+reads answers to one question after their question's key/value cache, as the PyTorch reader does; those sessions
+open when a group first shares its question, where the machine's memory holds them.
 """
 from __future__ import annotations
 
@@ -200,7 +202,7 @@ class OnnxVerdictReader(VerdictReader):
         self.precision = f"onnx-{variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self.precision_why = f"the {variant} graphs run by {provider} ({arithmetic})"
         for module in self.modules if eager else ():  # a file its runtime cannot read is refused as it loads
-            module.session
+            module._part("whole")
 
     def _modules(self, files: list[Path]) -> list[_Graph]:
         return [_Graph(path, self.run, self.shared[k] if self.shared else None) for k, path in enumerate(files)]
