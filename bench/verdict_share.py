@@ -124,7 +124,9 @@ def main() -> int:
         lines.append(f"| {name} | {r['answers']} | {r['prompt_tokens']} | {r['shared_s']:.1f} | {r['whole_s']:.1f} | "
                      f"{r['speedup']:.2f}x | {r['shared_answers_per_s']:.2f} | {r['whole_answers_per_s']:.2f} | "
                      f"{r['max_abs_diff']:.3f} |")
-    exported = "" if reader.precision in ("fp32", "bf16") else f"_{reader.precision}"
+    provider = judge.runtime_choice.get("provider", "cpu") if getattr(judge, "runtime_choice", None) else "cpu"
+    exported = "" if reader.precision in ("fp32", "bf16") else f"_{reader.precision}" + (
+        "" if provider == "cpu" or provider in reader.precision else f"-{provider}")
     print(common.write(f"verdict_share_{Path(str(judge.card.backbone)).name}{exported}", data,
                        "\n".join(lines) + "\n"))
     print("\n".join(lines))
