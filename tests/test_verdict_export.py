@@ -123,9 +123,10 @@ def test_the_export_reads_a_shared_question_once_as_it_reads_it_whole(judge_dir,
 
     check = exported.report["shared_prefix"]
     assert check["made"] and check["passed"] and check["pairs"] > 0 and check["max_abs_diff"] <= 1e-4
+    assert set(check["by_reading"]) == {"cached, whole", "cached, shared"}
     entry = JudgeCard.load(exported.out_dir).runtime["onnx"]["shared_prefix"]
-    assert entry["variants"] == ["fp32"] and [sorted(f.values()) for f in entry["files"]] == [
-        sorted(verdict_onnx.shared_graph_files(k).values()) for k in range(2)]
+    assert entry["variants"] == ["fp32"] and entry["files"] == [verdict_onnx.cached_graph_file(k) for k in range(2)]
+    assert entry["empty_cache"][0] == 1 and entry["empty_cache"][2] == 0
     assert "shared_prefix" in json.loads((exported.out_dir / "signature.json").read_text())
     if provider == "openvino" and not (runs := probe().openvino()):
         pytest.skip(f"OpenVINO does not run here: {runs.why}")
@@ -142,14 +143,16 @@ def test_the_export_reads_a_shared_question_once_as_it_reads_it_whole(judge_dir,
     assert len(prefixes) == sum(groups) >= 3 and min(prefixes) >= 16
     np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(got, Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)
+    # an fp32 run reads whole prompts with the cached graph too: one session of the weights per question
+    assert all(set(m.sessions) == {"cached"} for m in [*shared.modules, *whole.modules])
 
 
-def test_shared_graphs_that_read_otherwise_are_left_out(judge_dir, tmp_path, monkeypatch):
-    """A planted continuation graph that adds 1 to every log-odds: the check fails, its graphs are deleted and the
-    judge reads whole prompts; the export itself stands."""
+def test_a_cached_graph_that_reads_otherwise_is_left_out(judge_dir, tmp_path, monkeypatch):
+    """A planted cached graph that adds 1 to every log-odds: the check fails, its files are deleted and the judge
+    reads whole prompts with the whole graph; the export itself stands."""
     from clfjudge.export import verdict
 
-    real = verdict.continuation_graph
+    real = verdict.cached_graph
 
     def planted(module):
         import torch
@@ -162,19 +165,40 @@ def test_shared_graphs_that_read_otherwise_are_left_out(judge_dir, tmp_path, mon
                 self.inner = inner
 
             def forward(self, *args):
-                return self.inner(*args) + 1
+                log_odds, *present = self.inner(*args)
+                return (log_odds + 1, *present)
 
         return Off().eval()
 
-    monkeypatch.setattr(verdict, "continuation_graph", planted)
+    monkeypatch.setattr(verdict, "cached_graph", planted)
     result = export_judge(judge_dir, tmp_path / "onnx", n_records=N_RECORDS, openvino=(), int4=False)
     check = result.report["shared_prefix"]
-    assert not check["passed"] and check["max_abs_diff"] == pytest.approx(1, abs=1e-4)
+    assert not check["passed"] and check["by_reading"]["cached, whole"] == pytest.approx(1, abs=1e-4)
     assert "shared_prefix" not in JudgeCard.load(result.out_dir).runtime["onnx"]
-    assert not list(result.out_dir.glob("*prefix*")) and not list(result.out_dir.glob("*continuation*"))
+    assert not list(result.out_dir.glob("*cached*"))
     reader = Judge.load(result.out_dir, provider="cpu").reader
-    assert reader.shared is None
+    assert reader.cached is None and all(set(m.sessions) == {"whole"} for m in reader.modules)
     np.testing.assert_allclose(reader.log_odds(_group()), Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)
+
+
+def test_a_run_beside_the_whole_graph_opens_the_cached_one_only_where_memory_holds_it(judge_dir, exported,
+                                                                                       monkeypatch, caplog):
+    """A run in another precision than fp32 reads whole prompts with the gated whole graph, and opens the cached
+    graph beside it for shared questions only where the available memory holds it (here: none)."""
+    import psutil
+
+    from clfjudge.judges import verdict_onnx
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 1})())
+    reader = Judge.load(exported.out_dir, provider="cpu").reader
+    for module in reader.modules:  # as a bf16 run's graphs are, before a group shares its question
+        module.cached_only = False
+        module.sessions.clear()
+    with caplog.at_level("WARNING", logger=verdict_onnx.__name__):
+        got = reader.log_odds(_group())
+    assert all(not m.shared and set(m.sessions) == {"whole"} for m in reader.modules)
+    assert "reads whole prompts" in caplog.text
+    np.testing.assert_allclose(got, Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)
 
 
 def _negated_int4(src: Path, dst: Path, **_) -> dict:
@@ -363,17 +387,3 @@ def test_the_speed_bench_runs_its_paths_and_compares_their_decisions(judge_dir, 
     user = rows["transformers b1"]["workloads"]["pairs"]
     assert user["max_abs_diff"] < 1e-4 and user["tokens_read"] == fp32["pairs"]["prompt_tokens"]
     assert "| onnx fp32 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
-
-
-def test_where_memory_cannot_hold_the_shared_graphs_prompts_are_read_whole(judge_dir, exported, monkeypatch, caplog):
-    import psutil
-
-    from clfjudge.judges import verdict_onnx
-
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 1})())
-    reader = Judge.load(exported.out_dir, provider="cpu").reader
-    with caplog.at_level("WARNING", logger=verdict_onnx.__name__):
-        got = reader.log_odds(_group())
-    assert all(m.shared is None and set(m.sessions) == {"whole"} for m in reader.modules)
-    assert "reads whole prompts" in caplog.text
-    np.testing.assert_allclose(got, Judge.load(judge_dir).reader.log_odds(_group()), atol=1e-4)

@@ -256,14 +256,15 @@ def verdict(card: JudgeCard, reader: Any, directory: Path) -> dict[str, Any]:
         "primary": runtime["primary"], "variants": runtime["files"], "graphs": graphs,
         "shared_weights": runtime.get("shared_weights"), "questions": questions,
         **({"shared_prefix": {
-            "variants": shared["variants"], "files": shared["files"],
-            "graphs": {name: graph_io(directory / name) for pair in shared["files"] for name in pair.values()},
+            "variants": shared["variants"], "files": shared["files"], "empty_cache": shared["empty_cache"],
+            "graphs": {name: graph_io(directory / name) for name in shared["files"]},
             "how": "answers to one question share their prompt's first tokens (the messages up to the paragraph of "
                    "the first answer placeholder, tokenized with the whole prompt: the prompt's ids as long as they "
-                   "agree with that text's ids alone). The question's prefix graph reads those ids (batch 1) into "
-                   "its key/value cache (present.{i}.key / .value); its continuation graph reads every answer's own "
-                   "ids after it, right-padded (past_key_values.{i}.* from the prefix; attention_mask 1 over the "
-                   "cache and each row's tokens), and gives each row's log_odds as the whole prompt's graph does"}}
+                   "agree with that text's ids alone). The question's cached graph reads those ids (batch 1) after an "
+                   "empty cache (past_key_values.{i}.* of shape empty_cache, zeros) and gives their cache "
+                   "(present.{i}.key / .value); it then reads every answer's own ids after that cache, right-padded "
+                   "(attention_mask 1 over the cache and each row's tokens), and gives each row's log_odds as the "
+                   "whole prompt's graph does. After an empty cache it reads whole prompts"}}
            if shared else {}),
         "pooling": "each graph reads the decoder's final state at each row's last real token (index "
                    "attention_mask.sum(1) - 1: right padding) through the output layer's rows of the question's "

@@ -6,11 +6,12 @@ written by the TorchScript exporter with eager attention as the decoder reader's
 opset 18: ``OPSET``). Beside each, the same graph with weight-only int4 matrices (``quantize.quantize_int4``; the
 verdict tokens' rows of the output layer stay fp32). The questions' graphs hold the same decoder, so the weights of
 every graph kept are written once (``shared_weights``: ``weights.data``; a model past protobuf's 2 GB is read from
-side files by the same route). Beside each fp32 graph, its shared-prefix pair (``prefix_graph``: a question's first
-tokens -> their key/value cache; ``continuation_graph``: answers read after that cache -> their log-odds), so that
-answers to one question read it once, as the PyTorch reader does; the pair is checked against the whole graph on the
-gate's fp32 pairs (max |Δ log-odds| within fp32's ``max_abs_diff``; ``shared_prefix`` in the report) and left out
-where it reads otherwise. The lossy variants read whole prompts.
+side files by the same route). Beside each fp32 graph, the same decoder reading after a key/value cache
+(``cached_graph``: rows after one prompt's cache -> their log-odds and the cache after them), so that answers to one
+question read it once, as the PyTorch reader does: the question's first tokens read after an empty cache give the
+cache its answers are read after. It is checked against the whole graph on the gate's first pairs, whole and shared
+(max |Δ log-odds| within fp32's ``max_abs_diff``; ``shared_prefix`` in the report), and left out where it reads
+otherwise. The lossy variants read whole prompts.
 
 Beside them, where this machine makes them, the OpenVINO IR variants of ``export.verdict_quant`` (NNCF int8 and int4
 weights, int8 weights and activations: ``ExportOptions.openvino`` says which) and, with ``--int8``, onnxruntime's
@@ -50,10 +51,10 @@ from ..judges.verdict_onnx import (
     GRAPH_INPUTS,
     GRAPH_OUTPUT,
     OnnxVerdictReader,
+    cached_graph_file,
     graph_file,
     ir_provider,
     is_ir,
-    shared_graph_files,
 )
 from ..models.heads import RewardHead
 from ..models.onnx_session import gate_key
@@ -109,31 +110,16 @@ def export_graph(module, path: Path, prompt: list[int]) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def prefix_graph(module):
-    """``module`` (a ``verdict_module``) as the shared prefix's graph: one prompt's first tokens (batch 1) -> every
-    layer's key/value cache (``present.{i}.key`` / ``.value``, (1, heads, length, head size))."""
-    import torch
-
-    class Prefix(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.decoder = module.decoder
-
-        def forward(self, input_ids):
-            out = self.decoder(input_ids=input_ids, use_cache=True)
-            return tuple(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values))
-
-    return Prefix().eval()
-
-
-def continuation_graph(module):
-    """``module`` as the graph reading answers after one shared prefix: their own tokens (right padded), the mask of
-    prefix and tokens (batch, prefix + sequence) and the prefix's cache (batch 1, broadcast to the batch in the
-    graph; positions go on from the prefix's length) -> each row's log-odds, as ``module`` reads the whole prompt."""
+def cached_graph(module):
+    """``module`` (a ``verdict_module``) as the graph that reads after a key/value cache: the rows' own tokens (right
+    padded), the mask of cache and tokens (batch, past + sequence) and one prompt's cache (batch 1, broadcast to the
+    batch in the graph; positions go on from its length) -> each row's log-odds, as ``module`` reads the whole
+    prompt, and every layer's cache after the rows (``present.{i}.key`` / ``.value``). With a cache of length 0 it
+    reads whole prompts; one prompt's shared first tokens read so give the cache its answers are read after."""
     import torch
     from transformers import DynamicCache
 
-    class Continuation(torch.nn.Module):
+    class Cached(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.module = module
@@ -145,47 +131,45 @@ def continuation_graph(module):
             cache = DynamicCache(layers, config=self.module.decoder.config)
             states = self.module.decoder(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
                                          use_cache=True).last_hidden_state
-            return self.module._log_odds(states, attention_mask[:, past[0].shape[2]:])
+            present = tuple(t for layer in cache.layers for t in (layer.keys, layer.values))
+            return (self.module._log_odds(states, attention_mask[:, past[0].shape[2]:]), *present)
 
-    return Continuation().eval()
+    return Cached().eval()
 
 
-def export_shared_graphs(module, directory: Path, index: int, prompt: list[int], shared: int) -> dict[str, str]:
-    """Write question ``index``'s shared-prefix graphs (``prefix_graph``, ``continuation_graph``; fp32, eager
-    attention, each with its tensors in a side file until ``share_weights``), traced on ``prompt`` split after its
-    first ``shared`` tokens. Returns their files."""
+def export_cached_graph(module, directory: Path, index: int, prompt: list[int], shared: int) -> dict[str, Any]:
+    """Write question ``index``'s ``cached_graph`` (fp32, eager attention, its tensors in a side file until
+    ``share_weights``), traced on ``prompt`` split after its first ``shared`` tokens. Returns its file and the shape
+    of an empty cache (batch 1, kv heads, 0, head size)."""
     import onnx
     import torch
 
     from ..embedders.onnx_reader import cache_names
 
-    names = shared_graph_files(index)
+    name = cached_graph_file(index)
     n_layers = module.decoder.config.num_hidden_layers
     present, past = cache_names(n_layers, "present"), cache_names(n_layers, "past_key_values")
-    head, tail = torch.tensor([prompt[:shared]]), prompt[shared:]
-    scratch = Path(tempfile.mkdtemp(prefix=f".verdict-{index}-shared.", dir=directory))
+    head, tail = prompt[:shared], prompt[shared:]
+    scratch = Path(tempfile.mkdtemp(prefix=f".verdict-{index}-cached.", dir=directory))
     try:
         with torch.inference_mode(), quiet.torch_onnx_export():
-            cache = prefix_graph(module)(head)
-            torch.onnx.export(prefix_graph(module), (head,), str(scratch / names["prefix"]),
-                              input_names=["input_ids"], output_names=present,
-                              dynamic_axes={"input_ids": {1: "past_sequence"},
-                                            **{k: {2: "past_sequence"} for k in present}},
-                              dynamo=False, opset_version=OPSET)
+            cache = [t for pair in module.prefix(torch.tensor([head]), torch.ones((1, len(head)), dtype=torch.long))
+                     for t in pair]
             ids, own = _trace_inputs(tail if len(tail) > 1 else tail * 2)
-            mask = torch.cat([torch.ones((ids.shape[0], head.shape[1]), dtype=own.dtype), own], dim=1)
+            mask = torch.cat([torch.ones((ids.shape[0], len(head)), dtype=own.dtype), own], dim=1)
             axes = {"input_ids": {0: "batch", 1: "sequence"},
                     "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
-                    **{k: {2: "past_sequence"} for k in past}, GRAPH_OUTPUT: {0: "batch"}}
-            torch.onnx.export(continuation_graph(module), (ids, mask, *cache),
-                              str(scratch / names["continuation"]), input_names=["input_ids", "attention_mask", *past],
-                              output_names=[GRAPH_OUTPUT], dynamic_axes=axes, dynamo=False, opset_version=OPSET)
-        for name in names.values():
-            onnx.save(onnx.load(str(scratch / name)), str(directory / name), save_as_external_data=True,
-                      all_tensors_to_one_file=True, location=name + ".data")
+                    **{k: {2: "past_sequence"} for k in past}, GRAPH_OUTPUT: {0: "batch"},
+                    **{k: {0: "batch", 2: "past_sequence + sequence"} for k in present}}
+            torch.onnx.export(cached_graph(module), (ids, mask, *cache), str(scratch / name),
+                              input_names=["input_ids", "attention_mask", *past],
+                              output_names=[GRAPH_OUTPUT, *present],
+                              dynamic_axes=axes, dynamo=False, opset_version=OPSET)
+        onnx.save(onnx.load(str(scratch / name)), str(directory / name), save_as_external_data=True,
+                  all_tensors_to_one_file=True, location=name + ".data")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return names
+    return {"file": name, "empty_cache": [1, int(cache[0].shape[1]), 0, int(cache[0].shape[3])]}
 
 
 def head_nodes(path: Path) -> list[str]:
@@ -200,9 +184,9 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
                   shared: Sequence[int] | None = None) -> tuple[dict[str, list[str]], dict[str, Any]]:
     """Every question's graph of ``reader`` in ``directory`` (``prompts``: one prompt per question, to trace), with
     ``int4`` each one's weight-only int4 copy, and with ``shared`` (per prompt, where its shared first tokens end)
-    each one's shared-prefix graphs (``export_shared_graphs``; ``info["shared_prefix"]["files"]``). Returns the
-    files per variant (one per question, in order) and what was done; each file keeps its tensors in a side file
-    until ``share_weights``."""
+    each one's graph that reads after a key/value cache (``export_cached_graph``; ``info["shared_prefix"]``).
+    Returns the files per variant (one per question, in order) and what was done; each file keeps its tensors in a
+    side file until ``share_weights``."""
     files: dict[str, list[str]] = {PRIMARY: [], **({"int4": []} if int4 else {})}
     info: dict[str, Any] = {"exporter": "legacy", "opset": OPSET, "inputs": list(GRAPH_INPUTS),
                             "output": GRAPH_OUTPUT}
@@ -217,9 +201,10 @@ def export_graphs(reader: VerdictReader, directory: Path, prompts: Sequence[list
                                                   nodes_to_exclude=head_nodes(fp32))
             files["int4"].append(graph_file("int4", k))
     if shared is not None:
-        info["shared_prefix"] = {"variants": [PRIMARY], "files": [
-            export_shared_graphs(module, directory, k, prompt, max(1, min(n, len(prompt) - 1)))
-            for k, (module, prompt, n) in enumerate(zip(reader.modules, prompts, shared))]}
+        made = [export_cached_graph(module, directory, k, prompt, max(1, min(n, len(prompt) - 1)))
+                for k, (module, prompt, n) in enumerate(zip(reader.modules, prompts, shared))]
+        info["shared_prefix"] = {"variants": [PRIMARY], "files": [m["file"] for m in made],
+                                 "empty_cache": made[0]["empty_cache"]}
     return files, info
 
 
@@ -320,10 +305,10 @@ def _drop_refused(report: dict[str, Any], files: dict[str, list[str]], directory
 
 def _shared_check(reference: VerdictJudge, directory: Path, primary: list[str], exported: dict[str, Any], records,
                   parity: ParityConfig) -> dict[str, Any]:
-    """The shared-prefix graphs against the fp32 graphs on onnxruntime: each of the first ``SHARED_CHECK_PAIRS`` of
-    ``records`` read by both, its answers sharing their question's first tokens (every group shared, however
-    little it saves), max |Δ log-odds| within fp32's ``max_abs_diff``. Graphs that fail are deleted and left out
-    of ``exported``."""
+    """The cached graphs against the fp32 graphs on onnxruntime: each of the first ``SHARED_CHECK_PAIRS`` of
+    ``records`` read by the whole graph, then by the cached graph, whole (after an empty cache) and with its answers
+    after their question's shared first tokens (every group shared, however little it saves); max |Δ log-odds|
+    within fp32's ``max_abs_diff``. Graphs that fail are deleted and left out of ``exported``."""
     import numpy as np
 
     entry = exported.get("shared_prefix")
@@ -331,29 +316,31 @@ def _shared_check(reference: VerdictJudge, directory: Path, primary: list[str], 
         return {"made": False}
     reader = reference.reader
     records = records[:SHARED_CHECK_PAIRS]
-    progress.step(f"checking the shared-prefix graphs against the whole graphs on {len(records)} pairs")
-    opened = {}
-    # one graph's weights in memory at a time where it can: the whole graph's reader is gone before the shared
-    # graphs open, and those read every group shared, so the whole graph is never opened beside them
-    for shared in (None, [{part: directory / f for part, f in pair.items()} for pair in entry["files"]]):
+    progress.step(f"checking the cached graphs against the whole graphs on {len(records)} pairs")
+    calls = [[r] if reference.pairwise else VerdictJudge._points(r) for r in records]
+    read = {}
+    # one graph's weights in memory at a time: the whole graph's reader is gone before the cached graphs open
+    for name, cached, share in (("whole graph", None, False), ("cached, whole", entry["files"], False),
+                                ("cached, shared", entry["files"], True)):
         onnx_reader = OnnxVerdictReader([directory / f for f in primary], reader.tokenizer, reader.questions,
-                                        LoadOptions(provider="cpu", variant=PRIMARY,
-                                                    budget=Budget(parity.batch_size)),
-                                        shared, eager=False, max_question_tokens=reader.budgets["question"],
+                                        LoadOptions(provider="cpu", variant=PRIMARY, budget=Budget(parity.batch_size)),
+                                        [directory / f for f in cached] if cached else None, entry["empty_cache"],
+                                        eager=False, share_prefix=share,
+                                        max_question_tokens=reader.budgets["question"],
                                         max_answer_tokens=reader.budgets["answer"])
         onnx_reader.min_saved = 0.0
-        calls = [[r] if reference.pairwise else VerdictJudge._points(r) for r in records]
-        opened["shared" if shared else "whole"] = np.concatenate([onnx_reader.log_odds(c) for c in calls])
+        read[name] = np.concatenate([onnx_reader.log_odds(c) for c in calls]) if calls else np.zeros((0, 1))
         del onnx_reader
-    diff = float(np.abs(opened["shared"] - opened["whole"]).max()) if len(records) else 0.0
+    diff = {name: float(np.abs(values - read["whole graph"]).max(initial=0.0)) for name, values in read.items()
+            if name != "whole graph"}
     limit = parity.for_precision(PRIMARY).max_abs_diff
-    passed = limit is None or diff <= limit
-    check = {"made": True, "pairs": len(records), "max_abs_diff": diff, "threshold": limit, "passed": passed}
+    passed = limit is None or max(diff.values()) <= limit
+    check = {"made": True, "pairs": len(records), "max_abs_diff": max(diff.values()), "by_reading": diff,
+             "threshold": limit, "passed": passed}
     if not passed:
-        for pair in exported.pop("shared_prefix")["files"]:
-            for name in pair.values():
-                for path in (directory / name, directory / f"{name}.data"):
-                    path.unlink(missing_ok=True)
+        for name in exported.pop("shared_prefix")["files"]:
+            for path in (directory / name, directory / f"{name}.data"):
+                path.unlink(missing_ok=True)
     return check
 
 
@@ -475,9 +462,8 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
             raise gate.ParityError(gate.parity_message(report), report)
         progress.step("writing the judge")
         sizes = {name: _bytes(tmp, graphs) for name, graphs in files.items()}
-        pairs = exported.get("shared_prefix", {}).get("files", ())
         shared = share_weights(tmp, [graph for graphs in files.values() if not is_ir(graphs) for graph in graphs]
-                               + [name for pair in pairs for name in pair.values()])
+                               + list(exported.get("shared_prefix", {}).get("files", ())))
         (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         reader.tokenizer.save_pretrained(tmp)
         card.runtime = {**card.runtime, "backend": BACKEND, "onnx": {

@@ -45,9 +45,8 @@ GRAPH_INPUTS, GRAPH_OUTPUT = ("input_ids", "attention_mask"), "log_odds"
 VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "ov-int8-weights": "_ov_int8w.xml",
                   "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml",
                   "ov-int8-mixed": "_ov_int8m.xml"}
-SHARED_PARTS = ("prefix", "continuation")
-# the shared-prefix sessions open only where this times their weights' bytes on disk is available: onnxruntime holds
-# about the file's bytes per session, OpenVINO about twice (3.9 GB per 2 GB graph of the 0.5B measured, f32)
+# a second session (the cached graph beside the whole one, where a bf16 run keeps both) opens only where this times
+# its weights' bytes on disk is available: onnxruntime holds about the file's bytes, OpenVINO about twice
 SHARED_MEMORY_MARGIN, OPENVINO_MEMORY_MARGIN = 1.25, 2.5
 IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
 
@@ -57,10 +56,10 @@ def graph_file(variant: str, index: int) -> str:
     return f"verdict-{index}{VARIANT_SUFFIX[variant]}"
 
 
-def shared_graph_files(index: int) -> dict[str, str]:
-    """The files of question ``index``'s shared-prefix graphs (fp32): ``prefix`` (a prompt's first tokens -> their
-    key/value cache) and ``continuation`` (answers read after that cache -> their log-odds)."""
-    return {part: f"verdict-{index}-{part}.onnx" for part in SHARED_PARTS}
+def cached_graph_file(index: int) -> str:
+    """The file of question ``index``'s graph that reads after a key/value cache (fp32; ``export.verdict.
+    cached_graph``)."""
+    return f"verdict-{index}-cached.onnx"
 
 
 def is_ir(files: Sequence[str]) -> bool:
@@ -123,14 +122,23 @@ def load_tokenizer(directory: Path):
 
 
 class _Graph:
-    """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,); with ``shared`` (its
-    shared-prefix graphs: part -> path) also ``prefix`` and ``after``, their sessions opened when first read."""
+    """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,); with ``cached`` (its graph
+    that reads after a key/value cache, and the shape of an empty cache) also ``prefix`` and ``after``. A run in fp32
+    reads whole prompts with the cached graph too (after an empty cache: one session, one copy of the weights); a
+    run in another precision reads them with the whole graph, as the export gated it, and opens the cached one beside
+    it when a group first shares its question, where the machine's memory holds it."""
 
-    def __init__(self, path: Path, run: LoadOptions, shared: dict[str, Path] | None = None) -> None:
-        self.run, self.shared, self.sessions = run, shared, {}
-        self.paths = {"whole": path, **(shared or {})}
+    def __init__(self, path: Path, run: LoadOptions, cached: Path | None = None, empty_cache: Sequence[int] = ()
+                 ) -> None:
+        self.run, self.sessions = run, {}
+        self.paths = {"whole": path, **({"cached": cached} if cached else {})}
+        self.shared = cached is not None
+        self.cached_only = self.shared and provider_info(run.provider).precision == "fp32"
+        self.empty = np.zeros(tuple(empty_cache), dtype=np.float32)
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if self.cached_only:
+            return self.after(None, ids, mask)
         return self._part("whole").run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask})[0]
 
     def _part(self, part: str):
@@ -138,41 +146,42 @@ class _Graph:
             self.sessions[part] = inference_session(self.paths[part], self.run.provider, self.run.threads)
         return self.sessions[part]
 
-    @property
-    def session(self):
-        """The whole prompt's graph's session."""
-        return self._part("whole")
+    def open(self) -> None:
+        """Open the session whole prompts are read with (a file its runtime cannot read is refused here)."""
+        self._part("cached" if self.cached_only else "whole")
 
     def shares(self) -> bool:
-        """Whether answers to one question may be read after its shared prefix here: the graphs exist and, before
-        their sessions first open, the machine's available memory holds them (onnxruntime and OpenVINO keep the
-        weights once per session, so the two graphs take twice the weights again; else prompts are read whole,
-        said once)."""
-        if not self.shared or self.sessions.keys() >= set(SHARED_PARTS):
-            return bool(self.shared)
+        """Whether answers to one question may be read after its shared prefix here: the cached graph exists and is
+        open, or the machine's available memory holds its session (else prompts are read whole, said once)."""
+        if not self.shared or "cached" in self.sessions or self.cached_only:
+            return self.shared
         import psutil
 
-        need = sum(_weight_bytes(self.paths[part]) for part in SHARED_PARTS if part not in self.sessions)
+        need = _weight_bytes(self.paths["cached"])
         available = psutil.virtual_memory().available
         margin = OPENVINO_MEMORY_MARGIN if self.run.provider in IR_PROVIDERS else SHARED_MEMORY_MARGIN
         if available < margin * need:
-            log.warning("note: the exported verdict judge reads whole prompts: its shared-prefix graphs need %.1f GB "
-                        "more and %.1f GB are available", need / 1e9, available / 1e9)
-            self.shared = None
-        return bool(self.shared)
+            log.warning("note: the exported verdict judge reads whole prompts: its cached graph needs %.1f GB more "
+                        "and %.1f GB are available", need / 1e9, available / 1e9)
+            self.shared = False
+        return self.shared
 
+    def _cached(self, past: list[np.ndarray] | None, ids: np.ndarray, mask: np.ndarray, outputs: list[str] | None):
+        session = self._part("cached")
+        names = [p.name for p in session.get_inputs()][2:]
+        past = past if past is not None else [self.empty] * len(names)
+        return session.run(outputs, {"input_ids": ids, "attention_mask": mask, **dict(zip(names, past))})
 
     def prefix(self, ids: list[int]) -> list[np.ndarray]:
-        """The key/value cache of one prompt's first tokens: per layer its keys and values, (1, heads, length, head
-        size), in the continuation graph's input order."""
-        return self._part("prefix").run(None, {"input_ids": np.asarray([ids], dtype=np.int64)})
+        """The key/value cache of one prompt's first tokens (read after an empty cache): per layer its keys and
+        values, (1, heads, length, head size), in the cached graph's input order."""
+        return self._cached(None, np.asarray([ids], dtype=np.int64), np.ones((1, len(ids)), dtype=np.int64),
+                            None)[1:]
 
-    def after(self, past: list[np.ndarray], ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The log-odds of right-padded rows read after ``past`` (``prefix``'s cache; ``mask`` covers prefix and
-        rows)."""
-        session = self._part("continuation")
-        names = [p.name for p in session.get_inputs()][2:]
-        return session.run([GRAPH_OUTPUT], {"input_ids": ids, "attention_mask": mask, **dict(zip(names, past))})[0]
+    def after(self, past: list[np.ndarray] | None, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The log-odds of right-padded rows read after ``past`` (``prefix``'s cache, None: empty; ``mask`` covers
+        cache and rows)."""
+        return self._cached(past, ids, mask, [GRAPH_OUTPUT])[0]
 
 
 def _weight_bytes(path: Path) -> int:
@@ -187,28 +196,29 @@ def _weight_bytes(path: Path) -> int:
 class OnnxVerdictReader(VerdictReader):
     """A ``VerdictReader`` whose forward pass is ``files`` (one exported graph per question, of ``run.variant``) run
     as ``run`` says: the caller's load options with the provider and variant resolved (``choose_run``), whose
-    provider and threads open each graph's session and whose budget cuts the reader's batches. With ``shared`` (per
-    question, its shared-prefix graphs: ``shared_graph_files``' parts -> paths) answers to one question read their
-    shared first tokens once, as the PyTorch reader does (``share_groups``). ``eager``: each question's graph is
-    opened as the reader is (else when first read; the shared-prefix graphs always are)."""
+    provider and threads open each graph's session and whose budget cuts the reader's batches. With ``cached`` (per
+    question, its graph that reads after a key/value cache, and ``empty_cache``: the shape of an empty one) answers
+    to one question read their shared first tokens once, as the PyTorch reader does (``share_groups``). ``eager``:
+    the sessions whole prompts are read with are opened as the reader is (else when first read)."""
 
     def __init__(self, files: Sequence[Path], tokenizer, questions: Sequence[VerdictQuestion],
-                 run: LoadOptions = LoadOptions(provider="cpu", variant="fp32"),
-                 shared: Sequence[dict[str, Path]] | None = None, eager: bool = True, **kw: Any) -> None:
-        if len(files) != len(questions) or (shared is not None and len(shared) != len(questions)):
-            raise ValueError(f"{len(files)} graph files and {len(shared or ())} shared-prefix graph pairs for "
-                             f"{len(questions)} verdict questions")
+                 run: LoadOptions = LoadOptions(provider="cpu", variant="fp32"), cached: Sequence[Path] | None = None,
+                 empty_cache: Sequence[int] = (), eager: bool = True, **kw: Any) -> None:
+        if len(files) != len(questions) or (cached is not None and len(cached) != len(questions)):
+            raise ValueError(f"{len(files)} graph files and {len(cached or ())} cached graphs for {len(questions)} "
+                             "verdict questions")
         variant, provider = run.variant, run.provider
-        self.run, self.shared = run, shared
+        self.run, self.cached, self.empty_cache = run, cached, tuple(empty_cache)
         super().__init__(list(files), tokenizer, questions, precision="fp32", budget=run.budget, **kw)
         arithmetic = provider_info(provider).precision
         self.precision = f"onnx-{variant}" + ("" if arithmetic == "fp32" else f"-{provider}")
         self.precision_why = f"the {variant} graphs run by {provider} ({arithmetic})"
-        for module in self.modules if eager else ():  # a file its runtime cannot read is refused as it loads
-            module._part("whole")
+        for module in self.modules if eager else ():
+            module.open()
 
     def _modules(self, files: list[Path]) -> list[_Graph]:
-        return [_Graph(path, self.run, self.shared[k] if self.shared else None) for k, path in enumerate(files)]
+        return [_Graph(path, self.run, self.cached[k] if self.cached else None, self.empty_cache)
+                for k, path in enumerate(files)]
 
     def _run(self, module, prompts: list[tuple[list[int], int]]) -> list[float]:
         shared, whole = self.share_groups(prompts)
@@ -257,12 +267,14 @@ def open_onnx_reader(directory: Path, card: JudgeCard, run: LoadOptions) -> Onnx
     paths = [inside(directory, name, where) for name in files[run.variant]]
     questions = questions_from(card.runtime.get("questions") or [DEFAULT_QUESTION], str(directory))
     entry = (card.runtime.get("onnx") or {}).get("shared_prefix") or {}
-    shared = None
+    cached, empty = None, ()
     if run.variant in entry.get("variants", ()):  # the fp32 graphs' weights, whatever runs them
-        where = f"{directory / 'judge_card.json'} field 'runtime.onnx.shared_prefix.files'"
-        shared = [{part: inside(directory, (pair if isinstance(pair, dict) else {}).get(part), where)
-                   for part in SHARED_PARTS} for pair in entry.get("files") or ()]
-    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, run, shared,
+        where = f"{directory / 'judge_card.json'} field 'runtime.onnx.shared_prefix"
+        cached = [inside(directory, name, where + ".files'") for name in entry.get("files") or ()]
+        empty = entry.get("empty_cache")
+        if not (isinstance(empty, list) and len(empty) == 4 and all(isinstance(n, int) and n >= 0 for n in empty)):
+            raise ValueError(f"{where}.empty_cache': {empty!r} is not the shape of an empty cache [1, heads, 0, size]")
+    return OnnxVerdictReader(paths, load_tokenizer(directory), questions, run, cached, empty,
                              max_question_tokens=int(card.truncation.get("max_question_tokens",
                                                                          DEFAULT_MAX_QUESTION_TOKENS)),
                              max_answer_tokens=int(card.truncation.get("max_answer_tokens",
