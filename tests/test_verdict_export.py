@@ -387,3 +387,20 @@ def test_the_speed_bench_runs_its_paths_and_compares_their_decisions(judge_dir, 
     user = rows["transformers b1"]["workloads"]["pairs"]
     assert user["max_abs_diff"] < 1e-4 and user["tokens_read"] == fp32["pairs"]["prompt_tokens"]
     assert "| onnx fp32 |" in next(tmp_path.glob("verdict_speed_*.md")).read_text()
+
+
+def test_a_bf16_run_reads_whole_prompts_with_the_gated_graph_and_shared_ones_beside_it(exported):
+    from clfjudge.judges.verdict_onnx import open_onnx_reader
+    from clfjudge.machine import probe
+    from clfjudge.options import LoadOptions
+
+    if not (runs := probe().openvino_bf16()):
+        pytest.skip(f"OpenVINO bf16 does not run here: {runs.why}")
+    card = JudgeCard.load(exported.out_dir)
+    run = LoadOptions(provider="openvino-bf16", variant="fp32")
+    shared, whole = (open_onnx_reader(exported.out_dir, card, run) for _ in range(2))
+    whole.share_prefix = False
+    got, want = shared.log_odds(_group()), whole.log_odds(_group())
+    assert all(set(m.sessions) == {"whole", "cached"} for m in shared.modules)
+    assert all(set(m.sessions) == {"whole"} for m in whole.modules)
+    np.testing.assert_allclose(got, want, atol=0.1)  # bf16's rounding, read in two graphs

@@ -49,6 +49,9 @@ VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "
 # its weights' bytes on disk is available: onnxruntime holds about the file's bytes, OpenVINO about twice
 SHARED_MEMORY_MARGIN, OPENVINO_MEMORY_MARGIN = 1.25, 2.5
 IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
+# the providers that read with an exported judge's cached graph: in fp32 everything (whole prompts after an empty
+# cache), in bf16 shared questions beside the gated whole graph; CUDA reads whole prompts (not measured there)
+CACHED_ONLY, CACHED_BESIDE = ("cpu", "openvino"), ("openvino-bf16",)
 
 
 def graph_file(variant: str, index: int) -> str:
@@ -124,16 +127,16 @@ def load_tokenizer(directory: Path):
 class _Graph:
     """One question's graph in a session: (ids, mask) int64 arrays -> log-odds (batch,); with ``cached`` (its graph
     that reads after a key/value cache, and the shape of an empty cache) also ``prefix`` and ``after``. A run in fp32
-    reads whole prompts with the cached graph too (after an empty cache: one session, one copy of the weights); a
-    run in another precision reads them with the whole graph, as the export gated it, and opens the cached one beside
-    it when a group first shares its question, where the machine's memory holds it."""
+    on the CPU (``CACHED_ONLY``) reads whole prompts with the cached graph too (after an empty cache: one session, one
+    copy of the weights); a bf16 run (``CACHED_BESIDE``) reads them with the whole graph, as the export gated it, and
+    opens the cached one beside it when a group first shares its question, where the machine's memory holds it."""
 
     def __init__(self, path: Path, run: LoadOptions, cached: Path | None = None, empty_cache: Sequence[int] = ()
                  ) -> None:
         self.run, self.sessions = run, {}
         self.paths = {"whole": path, **({"cached": cached} if cached else {})}
-        self.shared = cached is not None
-        self.cached_only = self.shared and provider_info(run.provider).precision == "fp32"
+        self.shared = cached is not None and run.provider in (*CACHED_ONLY, *CACHED_BESIDE)
+        self.cached_only = self.shared and run.provider in CACHED_ONLY
         self.empty = np.zeros(tuple(empty_cache), dtype=np.float32)
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
