@@ -1,6 +1,7 @@
 """The HTTP server on tiny real judges: endpoints, validation, dynamic batching, back-pressure, shutdown."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -839,8 +840,8 @@ def test_real_answers_of_every_route_validate_against_the_served_document(name, 
     """Every route's answers (results, batches, errors of each kind, health, metrics, the document itself) match
     what the document the server serves declares for that status; each item's id comes back in its result."""
     judge = request.getfixturevalue(name)
-    app = create_app(SlowJudge(judge, 0.3) if name == "pair_judge" else judge,
-                     Limits(max_items=4, max_text_chars=100, max_queue=3, budget=rows(1)), api_key="k", warm_up=False)
+    limits = Limits(max_items=4, max_text_chars=100, max_queue=3, budget=rows(1))
+    app = create_app(SlowJudge(judge, 0.3) if name == "pair_judge" else judge, limits, api_key="k", warm_up=False)
     key = {"Authorization": "Bearer k"}
     with TestClient(app) as client:
         doc = client.get("/openapi.json").json()
@@ -865,8 +866,11 @@ def test_real_answers_of_every_route_validate_against_the_served_document(name, 
             for answer in answers + mistakes:
                 _check_answer(doc, path, "post", answer)
         if "/compare" in doc["paths"]:  # the server's own refusals under load: 503 (queue full)
-            with ThreadPoolExecutor(8) as pool:
-                busy = list(pool.map(lambda _: client.post("/compare", json=PAIR, headers=key), range(8)))
+            # a judge slow enough that eight requests at once overflow the queue on any machine
+            slow = None if name == "pair_judge" else TestClient(create_app(SlowJudge(judge, 0.3), limits,
+                                                                           api_key="k", warm_up=False))
+            with slow or contextlib.nullcontext(client) as loaded, ThreadPoolExecutor(8) as pool:
+                busy = list(pool.map(lambda _: loaded.post("/compare", json=PAIR, headers=key), range(8)))
             assert 503 in {b.status_code for b in busy}
             for answer in busy:
                 _check_answer(doc, "/compare", "post", answer)
