@@ -5,6 +5,7 @@ signature.json alone, with onnxruntime and the tokenizer, gives the same log-odd
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -404,3 +405,21 @@ def test_a_bf16_run_reads_whole_prompts_with_the_gated_graph_and_shared_ones_bes
     assert all(set(m.sessions) == {"whole", "cached"} for m in shared.modules)
     assert all(set(m.sessions) == {"whole"} for m in whole.modules)
     np.testing.assert_allclose(got, want, atol=0.1)  # bf16's rounding, read in two graphs
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"variants": ["fp32"], "files": ["verdict-0-cached.onnx", "verdict-1-cached.onnx"], "empty_cache": "x"},
+     "field 'runtime.onnx.shared_prefix.empty_cache': 'x' is not the shape of an empty cache"),
+    ({"variants": ["fp32"], "files": ["../elsewhere.onnx", "verdict-1-cached.onnx"], "empty_cache": [1, 2, 0, 4]},
+     "field 'runtime.onnx.shared_prefix.files'"),
+])
+def test_a_card_naming_its_cached_graphs_wrongly_is_refused_with_the_field(exported, tmp_path, entry, message):
+    import shutil
+
+    out = tmp_path / "judge"
+    shutil.copytree(exported.out_dir, out)
+    card = JudgeCard.load(out)
+    card.runtime["onnx"]["shared_prefix"] = entry
+    card.save(out)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Judge.load(out, provider="cpu")

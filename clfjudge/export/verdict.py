@@ -69,7 +69,7 @@ from .shared_weights import share_weights
 REPORT_NAME = "parity_report.json"
 OPSET = 18  # OpenVINO 2026.4 reads opset 17's ReduceLogSumExp (axes an attribute) as a reduction over every axis
 PRIMARY = "fp32"
-SHARED_CHECK_PAIRS = 4  # pairs the shared-prefix graphs are checked on: fp32 against fp32, float rounding or a bug
+SHARED_CHECK_PAIRS = 4  # pairs the cached graphs are checked on: fp32 against fp32, float rounding or a bug
 # the lossy files: one that fails the gate is left out (bf16 providers are left out with ``fallback`` only)
 LOSSY = frozenset({"int4", "int8", *(v.precision for _, v in verdict_quant.VARIANTS.items())})
 # what a verdict judge's export cannot do, and why (``ExportOptions.refuse``)
@@ -455,7 +455,7 @@ def export_verdict_judge(judge_dir: Path, out_dir: Path, options: ExportOptions)
                                     obvious_set)}
         report["validation"]["reference_read"] = readings.read
         report["passed"] = all(v["passed"] for v in report["variants"].values())
-        reference.reader.release()  # the gate is read; the shared-prefix check opens graphs of the same weights
+        reference.reader.release()  # the gate is read; the cached graphs' check opens sessions of the same weights
         report["shared_prefix"] = _shared_check(reference, tmp, files[PRIMARY], exported, records[:fp32_n], parity)
         _drop_refused(report, files, tmp, options.fallback)
         if not report["passed"]:

@@ -9,9 +9,9 @@ The card's ``runtime.onnx.files`` maps each variant (``fp32``; the lossy ones th
 alone: its provider is chosen from this machine's probe (``ir_provider``: bf16 activations where the CPU and OpenVINO
 run bf16 and the export gated that run, else f32), never from the machine that exported it.
 
-Where the card lists the fp32 graphs' shared-prefix pair (``runtime.onnx.shared_prefix``), a run of the fp32 files
-reads answers to one question after their question's key/value cache, as the PyTorch reader does; those sessions
-open when a group first shares its question, where the machine's memory holds them.
+Where the card lists the fp32 graphs' cached graphs (``runtime.onnx.shared_prefix``: the same decoder reading after a
+key/value cache), a run of the fp32 files reads answers to one question after their question's cache, as the PyTorch
+reader does (``_Graph``: which runs read with them, and how).
 """
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ GRAPH_INPUTS, GRAPH_OUTPUT = ("input_ids", "attention_mask"), "log_odds"
 VARIANT_SUFFIX = {"fp32": ".onnx", "int4": "_int4.onnx", "int8": "_int8.onnx", "ov-int8-weights": "_ov_int8w.xml",
                   "ov-int4-weights": "_ov_int4w.xml", "ov-int8": "_ov_int8.xml",
                   "ov-int8-mixed": "_ov_int8m.xml"}
-# a second session (the cached graph beside the whole one, where a bf16 run keeps both) opens only where this times
-# its weights' bytes on disk is available: onnxruntime holds about the file's bytes, OpenVINO about twice
-SHARED_MEMORY_MARGIN, OPENVINO_MEMORY_MARGIN = 1.25, 2.5
+# the cached graph's session beside the whole one (a bf16 run) opens only where this times its bytes on disk is
+# available: OpenVINO holds about twice them (3.9 GB for a 2 GB graph of the 0.5B, f32)
+BESIDE_MEMORY_MARGIN = 2.5
 IR_PROVIDERS = ("openvino-bf16", "openvino")  # what runs an OpenVINO IR file, the faster first
 # the providers that read with an exported judge's cached graph: in fp32 everything (whole prompts after an empty
 # cache), in bf16 shared questions beside the gated whole graph; CUDA reads whole prompts (not measured there)
@@ -162,8 +162,7 @@ class _Graph:
 
         need = _weight_bytes(self.paths["cached"])
         available = psutil.virtual_memory().available
-        margin = OPENVINO_MEMORY_MARGIN if self.run.provider in IR_PROVIDERS else SHARED_MEMORY_MARGIN
-        if available < margin * need:
+        if available < BESIDE_MEMORY_MARGIN * need:
             log.warning("note: the exported verdict judge reads whole prompts: its cached graph needs %.1f GB more "
                         "and %.1f GB are available", need / 1e9, available / 1e9)
             self.shared = False
