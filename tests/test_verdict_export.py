@@ -423,3 +423,17 @@ def test_a_card_naming_its_cached_graphs_wrongly_is_refused_with_the_field(expor
     card.save(out)
     with pytest.raises(ValueError, match=re.escape(message)):
         Judge.load(out, provider="cpu")
+
+
+@pytest.mark.parametrize("provider, shared, cached_only", [("cpu", True, True), ("openvino", True, True),
+                                                           ("openvino-bf16", True, False), ("cuda", False, False)])
+def test_which_runs_read_with_the_cached_graph(exported, provider, shared, cached_only):
+    """Per provider, without opening a session: fp32 on the CPU reads everything with the cached graph, OpenVINO bf16
+    beside the gated whole graph, CUDA (not measured there) whole prompts with the whole graph."""
+    from clfjudge.judges.verdict_onnx import _Graph
+    from clfjudge.options import LoadOptions
+
+    entry = JudgeCard.load(exported.out_dir).runtime["onnx"]["shared_prefix"]
+    graph = _Graph(exported.out_dir / "verdict-0.onnx", LoadOptions(provider=provider, variant="fp32"),
+                   exported.out_dir / entry["files"][0], entry["empty_cache"])
+    assert (graph.shared, graph.cached_only, graph.sessions) == (shared, cached_only, {})
